@@ -1,0 +1,49 @@
+# The verbs a newcomer looks for. Everything installs into .venv; the test
+# binaries (kube-apiserver, etcd) are built once into ~/.cache/dwd-lease.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+PYTEST_ARGS ?=
+
+.PHONY: install testenv test unit integration e2e lint fmt bench demo clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+testenv: install
+	$(BIN)/python -m testenv build
+
+test: install testenv
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+unit: install
+	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+integration: install testenv
+	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+e2e: install testenv
+	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: install testenv
+	$(BIN)/python -m bench
+
+demo: install testenv
+	$(BIN)/python -m demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,57 @@
+"""``dwd-lease-agent``: renew this node's lease until SIGTERM, then release it and exit 0."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+
+import uvloop
+
+from agent.client import LeaseClient
+from agent.renewer import Renewer
+from agent.settings import Settings
+from core import logs
+from core.config import ConfigError
+from core.credentials import TokenFile
+from core.metrics import Registry, serve_metrics
+
+
+async def run(settings: Settings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    registry = Registry()
+    client = LeaseClient(
+        settings.apiserver_url,
+        settings.lease_namespace,
+        settings.node_name,
+        TokenFile(settings.token_file),
+        settings.ca_file,
+    )
+    renewer = Renewer(settings, client, registry)
+    server = None
+    if settings.metrics_addr is not None:
+        server = await serve_metrics(registry, *settings.metrics_addr)
+    try:
+        await renewer.run(stop)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def main() -> None:
+    try:
+        settings = Settings.from_env(os.environ)
+    except ConfigError as e:
+        print(f"dwd-lease-agent: {e}", file=sys.stderr)
+        sys.exit(2)
+    logs.configure(settings.log_format, settings.log_level)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(run(settings))
+
+
+if __name__ == "__main__":
+    main()

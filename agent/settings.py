@@ -1,0 +1,78 @@
+"""The agent's configuration, from the environment (DESIGN.md section 4)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from core.config import EnvReader
+from core.credentials import DEFAULT_TOKEN_FILE
+from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label, is_dns_subdomain
+from core.logs import LEVELS, LogFormat
+
+# An interval the aggregator hands out through the renew-interval annotation is
+# clamped to this range: a typo there must neither hammer KAPI nor silence a node.
+MIN_INTERVAL_S = 0.2
+MAX_INTERVAL_S = 300.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    apiserver_url: str
+    node_name: str
+    lease_namespace: str = DEFAULT_LEASE_NAMESPACE
+    renew_interval_s: float = 2.0
+    request_timeout_s: float = 1.0
+    token_file: str = DEFAULT_TOKEN_FILE
+    ca_file: str = ""
+    metrics_addr: tuple[str, int] | None = None
+    log_format: LogFormat = "auto"
+    log_level: str = "info"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Settings:
+        r = EnvReader(env)
+        url = r.string("DWD_APISERVER_URL", required=True).rstrip("/")
+        if url:
+            parts = urlsplit(url)
+            if parts.scheme != "https" or not parts.hostname:
+                r.problem("DWD_APISERVER_URL", f"{url!r} is not an https URL with a host name")
+            elif parts.query or parts.fragment:
+                r.problem("DWD_APISERVER_URL", f"{url!r} must not carry a query or fragment")
+        node = r.string("NODE_NAME", required=True)
+        if node and not is_dns_subdomain(node):
+            r.problem("NODE_NAME", f"{node!r} is not a valid node name (RFC 1123 subdomain)")
+        namespace = r.string("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE)
+        if not is_dns_label(namespace):
+            r.problem("DWD_LEASE_NAMESPACE", f"{namespace!r} is not a valid namespace name")
+        interval = r.duration("DWD_RENEW_INTERVAL", "2s", min_s=MIN_INTERVAL_S, max_s=MAX_INTERVAL_S)
+        timeout = r.duration("DWD_REQUEST_TIMEOUT", "1s", min_s=0.05)
+        if timeout >= interval:
+            r.problem(
+                "DWD_REQUEST_TIMEOUT",
+                "must be shorter than DWD_RENEW_INTERVAL (a renewal and its retry fit in one interval)",
+            )
+        token_file = r.string("DWD_TOKEN_FILE", DEFAULT_TOKEN_FILE)
+        if not os.access(token_file, os.R_OK):
+            r.problem("DWD_TOKEN_FILE", f"{token_file} is not a readable file")
+        ca_file = r.string("DWD_CA_FILE", "")
+        if ca_file and not os.access(ca_file, os.R_OK):
+            r.problem("DWD_CA_FILE", f"{ca_file} is not a readable file")
+        metrics = r.address("DWD_METRICS_ADDR")
+        log_format = r.choice("DWD_LOG_FORMAT", "auto", ("json", "console", "auto"))
+        log_level = r.choice("DWD_LOG_LEVEL", "info", LEVELS)
+        r.finish()
+        return cls(
+            apiserver_url=url,
+            node_name=node,
+            lease_namespace=namespace,
+            renew_interval_s=interval,
+            request_timeout_s=timeout,
+            token_file=token_file,
+            ca_file=ca_file,
+            metrics_addr=metrics,
+            log_format=log_format,
+            log_level=log_level,
+        )

@@ -1,0 +1,146 @@
+"""One error hierarchy for every call to a Kubernetes API server.
+
+The HTTP libraries (httpx in the agent, aiohttp in the aggregator) are
+translated into these at their one boundary; nothing of theirs leaks past it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Literal
+
+TransportKind = Literal["dns", "connect", "tls", "timeout"]
+
+
+class KubeError(Exception):
+    """Anything that went wrong talking to an API server."""
+
+    @property
+    def failure_class(self) -> str:
+        return "other"
+
+
+class TransportError(KubeError):
+    """The request did not get an HTTP answer: which step of the path failed."""
+
+    def __init__(self, kind: TransportKind, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind: TransportKind = kind
+
+    @property
+    def failure_class(self) -> str:
+        return self.kind
+
+
+class BadResponse(KubeError):
+    """An HTTP answer that is not what the API promises (not JSON, wrong kind)."""
+
+    @property
+    def failure_class(self) -> str:
+        return "bad-response"
+
+
+class ApiError(KubeError):
+    """The API server answered with a non-2xx status."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}" if message else f"{status} {reason}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def failure_class(self) -> str:
+        return f"http-{self.status}"
+
+
+class BadRequest(ApiError):
+    """The object could not even be decoded (e.g. a MicroTime without six fractional digits)."""
+
+
+class Unauthorized(ApiError):
+    pass
+
+
+class Forbidden(ApiError):
+    pass
+
+
+class NotFound(ApiError):
+    pass
+
+
+class Conflict(ApiError):
+    pass
+
+
+class Gone(ApiError):
+    """A watch or list resourceVersion is too old: re-list."""
+
+
+class Invalid(ApiError):
+    pass
+
+
+class TooManyRequests(ApiError):
+    """API Priority and Fairness (or a proxy) asks the caller to come back later."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after_s: float | None) -> None:
+        super().__init__(status, reason, message)
+        self.retry_after_s = retry_after_s
+
+
+class ServerError(ApiError):
+    pass
+
+
+_BY_STATUS: dict[int, type[ApiError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+}
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds; the API server only ever sends the delta form."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+def api_error(status: int, body: bytes | str, headers: Mapping[str, str] | None = None) -> ApiError:
+    """The ApiError for a non-2xx answer, with the reason and message of a metav1.Status body."""
+    reason, message = "", ""
+    try:
+        status_obj = json.loads(body)
+        if isinstance(status_obj, dict):
+            reason = str(status_obj.get("reason") or "")
+            message = str(status_obj.get("message") or "")
+    except (ValueError, UnicodeDecodeError):
+        text = body.decode(errors="replace") if isinstance(body, bytes) else body
+        message = text.strip()[:200]
+    reason = reason or _reason_phrase(status)
+    if status == 429:
+        retry = parse_retry_after((headers or {}).get("Retry-After"))
+        return TooManyRequests(status, reason, message, retry)
+    if status >= 500:
+        return ServerError(status, reason, message)
+    return _BY_STATUS.get(status, ApiError)(status, reason, message)
+
+
+def _reason_phrase(status: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return HTTPStatus(status).phrase.replace(" ", "")
+    except ValueError:
+        return "Unknown"

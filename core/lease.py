@@ -1,0 +1,153 @@
+"""The lease contract between the agent and the aggregator (DESIGN.md section 3).
+
+One coordination.k8s.io/v1 Lease per node, named like the node, in a dedicated
+namespace. The agent writes holderIdentity, renewTime and two annotations; the
+aggregator writes the owner reference, leaseDurationSeconds and the interval.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from core.durations import format_duration, parse_duration
+
+DEFAULT_LEASE_NAMESPACE = "dwd-node-lease"
+LEASE_API = "coordination.k8s.io/v1"
+
+PREFIX = "dependency-watchdog.gardener.cloud/"
+RENEW_INTERVAL = PREFIX + "renew-interval"
+RELEASED = PREFIX + "released"
+LAST_OUTAGE = PREFIX + "last-outage"
+IGNORE_NODE = PREFIX + "ignore-node"
+
+# The API server parses MicroTime with the fixed layout
+# 2006-01-02T15:04:05.000000Z07:00: exactly six fractional digits.
+_MICRO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+
+# RFC 1123 DNS subdomain, the rule for node and lease names.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def format_micro_time(when: datetime) -> str:
+    """MicroTime with six fractional digits always (isoformat drops them at microsecond 0)."""
+    if when.tzinfo is None:
+        raise ValueError("MicroTime needs an aware datetime")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_micro_time(text: str) -> datetime:
+    if not _MICRO_TIME.match(text):
+        raise ValueError(f"not a MicroTime (YYYY-MM-DDTHH:MM:SS.ffffffZ): {text!r}")
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def is_dns_subdomain(name: str) -> bool:
+    return len(name) <= 253 and bool(_DNS_SUBDOMAIN.match(name))
+
+
+def is_dns_label(name: str) -> bool:
+    return len(name) <= 63 and bool(_DNS_LABEL.match(name))
+
+
+def lease_path(namespace: str, name: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
+
+
+def leases_path(namespace: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+
+@dataclass(frozen=True)
+class Outage:
+    """What the agent reports about its last outage once it has recovered."""
+
+    start: datetime
+    duration_s: float
+    failure_class: str
+
+    def to_annotation(self) -> str:
+        return json.dumps(
+            {
+                "start": format_micro_time(self.start),
+                "duration": format_duration(self.duration_s),
+                "class": self.failure_class,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_annotation(cls, text: str) -> Outage:
+        try:
+            raw = json.loads(text)
+            return cls(parse_micro_time(raw["start"]), parse_duration(raw["duration"]), str(raw["class"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"bad {LAST_OUTAGE} annotation {text!r}: {e}") from e
+
+
+def renew_patch(
+    holder: str,
+    now: datetime,
+    *,
+    clear_released: bool = False,
+    last_outage: Outage | None = None,
+) -> dict[str, Any]:
+    """The merge patch of one renewal.
+
+    No resourceVersion: a merge patch without one never conflicts with the
+    aggregator writing its own fields of the same object.
+    """
+    patch: dict[str, Any] = {"spec": {"holderIdentity": holder, "renewTime": format_micro_time(now)}}
+    annotations: dict[str, str | None] = {}
+    if clear_released:
+        annotations[RELEASED] = None  # null deletes the key in a merge patch
+    if last_outage is not None:
+        annotations[LAST_OUTAGE] = last_outage.to_annotation()
+    if annotations:
+        patch["metadata"] = {"annotations": annotations}
+    return patch
+
+
+def release_patch() -> dict[str, Any]:
+    return {"metadata": {"annotations": {RELEASED: "true"}}}
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    """The fields of a Lease object that either side acts on."""
+
+    name: str
+    resource_version: str
+    holder: str | None
+    renew_time: str | None
+    duration_s: int | None
+    renew_interval: str | None
+    released: bool
+    deleting: bool
+    owner_uids: tuple[str, ...]
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> LeaseView:
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        annotations = meta.get("annotations") or {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"lease object without metadata.name: {dict(meta)!r}")
+        duration = spec.get("leaseDurationSeconds")
+        return cls(
+            name=name,
+            resource_version=str(meta.get("resourceVersion", "")),
+            holder=spec.get("holderIdentity"),
+            renew_time=spec.get("renewTime"),
+            duration_s=duration if isinstance(duration, int) else None,
+            renew_interval=annotations.get(RENEW_INTERVAL),
+            released=annotations.get(RELEASED) == "true",
+            deleting=bool(meta.get("deletionTimestamp")),
+            owner_uids=tuple(str(r.get("uid", "")) for r in meta.get("ownerReferences") or ()),
+        )

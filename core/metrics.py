@@ -1,0 +1,146 @@
+"""A small Prometheus registry: counters and gauges with labels, text exposition 0.0.4.
+
+Small enough for the agent, which runs on every node and should not carry a
+client library and its threads for four numbers; the aggregator uses the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Sequence
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _fmt(value: float) -> str:
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if math.isnan(value):
+        return "NaN"
+    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+
+
+class _Metric:
+    kind = ""
+
+    def __init__(self, name: str, help_text: str, labels: Sequence[str] = ()) -> None:
+        self.name = name
+        self.help = help_text
+        self.label_names = tuple(labels)
+        self._values: dict[tuple[str, ...], float] = {}
+
+    def _key(self, labels: dict[str, str]) -> tuple[str, ...]:
+        if set(labels) != set(self.label_names):
+            raise ValueError(f"{self.name} takes labels {self.label_names}, got {tuple(labels)}")
+        return tuple(str(labels[n]) for n in self.label_names)
+
+    def get(self, **labels: str) -> float:
+        return self._values.get(self._key(labels), 0.0)
+
+    def remove(self, **labels: str) -> None:
+        """Forget one series, e.g. of a target that is gone."""
+        self._values.pop(self._key(labels), None)
+
+    def remove_matching(self, **labels: str) -> None:
+        idx = [(self.label_names.index(k), v) for k, v in labels.items()]
+        for key in [k for k in self._values if all(k[i] == v for i, v in idx)]:
+            del self._values[key]
+
+    def samples(self) -> list[tuple[tuple[str, ...], float]]:
+        return sorted(self._values.items())
+
+    def render(self) -> str:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+        for key, value in self.samples():
+            if key:
+                pairs = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(self.label_names, key, strict=True))
+                lines.append(f"{self.name}{{{pairs}}} {_fmt(value)}")
+            else:
+                lines.append(f"{self.name} {_fmt(value)}")
+        return "\n".join(lines)
+
+
+class Counter(_Metric):
+    kind = "counter"
+
+    def inc(self, amount: float = 1.0, **labels: str) -> None:
+        if amount < 0:
+            raise ValueError("counters only go up")
+        key = self._key(labels)
+        self._values[key] = self._values.get(key, 0.0) + amount
+
+
+class Gauge(_Metric):
+    kind = "gauge"
+
+    def __init__(
+        self,
+        name: str,
+        help_text: str,
+        labels: Sequence[str] = (),
+        fn: Callable[[], float] | None = None,
+    ) -> None:
+        super().__init__(name, help_text, labels)
+        self._fn = fn
+
+    def set(self, value: float, **labels: str) -> None:
+        self._values[self._key(labels)] = float(value)
+
+    def samples(self) -> list[tuple[tuple[str, ...], float]]:
+        if self._fn is not None:
+            return [((), self._fn())]
+        return super().samples()
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._metrics: dict[str, _Metric] = {}
+
+    def _add(self, metric: _Metric) -> None:
+        if metric.name in self._metrics:
+            raise ValueError(f"metric {metric.name} registered twice")
+        self._metrics[metric.name] = metric
+
+    def counter(self, name: str, help_text: str, labels: Sequence[str] = ()) -> Counter:
+        c = Counter(name, help_text, labels)
+        self._add(c)
+        return c
+
+    def gauge(
+        self, name: str, help_text: str, labels: Sequence[str] = (), fn: Callable[[], float] | None = None
+    ) -> Gauge:
+        g = Gauge(name, help_text, labels, fn)
+        self._add(g)
+        return g
+
+    def render(self) -> str:
+        return "\n".join(m.render() for m in self._metrics.values()) + "\n"
+
+
+async def serve_metrics(registry: Registry, host: str, port: int) -> asyncio.Server:
+    """A minimal HTTP/1.0 endpoint for /metrics (and /healthz) without a web framework."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+            path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b"/"
+            if path.startswith(b"/metrics"):
+                status, ctype, body = "200 OK", CONTENT_TYPE, registry.render().encode()
+            elif path.startswith(b"/healthz"):
+                status, ctype, body = "200 OK", "text/plain", b"ok\n"
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
+            head = f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n"
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(handle, host, port)

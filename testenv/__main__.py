@@ -1,0 +1,58 @@
+"""``python -m testenv build | run -- COMMAND... | path``.
+
+``run`` starts a control plane, runs COMMAND with KUBECONFIG (admin),
+TESTENV_URL and TESTENV_CA exported, stops everything when COMMAND exits and
+returns its exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from testenv import binaries
+from testenv.controlplane import ControlPlane, env_for
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testenv")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    b = sub.add_parser("build", help="build kube-apiserver and etcd into the cache (no-op when warm)")
+    b.add_argument("--force", action="store_true")
+    sub.add_parser("path", help="print the cache directory of the pinned versions")
+    r = sub.add_parser("run", help="run COMMAND against a fresh control plane")
+    r.add_argument("--san", action="append", default=[], help="extra name in the serving certificate")
+    r.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+
+    if args.verb == "build":
+        binaries.build(force=args.force)
+        return 0
+    if args.verb == "path":
+        print(binaries.cache_dir())
+        return 0
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("run needs a COMMAND after --")
+    cp = ControlPlane(extra_sans=args.san)
+    started = time.monotonic()
+    # SIGTERM must run the clean-up below, like Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        cp.start()
+        print(
+            f"testenv: control plane ready at {cp.url} in {time.monotonic() - started:.1f}s", file=sys.stderr
+        )
+        return subprocess.call(command, env={**os.environ, **env_for(cp)})
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        cp.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+pytest_plugins = ["testenv.pytest_plugin"]
+
+
+@pytest.fixture(autouse=True)
+async def _no_task_left_behind() -> AsyncIterator[None]:
+    """A test must not leave tasks running: they would fire into the next test (kopf checks the same)."""
+    before = asyncio.all_tasks()
+    yield
+    current = asyncio.current_task()
+    leftover = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
+    for t in leftover:
+        t.cancel()
+    if leftover:
+        await asyncio.gather(*leftover, return_exceptions=True)
+        pytest.fail(f"test left tasks running: {[t.get_name() for t in leftover]}")
