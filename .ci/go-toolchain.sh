@@ -1,6 +1,6 @@
 # Sourced by .ci/run: puts a Go >= GO_MIN on PATH, from the Go module proxy if needed.
-GO_MIN=1.25
-GO_FALLBACK=1.25.5
+GO_MIN=1.26
+GO_FALLBACK=1.26.8
 go_ok() {
   command -v go >/dev/null || return 1
   local v; v=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
