@@ -9,6 +9,7 @@ so a moved load balancer is followed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import ssl
@@ -34,10 +35,11 @@ def classify(exc: BaseException) -> TransportKind:
         cur = cur.__cause__ or cur.__context__
     if any(isinstance(e, socket.gaierror) for e in seen):
         return "dns"
-    if any(isinstance(e, ssl.SSLError | ssl.CertificateError) for e in seen):
-        return "tls"
+    # A handshake that times out carries SSL errors in its context: time first.
     if any(isinstance(e, httpx.TimeoutException | TimeoutError) for e in seen):
         return "timeout"
+    if any(isinstance(e, ssl.SSLError | ssl.CertificateError) for e in seen):
+        return "tls"
     return "connect"
 
 
@@ -101,12 +103,14 @@ class LeaseClient:
         }
         client = await self._client_for(fresh)
         try:
+            # httpx's own timeouts fire first and clean up after themselves; the
+            # outer bound only guarantees the total (httpx times each phase apart).
             async with asyncio.timeout(timeout_s):
                 response = await client.patch(
                     self.path,
                     content=json.dumps(body, separators=(",", ":")).encode(),
                     headers=headers,
-                    timeout=httpx.Timeout(timeout_s),
+                    timeout=httpx.Timeout(timeout_s * 0.9),
                 )
         except (httpx.TransportError, TimeoutError, OSError, ssl.SSLError) as e:
             # The connection is in an unknown state now; never reuse it.
@@ -125,10 +129,9 @@ class LeaseClient:
     async def aclose(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            try:
+            # A broken connection may fail to close; it is dropped either way.
+            with contextlib.suppress(httpx.HTTPError, OSError, RuntimeError):
                 await client.aclose()
-            except (httpx.HTTPError, OSError, RuntimeError):
-                pass  # a broken connection may fail to close; it is dropped either way
 
 
 __all__ = ["MAX_CONNECTION_AGE_S", "KubeError", "LeaseClient", "classify", "ssl_context"]

@@ -61,7 +61,7 @@ class Settings:
         if ca_file and not os.access(ca_file, os.R_OK):
             r.problem("DWD_CA_FILE", f"{ca_file} is not a readable file")
         metrics = r.address("DWD_METRICS_ADDR")
-        log_format = r.choice("DWD_LOG_FORMAT", "auto", ("json", "console", "auto"))
+        log_format: LogFormat = r.choice("DWD_LOG_FORMAT", "auto", ("json", "console", "auto"))
         log_level = r.choice("DWD_LOG_LEVEL", "info", LEVELS)
         r.finish()
         return cls(

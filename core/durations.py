@@ -8,14 +8,14 @@ import re
 _UNITS_S = {
     "ns": 1e-9,
     "us": 1e-6,
-    "µs": 1e-6,  # noqa: RUF001 - Go accepts both micro signs
-    "μs": 1e-6,  # noqa: RUF001
+    "µs": 1e-6,
+    "μs": 1e-6,
     "ms": 1e-3,
     "s": 1.0,
     "m": 60.0,
     "h": 3600.0,
 }
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")  # noqa: RUF001
+_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 
 
 def parse_duration(text: str) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Literal
 
 TransportKind = Literal["dns", "connect", "tls", "timeout"]
@@ -138,8 +139,6 @@ def api_error(status: int, body: bytes | str, headers: Mapping[str, str] | None 
 
 
 def _reason_phrase(status: int) -> str:
-    from http import HTTPStatus
-
     try:
         return HTTPStatus(status).phrase.replace(" ", "")
     except ValueError:

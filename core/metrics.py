@@ -68,7 +68,7 @@ class _Metric:
 class Counter(_Metric):
     kind = "counter"
 
-    def inc(self, amount: float = 1.0, **labels: str) -> None:
+    def inc(self, amount: float = 1.0, /, **labels: str) -> None:
         if amount < 0:
             raise ValueError("counters only go up")
         key = self._key(labels)

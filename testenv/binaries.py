@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 GO_DIR = Path(__file__).resolve().parent / "go"
 
@@ -82,7 +83,7 @@ def binary_path(component: Component) -> Path:
     return cache_dir() / component.name
 
 
-def build(*, force: bool = False, log: object = sys.stderr) -> dict[str, Path]:
+def build(*, force: bool = False, log: TextIO = sys.stderr) -> dict[str, Path]:
     """Build any missing binary; returns the path of each."""
     out: dict[str, Path] = {}
     target_dir = cache_dir()

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from core.errors import api_error
+from core.errors import Conflict, api_error
 
 
 class Client:
@@ -75,8 +75,6 @@ class Client:
 
     def ensure(self, path: str, body: Any) -> dict[str, Any]:
         """Create, or return the existing object of that name (idempotent set-up)."""
-        from core.errors import Conflict
-
         try:
             return self.create(path, body)
         except Conflict:

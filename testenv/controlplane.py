@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-
+import ipaddress
 import shutil
 import signal
 import socket
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import yaml
 
 from testenv import binaries
 from testenv.client import Client
@@ -250,6 +251,7 @@ class ControlPlane:
         namespace: str = "dwd-node-lease",
         service_account: str = "dwd-lease-agent",
         expiration_s: int = 3600,
+        pod: str = "",
     ) -> str:
         """A service-account token bound to a Pod scheduled on ``node``, as kubelet would mount it.
 
@@ -262,7 +264,7 @@ class ControlPlane:
             pod = c.ensure(
                 f"/api/v1/namespaces/{namespace}/pods",
                 {
-                    "metadata": {"name": f"{service_account}-{node}"[:63].rstrip("-.")},
+                    "metadata": {"name": pod or f"{service_account}-{node}"[:63].rstrip("-.")},
                     "spec": {
                         "nodeName": node,
                         "serviceAccountName": service_account,
@@ -300,8 +302,6 @@ class ControlPlane:
 
 
 def _is_ip(s: str) -> bool:
-    import ipaddress
-
     try:
         ipaddress.ip_address(s)
     except ValueError:
@@ -322,8 +322,6 @@ def ensure_node(c: Client, name: str, labels: dict[str, str] | None = None) -> d
 
 
 def kubeconfig_yaml(url: str, ca_file: Path | str, user: dict[str, str]) -> str:
-    import yaml
-
     return yaml.safe_dump(
         {
             "apiVersion": "v1",

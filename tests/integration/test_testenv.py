@@ -77,7 +77,9 @@ def test_watch_from_compacted_revision_is_gone() -> None:
     # starts at the compacted revision and can no longer serve the old one.
     with ControlPlane().running() as cp, cp.admin_client() as c:
         ensure_namespace(c, "gone")
-        old_rv = c.create(LEASES.format(ns="gone"), {"metadata": {"name": "a"}})["metadata"]["resourceVersion"]
+        old_rv = c.create(LEASES.format(ns="gone"), {"metadata": {"name": "a"}})["metadata"][
+            "resourceVersion"
+        ]
         for i in range(3):
             c.merge_patch(f"{LEASES.format(ns='gone')}/a", {"spec": {"holderIdentity": f"h{i}"}})
         compacted = cp.compact_etcd()
@@ -102,14 +104,20 @@ def test_rbac_denies_then_allows(control_plane: ControlPlane, ns: str) -> None:
                 f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
                 {
                     "metadata": {"name": "read-leases"},
-                    "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]}],
+                    "rules": [
+                        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]}
+                    ],
                 },
             )
             admin.create(
                 f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
                 {
                     "metadata": {"name": "read-leases"},
-                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "read-leases"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "Role",
+                        "name": "read-leases",
+                    },
                     "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": ns}],
                 },
             )
@@ -159,7 +167,16 @@ def test_stop_leaves_no_process_and_no_directory() -> None:
 def test_run_command_exit_code_and_cleanup_on_interrupt(tmp_path: Path) -> None:
     out = tmp_path / "env"
     rc = subprocess.call(
-        [sys.executable, "-m", "testenv", "run", "--", "sh", "-c", f'echo "$KUBECONFIG $TESTENV_URL" > {out}; exit 7'],
+        [
+            sys.executable,
+            "-m",
+            "testenv",
+            "run",
+            "--",
+            "sh",
+            "-c",
+            f'echo "$KUBECONFIG $TESTENV_URL" > {out}; exit 7',
+        ],
     )
     assert rc == 7
     kubeconfig, url = out.read_text().split()

@@ -1,0 +1,158 @@
+"""Running real agent processes against the test control plane, as a node's DaemonSet pod would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import NotFound
+from core.lease import DEFAULT_LEASE_NAMESPACE, lease_path, leases_path
+from testenv.client import Client
+from testenv.controlplane import ControlPlane, ensure_namespace
+
+AGENT_SA = "dwd-lease-agent"
+NS = DEFAULT_LEASE_NAMESPACE
+
+
+def grant_agent_rbac(c: Client, namespace: str = NS) -> None:
+    """What the shoot manifests grant the agent: patch leases in the lease namespace, nothing else."""
+    ensure_namespace(c, namespace)
+    c.ensure(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": AGENT_SA}})
+    c.ensure(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+        {
+            "metadata": {"name": AGENT_SA},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["patch"]}],
+        },
+    )
+    c.ensure(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+        {
+            "metadata": {"name": AGENT_SA},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_SA},
+            "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA, "namespace": namespace}],
+        },
+    )
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(every_s)
+
+
+@dataclass
+class AgentProcess:
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                out.append(json.loads(line))
+        return out
+
+    def event_names(self) -> list[str]:
+        return [e["event"] for e in self.events()]
+
+    def terminate(self, timeout_s: float = 5) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+        return self.popen.wait(timeout_s)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+
+
+@dataclass
+class Agents:
+    """Sets up a node's identity (token bound to a Pod on it) and starts agents for it."""
+
+    cp: ControlPlane
+    tmp: Path
+    admin: Client
+    procs: list[AgentProcess] = field(default_factory=list)
+
+    def token_file(self, node: str, pod: str = "") -> Path:
+        path = self.tmp / f"{node}.token"
+        tmp = path.with_suffix(".new")
+        tmp.write_text(self.cp.node_token(node, pod=pod))
+        tmp.replace(path)  # atomic, like kubelet's projected volume
+        return path
+
+    def env(self, node: str, **overrides: str) -> dict[str, str]:
+        host, port = self.cp.url.removeprefix("https://").rsplit(":", 1)
+        base = {
+            "PATH": os.environ.get("PATH", ""),
+            # A name, not an address: every renewal resolves it first.
+            "DWD_APISERVER_URL": f"https://localhost:{port}",
+            "NODE_NAME": node,
+            "DWD_TOKEN_FILE": str(self.token_file(node)),
+            "DWD_CA_FILE": str(self.cp.ca_file),
+            "DWD_RENEW_INTERVAL": "500ms",
+            "DWD_REQUEST_TIMEOUT": "200ms",
+            "DWD_LOG_FORMAT": "json",
+            "DWD_LOG_LEVEL": "info",
+        }
+        return {**base, **overrides}
+
+    def start(self, env: dict[str, str]) -> AgentProcess:
+        log_path = self.tmp / f"agent-{env['NODE_NAME']}-{len(self.procs)}.log"
+        with open(log_path, "wb") as log:
+            popen = subprocess.Popen([sys.executable, "-m", "agent"], env=env, stdout=log, stderr=log)
+        proc = AgentProcess(popen, log_path)
+        self.procs.append(proc)
+        return proc
+
+    def create_lease(self, node: str, **annotations: str) -> dict[str, Any]:
+        return self.admin.create(
+            leases_path(NS), {"metadata": {"name": node, "annotations": annotations}, "spec": {}}
+        )
+
+    def lease(self, node: str) -> dict[str, Any] | None:
+        try:
+            return self.admin.get(lease_path(NS, node))
+        except NotFound:
+            return None
+
+    def renew_times(self, node: str, duration_s: float) -> list[tuple[float, str]]:
+        """(local arrival time, renewTime) of each renewal seen during ``duration_s``, by polling."""
+        seen: list[tuple[float, str]] = []
+        deadline = time.monotonic() + duration_s
+        while time.monotonic() < deadline:
+            lease = self.lease(node)
+            renew = (lease or {}).get("spec", {}).get("renewTime")
+            if renew and (not seen or seen[-1][1] != renew):
+                seen.append((time.monotonic(), renew))
+            time.sleep(0.02)
+        return seen
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.kill()
+
+
+def agents_for(cp: ControlPlane, tmp: Path) -> Iterator[Agents]:
+    with cp.admin_client() as admin:
+        grant_agent_rbac(admin)
+        agents = Agents(cp, tmp, admin)
+        try:
+            yield agents
+        finally:
+            agents.close()

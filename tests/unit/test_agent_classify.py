@@ -1,0 +1,102 @@
+"""Failure classes from real httpx failures on loopback (no traffic leaves the machine)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agent.client import LeaseClient, classify
+from core.credentials import TokenFile
+from core.errors import TransportError
+
+
+@pytest.fixture
+def token(tmp_path: Path) -> TokenFile:
+    p = tmp_path / "token"
+    p.write_text("t")
+    return TokenFile(p)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+async def silent_server() -> AsyncIterator[int]:
+    """Accepts TCP connections and never answers: a black hole behind a working connect."""
+    conns: list[asyncio.StreamWriter] = []
+
+    async def hold(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        conns.append(w)
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    for w in conns:
+        w.close()
+    server.close()
+    await server.wait_closed()
+
+
+async def _fail(url: str, token: TokenFile, ca: str = "") -> TransportError:
+    client = LeaseClient(url, "ns", "n1", token, ca)
+    try:
+        with pytest.raises(TransportError) as e:
+            await client.patch({}, timeout_s=0.5)
+    finally:
+        await client.aclose()
+    return e.value
+
+
+async def test_closed_port_is_connect(token: TokenFile) -> None:
+    assert (await _fail(f"https://127.0.0.1:{closed_port()}", token)).kind == "connect"
+
+
+async def test_silent_server_is_timeout(token: TokenFile, silent_server: int) -> None:
+    assert (await _fail(f"https://127.0.0.1:{silent_server}", token)).kind == "timeout"
+
+
+async def test_untrusted_certificate_is_tls(token: TokenFile, tmp_path: Path) -> None:
+    from testenv.pki import CertificateAuthority
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    server_ca, other_ca = CertificateAuthority(tmp_path / "a"), CertificateAuthority(tmp_path / "b")
+    pair = server_ca.issue("srv", "srv", ip_addresses=["127.0.0.1"], server=True)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(pair.cert, pair.key)
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0, ssl=ctx)
+    try:
+        port = server.sockets[0].getsockname()[1]
+        assert (await _fail(f"https://127.0.0.1:{port}", token, str(other_ca.cert_path))).kind == "tls"
+    finally:
+        server.close()
+
+
+async def test_unresolvable_name_is_dns(token: TokenFile, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The resolver is replaced: a real lookup would leave loopback. The e2e tests stop a real DNS server.
+    def no_such_host(*_a: object, **_k: object) -> None:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_such_host)
+    assert (await _fail("https://api.shoot.invalid", token)).kind == "dns"
+
+
+def test_classify_walks_the_cause_chain() -> None:
+    try:
+        try:
+            raise ssl.SSLCertVerificationError("bad cert")
+        except ssl.SSLError as inner:
+            raise httpx.ConnectError("wrapped") from inner
+    except httpx.ConnectError as e:
+        assert classify(e) == "tls"
+    assert classify(httpx.ReadTimeout("slow")) == "timeout"
+    assert classify(httpx.RemoteProtocolError("reset")) == "connect"

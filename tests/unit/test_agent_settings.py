@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.settings import Settings
+from core.config import ConfigError
+
+
+@pytest.fixture
+def token(tmp_path: Path) -> str:
+    p = tmp_path / "token"
+    p.write_text("t0ken\n")
+    return str(p)
+
+
+def test_defaults(token: str) -> None:
+    s = Settings.from_env(
+        {"DWD_APISERVER_URL": "https://api.shoot.example/", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
+    )
+    assert s.apiserver_url == "https://api.shoot.example"
+    assert (s.lease_namespace, s.renew_interval_s, s.request_timeout_s, s.ca_file) == (
+        "dwd-node-lease",
+        2.0,
+        1.0,
+        "",
+    )
+    assert s.metrics_addr is None
+
+
+def test_every_bad_variable_is_named_in_one_error(tmp_path: Path) -> None:
+    env = {
+        "DWD_APISERVER_URL": "http://api.shoot.example",
+        "NODE_NAME": "Not_A_Node",
+        "DWD_LEASE_NAMESPACE": "Bad.Namespace",
+        "DWD_RENEW_INTERVAL": "2 seconds",
+        "DWD_REQUEST_TIMEOUT": "5s",
+        "DWD_TOKEN_FILE": str(tmp_path / "missing"),
+        "DWD_CA_FILE": str(tmp_path / "missing-ca"),
+        "DWD_METRICS_ADDR": "nowhere",
+        "DWD_LOG_FORMAT": "xml",
+        "DWD_LOG_LEVEL": "loud",
+    }
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env(env)
+    named = {p.split(":")[0] for p in e.value.problems}
+    assert named == set(env)
+
+
+def test_required_variables(token: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env({"DWD_TOKEN_FILE": token})
+    assert e.value.problems == ["DWD_APISERVER_URL: is required", "NODE_NAME: is required"]
+
+
+def test_timeout_must_be_shorter_than_interval(token: str) -> None:
+    base = {"DWD_APISERVER_URL": "https://a.example", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
+    with pytest.raises(ConfigError, match="DWD_REQUEST_TIMEOUT: must be shorter"):
+        Settings.from_env({**base, "DWD_RENEW_INTERVAL": "500ms", "DWD_REQUEST_TIMEOUT": "500ms"})
+    s = Settings.from_env({**base, "DWD_RENEW_INTERVAL": "500ms", "DWD_REQUEST_TIMEOUT": "200ms"})
+    assert (s.renew_interval_s, s.request_timeout_s) == (0.5, 0.2)
+
+
+def test_interval_range(token: str) -> None:
+    base = {"DWD_APISERVER_URL": "https://a.example", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
+    with pytest.raises(ConfigError, match="DWD_RENEW_INTERVAL: 10ms is out of range"):
+        Settings.from_env({**base, "DWD_RENEW_INTERVAL": "10ms"})

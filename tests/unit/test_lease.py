@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from core.lease import (
+    LAST_OUTAGE,
+    RELEASED,
+    LeaseView,
+    Outage,
+    format_micro_time,
+    parse_micro_time,
+    release_patch,
+    renew_patch,
+)
+
+
+def test_micro_time_keeps_six_digits_at_microsecond_zero() -> None:
+    when = datetime(2026, 11, 30, 12, 0, 0, 0, tzinfo=UTC)
+    assert when.isoformat().endswith("12:00:00+00:00")  # what the API server would reject
+    assert format_micro_time(when) == "2026-11-30T12:00:00.000000Z"
+
+
+def test_micro_time_converts_to_utc() -> None:
+    when = datetime(2026, 11, 30, 13, 0, 0, 42, tzinfo=timezone(timedelta(hours=1)))
+    assert format_micro_time(when) == "2026-11-30T12:00:00.000042Z"
+
+
+def test_micro_time_refuses_naive() -> None:
+    with pytest.raises(ValueError, match="aware"):
+        format_micro_time(datetime(2026, 1, 1))
+
+
+@pytest.mark.parametrize(
+    "text", ["2026-01-01T00:00:00.123Z", "2026-01-01T00:00:00Z", "2026-01-01T00:00:00.1234567Z"]
+)
+def test_parse_micro_time_rejects_what_the_server_rejects(text: str) -> None:
+    with pytest.raises(ValueError, match="MicroTime"):
+        parse_micro_time(text)
+
+
+def test_renew_patch_is_minimal_and_never_carries_a_resource_version() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert renew_patch("n1", now) == {
+        "spec": {"holderIdentity": "n1", "renewTime": "2026-01-01T00:00:00.000000Z"}
+    }
+
+
+def test_renew_patch_clears_released_and_reports_outage() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    outage = Outage(now - timedelta(seconds=12), 12.5, "connect")
+    patch = renew_patch("n1", now, clear_released=True, last_outage=outage)
+    annotations = patch["metadata"]["annotations"]
+    assert annotations[RELEASED] is None  # null deletes the key in a merge patch
+    assert Outage.from_annotation(annotations[LAST_OUTAGE]) == outage
+    assert "resourceVersion" not in str(patch)
+
+
+def test_release_patch() -> None:
+    assert release_patch() == {"metadata": {"annotations": {RELEASED: "true"}}}
+
+
+def test_outage_annotation_rejects_garbage() -> None:
+    with pytest.raises(ValueError, match=LAST_OUTAGE):
+        Outage.from_annotation('{"start": "yesterday"}')
+
+
+def test_lease_view() -> None:
+    view = LeaseView.from_object(
+        {
+            "metadata": {
+                "name": "n1",
+                "resourceVersion": "7",
+                "annotations": {RELEASED: "true", "dependency-watchdog.gardener.cloud/renew-interval": "2s"},
+                "ownerReferences": [{"uid": "u1"}],
+            },
+            "spec": {
+                "holderIdentity": "n1",
+                "renewTime": "2026-01-01T00:00:00.000000Z",
+                "leaseDurationSeconds": 6,
+            },
+        }
+    )
+    assert (view.name, view.released, view.duration_s, view.renew_interval, view.owner_uids) == (
+        "n1",
+        True,
+        6,
+        "2s",
+        ("u1",),
+    )
+    with pytest.raises(ValueError, match=r"metadata\.name"):
+        LeaseView.from_object({"metadata": {}})
