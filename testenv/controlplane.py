@@ -261,7 +261,7 @@ class ControlPlane:
             ensure_namespace(c, namespace)
             c.ensure(f"/api/v1/namespaces/{namespace}/serviceaccounts", _meta(service_account))
             ensure_node(c, node)
-            pod = c.ensure(
+            pod_obj = c.ensure(
                 f"/api/v1/namespaces/{namespace}/pods",
                 {
                     "metadata": {"name": pod or f"{service_account}-{node}"[:63].rstrip("-.")},
@@ -283,8 +283,8 @@ class ControlPlane:
                         "boundObjectRef": {
                             "apiVersion": "v1",
                             "kind": "Pod",
-                            "name": pod["metadata"]["name"],
-                            "uid": pod["metadata"]["uid"],
+                            "name": pod_obj["metadata"]["name"],
+                            "uid": pod_obj["metadata"]["uid"],
                         },
                     },
                 },

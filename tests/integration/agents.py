@@ -97,7 +97,7 @@ class Agents:
         return path
 
     def env(self, node: str, **overrides: str) -> dict[str, str]:
-        host, port = self.cp.url.removeprefix("https://").rsplit(":", 1)
+        port = self.cp.url.rsplit(":", 1)[1]
         base = {
             "PATH": os.environ.get("PATH", ""),
             # A name, not an address: every renewal resolves it first.
