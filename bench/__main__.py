@@ -1,0 +1,8 @@
+"""``make bench``: every benchmark, each printing its table."""
+
+from __future__ import annotations
+
+from bench import agent_footprint
+
+if __name__ == "__main__":
+    agent_footprint.run()
