@@ -27,30 +27,33 @@ def proc_cpu_s(pid: int) -> float:
 
 
 def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
-    with ControlPlane().running() as cp, tempfile.TemporaryDirectory() as tmp:
-        for agents in agents_for(cp, Path(tmp)):
-            agents.create_lease("bench-1")
-            env = agents.env("bench-1")
-            out = subprocess.run(
-                [sys.executable, "-m", "bench.agent_worker", str(renewals)],
-                env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            tight = json.loads(out.stdout.strip().splitlines()[-1])
+    with (
+        ControlPlane().running() as cp,
+        tempfile.TemporaryDirectory() as tmp,
+        agents_for(cp, Path(tmp)) as agents,
+    ):
+        agents.create_lease("bench-1")
+        env = agents.env("bench-1")
+        out = subprocess.run(
+            [sys.executable, "-m", "bench.agent_worker", str(renewals)],
+            env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        tight = json.loads(out.stdout.strip().splitlines()[-1])
 
-            agents.create_lease("bench-2")
-            proc = agents.start(agents.env("bench-2", DWD_RENEW_INTERVAL="500ms"))
-            wait_for(lambda: (agents.lease("bench-2") or {}).get("spec", {}).get("renewTime"), 10, "renewal")
-            time.sleep(2)
-            cpu0, t0 = proc_cpu_s(proc.popen.pid), time.monotonic()
-            time.sleep(steady_s)
-            cpu1, t1 = proc_cpu_s(proc.popen.pid), time.monotonic()
-            rss = proc_rss_mib(proc.popen.pid)
-            anon, shared = proc_rss_mib(proc.popen.pid, "RssAnon"), proc_rss_mib(proc.popen.pid, "RssFile")
-            n_steady = (t1 - t0) / 0.5
-            proc.terminate()
+        agents.create_lease("bench-2")
+        proc = agents.start(agents.env("bench-2", DWD_RENEW_INTERVAL="500ms"))
+        wait_for(lambda: (agents.lease("bench-2") or {}).get("spec", {}).get("renewTime"), 10, "renewal")
+        time.sleep(2)
+        cpu0, t0 = proc_cpu_s(proc.popen.pid), time.monotonic()
+        time.sleep(steady_s)
+        cpu1, t1 = proc_cpu_s(proc.popen.pid), time.monotonic()
+        rss = proc_rss_mib(proc.popen.pid)
+        anon, shared = proc_rss_mib(proc.popen.pid, "RssAnon"), proc_rss_mib(proc.popen.pid, "RssFile")
+        n_steady = (t1 - t0) / 0.5
+        proc.terminate()
 
     print_table(
         "Agent footprint (real kube-apiserver on loopback, HTTP/2, TLS)",

@@ -12,6 +12,7 @@ import os
 import resource
 import sys
 import time
+from pathlib import Path
 
 import uvloop
 
@@ -23,10 +24,7 @@ from core.credentials import TokenFile
 
 
 def rss_mib() -> float:
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return float(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) / 1024
 
 
 def cpu_s() -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -148,6 +149,7 @@ class Agents:
             p.kill()
 
 
+@contextlib.contextmanager
 def agents_for(cp: ControlPlane, tmp: Path) -> Iterator[Agents]:
     with cp.admin_client() as admin:
         grant_agent_rbac(admin)

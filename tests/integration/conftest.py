@@ -11,4 +11,5 @@ from tests.integration.agents import Agents, agents_for
 
 @pytest.fixture
 def agents(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Agents]:
-    yield from agents_for(control_plane, tmp_path)
+    with agents_for(control_plane, tmp_path) as a:
+        yield a
