@@ -7,9 +7,24 @@ import pytest
 
 from testenv.controlplane import ControlPlane
 from tests.integration.agents import Agents, agents_for
+from tests.integration.shoot import Shoot, shoot_for
 
 
 @pytest.fixture
 def agents(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Agents]:
     with agents_for(control_plane, tmp_path) as a:
         yield a
+
+
+@pytest.fixture(scope="session")
+def seed_plane() -> Iterator[ControlPlane]:
+    """The seed: a second API server, so the shoot's can fail while the seed's keeps working."""
+    with ControlPlane().running() as cp:
+        yield cp
+
+
+@pytest.fixture
+def shoot(seed_plane: ControlPlane, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Shoot]:
+    namespace = "shoot--t--" + request.node.name.lower().replace("_", "-")[5:40].strip("-")
+    with shoot_for(seed_plane, namespace, tmp_path) as s:
+        yield s

@@ -1,0 +1,306 @@
+"""The aggregator's one HTTP boundary: an asyncio Kubernetes API client on aiohttp.
+
+Kubeconfig files are read with the ``kubernetes`` package (that is all it is
+used for); a ``tokenFile`` and an in-cluster token are re-read when they
+change, and the kubeconfig itself is re-loaded when its file changes, so
+rotated credentials keep working. aiohttp's exceptions are translated into
+core.errors here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import ssl
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from core.credentials import TokenFile
+from core.errors import BadResponse, KubeError, TransportError, TransportKind, api_error
+
+IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+
+
+class KubeconfigError(KubeError):
+    """A kubeconfig that cannot be used: missing, unparsable, without a server or credentials."""
+
+    @property
+    def failure_class(self) -> str:
+        return "kubeconfig"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where an API server is and how to authenticate to it."""
+
+    server: str
+    ssl_context: ssl.SSLContext
+    token: Callable[[], str | None]
+    source: str
+
+    def headers(self) -> dict[str, str]:
+        token = self.token()
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def load_kubeconfig(path: str | os.PathLike[str]) -> Endpoint:
+    """An Endpoint from a kubeconfig file (current context), with clear errors that name the file."""
+    path = str(path)
+    try:
+        raw = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise KubeconfigError(f"kubeconfig {path}: cannot be read: {e}") from e
+    if not isinstance(raw, dict):
+        raise KubeconfigError(f"kubeconfig {path}: not a kubeconfig (expected a mapping)")
+    cfg = k8s_client.Configuration()
+    try:
+        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, client_configuration=cfg, persist_config=False
+        )
+    except Exception as e:  # the loader raises anything from ConfigException to KeyError
+        raise KubeconfigError(f"kubeconfig {path}: {e}") from e
+    if not cfg.host or not str(cfg.host).startswith("https://"):
+        raise KubeconfigError(f"kubeconfig {path}: server {cfg.host!r} is not an https URL")
+    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+    if not cfg.verify_ssl:
+        raise KubeconfigError(f"kubeconfig {path}: insecure-skip-tls-verify is not allowed")
+    if cfg.cert_file and cfg.key_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    token_file = _token_file_of(raw)
+    bearer = (cfg.api_key or {}).get("BearerToken") or (cfg.api_key or {}).get("authorization")
+    token: Callable[[], str | None]
+    if token_file:
+        tf = TokenFile(token_file)
+        token = tf.read
+    elif bearer:
+        static = str(bearer).removeprefix("Bearer ").strip()
+        token = lambda: static  # noqa: E731
+    elif cfg.cert_file:
+        token = lambda: None  # noqa: E731
+    else:
+        raise KubeconfigError(
+            f"kubeconfig {path}: the current user has no token, tokenFile or client certificate"
+        )
+    return Endpoint(str(cfg.host).rstrip("/"), ctx, token, path)
+
+
+def _token_file_of(raw: dict[str, Any]) -> str | None:
+    """``users[].user.tokenFile`` of the current context: the kubernetes loader does not re-read it."""
+    current = raw.get("current-context")
+    contexts = {c.get("name"): c.get("context") or {} for c in raw.get("contexts") or []}
+    user_name = contexts.get(current, {}).get("user")
+    for u in raw.get("users") or []:
+        if u.get("name") == user_name:
+            value = (u.get("user") or {}).get("tokenFile")
+            return str(value) if value else None
+    return None
+
+
+def in_cluster(env: Mapping[str, str] = os.environ, directory: Path = IN_CLUSTER_DIR) -> Endpoint:
+    host, port = env.get("KUBERNETES_SERVICE_HOST"), env.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        raise KubeconfigError("in-cluster config: KUBERNETES_SERVICE_HOST/PORT are not set")
+    ca = directory / "ca.crt"
+    if not ca.exists():
+        raise KubeconfigError(f"in-cluster config: {ca} is missing")
+    host = f"[{host}]" if ":" in host else host
+    return Endpoint(
+        f"https://{host}:{port}",
+        ssl.create_default_context(cafile=str(ca)),
+        TokenFile(directory / "token").read,
+        "in-cluster",
+    )
+
+
+class KubeconfigSource:
+    """Loads an Endpoint from a file and again whenever the file changes."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._key: tuple[int, int] | None = None
+        self._endpoint: Endpoint | None = None
+
+    def __call__(self) -> Endpoint:
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            raise KubeconfigError(f"kubeconfig {self.path}: {e.strerror}") from e
+        key = (st.st_ino, st.st_mtime_ns)
+        if self._endpoint is None or key != self._key:
+            self._endpoint = load_kubeconfig(self.path)
+            self._key = key
+        return self._endpoint
+
+
+def classify(exc: BaseException) -> TransportKind:
+    if isinstance(exc, aiohttp.ClientConnectorDNSError):
+        return "dns"
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError | ssl.SSLError):
+        return "tls"
+    if isinstance(exc, TimeoutError | aiohttp.ServerTimeoutError):
+        return "timeout"
+    return "connect"
+
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+class KubeClient:
+    """JSON requests, lists and watches against one API server."""
+
+    def __init__(
+        self,
+        endpoint: Callable[[], Endpoint],
+        *,
+        timeout_s: float = 10.0,
+        user_agent: str = "dwd-lease-aggregator",
+    ) -> None:
+        self._endpoint_source = endpoint
+        self.timeout_s = timeout_s
+        self.user_agent = user_agent
+        self._session: aiohttp.ClientSession | None = None
+        self._session_endpoint: Endpoint | None = None
+
+    def endpoint(self) -> Endpoint:
+        return self._endpoint_source()
+
+    async def _session_for(self, endpoint: Endpoint) -> aiohttp.ClientSession:
+        if self._session is None or self._session_endpoint is not endpoint:
+            await self.close()
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=endpoint.ssl_context, limit=16),
+                # Watch lines hold whole objects; the 64 KiB default is too small for some.
+                read_bufsize=2**22,
+                trust_env=False,
+                headers={"User-Agent": self.user_agent, "Accept": "application/json"},
+            )
+            self._session_endpoint = endpoint
+        return self._session
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        accept: str | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        endpoint = self.endpoint()
+        session = await self._session_for(endpoint)
+        headers = endpoint.headers()
+        if body is not None:
+            headers["Content-Type"] = content_type
+        if accept:
+            headers["Accept"] = accept
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
+        data = None if body is None else json.dumps(body).encode()
+        try:
+            async with session.request(
+                method, endpoint.server + path, params=params, data=data, headers=headers, timeout=timeout
+            ) as response:
+                payload = await response.read()
+                if response.status >= 300:
+                    raise api_error(response.status, payload, response.headers)
+        except _TRANSPORT_ERRORS as e:
+            raise TransportError(classify(e), f"{method} {path}: {e or type(e).__name__}") from e
+        try:
+            result = json.loads(payload)
+        except ValueError as e:
+            raise BadResponse(f"{method} {path}: response is not JSON") from e
+        if not isinstance(result, dict):
+            raise BadResponse(f"{method} {path}: response is not an object")
+        return result
+
+    async def get(self, path: str, **params: str) -> dict[str, Any]:
+        return await self.request("GET", path, params=params or None)
+
+    async def create(self, path: str, body: Any) -> dict[str, Any]:
+        return await self.request("POST", path, body=body)
+
+    async def merge_patch(self, path: str, body: Any) -> dict[str, Any]:
+        return await self.request("PATCH", path, body=body, content_type="application/merge-patch+json")
+
+    async def delete(self, path: str, body: Any = None) -> dict[str, Any]:
+        return await self.request("DELETE", path, body=body)
+
+    async def watch(
+        self, path: str, *, resource_version: str, timeout_s: float, accept: str | None = None, **params: str
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Watch events (BOOKMARK included) until the server ends the watch after ``timeout_s``.
+
+        An ERROR event (e.g. 410 Gone: the resourceVersion is too old) is raised as its ApiError.
+        """
+        endpoint = self.endpoint()
+        session = await self._session_for(endpoint)
+        headers = endpoint.headers()
+        if accept:
+            headers["Accept"] = accept
+        query = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "resourceVersion": resource_version,
+            "timeoutSeconds": str(max(1, int(timeout_s))),
+            **params,
+        }
+        # The server ends the watch itself; a read gap well past its bookmark
+        # cadence means the connection is dead.
+        timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout_s, sock_read=timeout_s + 10)
+        try:
+            async with session.get(
+                endpoint.server + path, params=query, headers=headers, timeout=timeout
+            ) as response:
+                if response.status >= 300:
+                    raise api_error(response.status, await response.read(), response.headers)
+                async for line in response.content:
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise api_error(int(status.get("code") or 500), json.dumps(status))
+                    yield event
+        except _TRANSPORT_ERRORS as e:
+            raise TransportError(classify(e), f"WATCH {path}: {e or type(e).__name__}") from e
+        except ValueError as e:
+            raise BadResponse(f"WATCH {path}: an event is not JSON") from e
+
+    async def probe(self, path: str = "/readyz", timeout_s: float = 3.0) -> None:
+        """A request on a new connection: a half-broken kept-alive one must not fake health."""
+        endpoint = self.endpoint()
+        try:
+            async with (
+                aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(ssl=endpoint.ssl_context, force_close=True),
+                    trust_env=False,
+                ) as session,
+                session.get(
+                    endpoint.server + path,
+                    headers=endpoint.headers(),
+                    timeout=aiohttp.ClientTimeout(total=timeout_s),
+                ) as response,
+            ):
+                body = await response.read()
+                if response.status != 200:
+                    raise api_error(response.status, body, response.headers)
+        except _TRANSPORT_ERRORS as e:
+            raise TransportError(classify(e), f"probe {path}: {e or type(e).__name__}") from e
+
+    async def close(self) -> None:
+        session, self._session = self._session, None
+        self._session_endpoint = None
+        if session is not None:
+            with contextlib.suppress(aiohttp.ClientError, OSError):
+                await session.close()

@@ -1,0 +1,134 @@
+"""Lease lifecycle: one lease per node, created when the node appears, deleted when it goes.
+
+The aggregator owns the lease object and its duration and interval; the
+agent only renews. The owner reference lets the garbage collector remove a
+lease even while no aggregator runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from aggregator.kube import KubeClient
+from aggregator.watcher import Observed
+from core import logs
+from core.durations import format_duration
+from core.errors import Conflict, KubeError, NotFound
+from core.lease import RENEW_INTERVAL, lease_path, leases_path
+
+log = logs.get("provisioner")
+
+
+class Provisioner:
+    def __init__(
+        self,
+        shoot: KubeClient,
+        observed: Observed,
+        namespace: str,
+        *,
+        lease_duration_s: float,
+        renew_interval: Callable[[str], float],
+        writes_per_s: float = 50.0,
+        target: str = "",
+    ) -> None:
+        self.shoot = shoot
+        self.observed = observed
+        self.namespace = namespace
+        self.lease_duration_s = lease_duration_s
+        self.renew_interval = renew_interval
+        self.min_gap_s = 1.0 / writes_per_s
+        self.log = log.bind(target=target)
+        self.writes = 0
+
+    def desired(self, node: str) -> dict[str, Any]:
+        return {
+            "duration": max(1, round(self.lease_duration_s)),
+            "interval": format_duration(self.renew_interval(node)),
+        }
+
+    def plan(self) -> tuple[list[str], list[str], list[str]]:
+        """(create, update, delete) lease names that bring the leases in line with the nodes."""
+        nodes, leases = self.observed.node_uids, self.observed.lease_objects
+        create = sorted(n for n in nodes if n not in leases)
+        delete = sorted(n for n in leases if n not in nodes)
+        update = []
+        for name in sorted(set(nodes) & set(leases)):
+            obj, want = leases[name], self.desired(name)
+            have_duration = (obj.get("spec") or {}).get("leaseDurationSeconds")
+            have_interval = ((obj.get("metadata") or {}).get("annotations") or {}).get(RENEW_INTERVAL)
+            owners = [r.get("uid") for r in (obj.get("metadata") or {}).get("ownerReferences") or []]
+            if (
+                have_duration != want["duration"]
+                or have_interval != want["interval"]
+                or nodes[name] not in owners
+            ):
+                update.append(name)
+        return create, update, delete
+
+    async def reconcile(self) -> None:
+        """One pass; writes are paced so a 5000-node start does not burst on KAPI."""
+        create, update, delete = self.plan()
+        for name in create:
+            await self._write(self._create(name))
+        for name in update:
+            await self._write(self._update(name))
+        for name in delete:
+            await self._write(self._delete(name))
+
+    async def _write(self, coro: Any) -> None:
+        try:
+            await coro
+        except KubeError as e:
+            self.log.warning("lease_write_failed", error=str(e))
+        self.writes += 1
+        await asyncio.sleep(self.min_gap_s)
+
+    def _owner(self, name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": name,
+            "uid": self.observed.node_uids[name],
+            "blockOwnerDeletion": False,
+            "controller": False,
+        }
+
+    async def _create(self, name: str) -> None:
+        want = self.desired(name)
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": name,
+                "annotations": {RENEW_INTERVAL: want["interval"]},
+                "ownerReferences": [self._owner(name)],
+            },
+            "spec": {"leaseDurationSeconds": want["duration"]},
+        }
+        try:
+            await self.shoot.create(leases_path(self.namespace), body)
+            self.log.info("lease_created", node=name)
+        except Conflict:
+            pass  # created meanwhile (by an earlier pass or a previous leader)
+
+    async def _update(self, name: str) -> None:
+        want = self.desired(name)
+        await self.shoot.merge_patch(
+            lease_path(self.namespace, name),
+            {
+                "metadata": {
+                    "annotations": {RENEW_INTERVAL: want["interval"]},
+                    "ownerReferences": [self._owner(name)],
+                },
+                "spec": {"leaseDurationSeconds": want["duration"]},
+            },
+        )
+
+    async def _delete(self, name: str) -> None:
+        try:
+            await self.shoot.delete(lease_path(self.namespace, name))
+            self.log.info("lease_deleted", node=name)
+        except NotFound:
+            pass

@@ -1,0 +1,258 @@
+"""One shoot: observe its leases and nodes, decide on each tick, act through the interlocks."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aggregator.decider import Action, Memory, Params, Phase, Verdict, decide
+from aggregator.dependents import Dependent
+from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
+from aggregator.provisioner import Provisioner
+from aggregator.scaler import Outcome, Scaler
+from aggregator.settings import Settings
+from aggregator.watcher import Informer, Observed
+from core import logs
+from core.errors import KubeError
+from core.lease import leases_path
+
+log = logs.get("target")
+
+WATCH_TIMEOUT_S = 10.0
+# A watch is ended by the server every WATCH_TIMEOUT_S and restarted at once;
+# silence much longer than that means our view may be frozen.
+WATCH_FRESH_S = WATCH_TIMEOUT_S + 15.0
+
+
+@dataclass
+class TargetStatus:
+    phase: Phase = Phase.STARTING
+    since_wall: float = field(default_factory=time.time)
+    candidates: int = 0
+    stale: int = 0
+    reason: str = "starting"
+    blocked: str = ""
+    last_action: str = ""
+    error: str = ""
+    history: collections.deque[tuple[float, float]] = field(
+        default_factory=lambda: collections.deque(maxlen=600)
+    )
+
+    @property
+    def fraction(self) -> float:
+        return self.stale / self.candidates if self.candidates else 0.0
+
+
+class Target:
+    def __init__(
+        self,
+        name: str,
+        namespace: str,
+        shoot: KubeClient,
+        seed: KubeClient,
+        *,
+        settings: Settings,
+        dependents: Sequence[Dependent],
+        is_leader: Callable[[], bool] = lambda: True,
+        clock: Callable[[], float] = time.monotonic,
+        skip_unhealthy_nodes: bool = False,
+    ) -> None:
+        self.name = name
+        self.namespace = namespace
+        self.shoot = shoot
+        self.seed = seed
+        self.settings = settings
+        self.is_leader = is_leader
+        self.clock = clock
+        self.log = log.bind(target=name)
+        self.params = Params(
+            lease_duration_s=settings.lease_duration_s,
+            node_grace_s=settings.node_grace_s,
+            failure_fraction=settings.failure_fraction,
+            recovery_fraction=settings.recovery_fraction,
+            confirm_period_s=settings.confirm_period_s,
+            recovery_period_s=settings.recovery_period_s,
+            min_candidates=settings.min_candidates,
+        )
+        self.observed = Observed(clock=clock)
+        self.nodes = Informer(
+            shoot,
+            "/api/v1/nodes",
+            name="nodes",
+            on_list=self.observed.nodes_listed,
+            on_event=self.observed.node_event,
+            # Node objects are large; their metadata is all a candidate needs
+            # unless unhealthy conditions are to be read.
+            accept=None if skip_unhealthy_nodes else METADATA_ONLY,
+            list_accept=None if skip_unhealthy_nodes else METADATA_LIST,
+            watch_timeout_s=WATCH_TIMEOUT_S,
+            clock=clock,
+            target=name,
+        )
+        self.leases = Informer(
+            shoot,
+            leases_path(settings.lease_namespace),
+            name="leases",
+            on_list=self.observed.leases_listed,
+            on_event=self.observed.lease_event,
+            watch_timeout_s=WATCH_TIMEOUT_S,
+            clock=clock,
+            target=name,
+        )
+        self.provisioner = Provisioner(
+            shoot,
+            self.observed,
+            settings.lease_namespace,
+            lease_duration_s=settings.lease_duration_s,
+            renew_interval=lambda _node: settings.renew_interval_s,
+            target=name,
+        )
+        self.scaler = Scaler(seed, namespace, dependents, dry_run=settings.dry_run, target=name)
+        self.memory = Memory(Phase.STARTING, clock())
+        self.status = TargetStatus()
+        self._converge = False
+
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.nodes.run(), name=f"{self.name}/nodes")
+            tg.create_task(self.leases.run(), name=f"{self.name}/leases")
+            tg.create_task(self._provision_loop(), name=f"{self.name}/provision")
+            tg.create_task(self._decide_loop(), name=f"{self.name}/decide")
+
+    async def _provision_loop(self) -> None:
+        await self.nodes.synced.wait()
+        await self.leases.synced.wait()
+        while True:
+            if self.is_leader():
+                await self.provisioner.reconcile()
+            self.observed.changed.clear()
+            # Re-check on every change, and now and then regardless (a failed write is retried).
+            try:
+                async with asyncio.timeout(10):
+                    await self.observed.changed.wait()
+            except TimeoutError:
+                pass
+
+    async def _decide_loop(self) -> None:
+        await self.nodes.synced.wait()
+        await self.leases.synced.wait()
+        # Every lease was first seen just now: judge nothing for one lease duration.
+        self.memory = Memory(Phase.STARTING, self.clock())
+        self.log.info("target_observing", wait_s=self.params.lease_duration_s)
+        while True:
+            await asyncio.sleep(self.settings.tick_s)
+            try:
+                await self.tick()
+            except KubeError as e:
+                self.status.error = str(e)
+                self.log.warning("tick_failed", error=str(e))
+
+    async def tick(self) -> Verdict | None:
+        now = self.clock()
+        if self.memory.phase is Phase.STARTING:
+            if now - self.memory.since < self.params.lease_duration_s:
+                return None
+            protected = await self.scaler.protected()
+            # The record in the annotations is the state: a scale-down was under way or done.
+            self._set_memory(
+                Memory(Phase.DOWN if protected else Phase.HEALTHY, now), f"resumed; protected: {protected}"
+            )
+            self._converge = bool(protected)
+        verdict = decide(self.observed.nodes, self.observed.leases, now, self.params, self.memory)
+        self._record(verdict)
+        if not self.is_leader():
+            # A standby judges too (its status page and metrics stay true) but never acts.
+            self._set_memory(verdict.memory, verdict.reason)
+            return verdict
+        if verdict.action is Action.SCALE_DOWN:
+            blocked = await self.interlocks()
+            if blocked:
+                self._block(blocked)
+                return verdict
+            outcomes = await self.scaler.scale_down(verdict.reason)
+            self._acted("scale_down", outcomes, verdict)
+        elif verdict.action is Action.SCALE_UP:
+            outcomes = await self.scaler.scale_up(verdict.reason)
+            self._converge = False
+            self._acted("scale_up", outcomes, verdict)
+        else:
+            self._set_memory(verdict.memory, verdict.reason)
+            if self._converge and self.memory.phase is Phase.DOWN:
+                # Restarted in the middle of a scale-down: finish it (idempotent).
+                outcomes = await self.scaler.scale_down("resuming the scale-down after a restart")
+                self._converge = not all(o.ok for o in outcomes)
+        return verdict
+
+    async def interlocks(self) -> str:
+        """Why a scale-down must not happen now; "" when every check passes."""
+        try:
+            await self.shoot.probe()
+        except KubeError as e:
+            return f"kapi_probe_failed: {e}"
+        if not self.leases.fresh(WATCH_FRESH_S) or not self.nodes.fresh(WATCH_FRESH_S):
+            return "watch_stale: no watch activity recently, our view may be frozen"
+        try:
+            await self.leases.list_now()
+        except KubeError as e:
+            return f"list_failed: {e}"
+        confirm = decide(self.observed.nodes, self.observed.leases, self.clock(), self.params, self.memory)
+        if confirm.action is not Action.SCALE_DOWN:
+            return f"list_disagrees: a fresh LIST shows {confirm.stale}/{confirm.candidates} stale"
+        return ""
+
+    def _acted(self, what: str, outcomes: list[Outcome], verdict: Verdict) -> None:
+        summary = ", ".join(f"{o.name}={o.result}" for o in outcomes)
+        self.status.last_action = f"{what}: {summary}"
+        if all(o.ok for o in outcomes):
+            self.status.blocked = ""
+            self.log.info(f"target_{what}", outcomes=summary, reason=verdict.reason)
+            self._set_memory(verdict.memory, verdict.reason)
+        else:
+            # Memory stays: the same verdict comes again next tick and the idempotent action is retried.
+            self.log.error(f"target_{what}_incomplete", outcomes=summary)
+
+    def _block(self, why: str) -> None:
+        kind = why.split(":", 1)[0]
+        if self.status.blocked.split(":", 1)[0] != kind:
+            self.log.warning("scale_down_blocked", why=why)
+        self.status.blocked = why
+
+    def _record(self, v: Verdict) -> None:
+        self.status.candidates, self.status.stale = v.candidates, v.stale
+        self.status.history.append((time.time(), v.fraction))
+
+    def _set_memory(self, memory: Memory, reason: str) -> None:
+        if memory.phase is not self.memory.phase:
+            self.log.info(
+                "target_phase", phase=str(memory.phase), previous=str(self.memory.phase), reason=reason
+            )
+            self.status.phase = memory.phase
+            self.status.since_wall = time.time()
+            if memory.phase is not Phase.CONFIRMING:
+                self.status.blocked = ""
+        self.status.reason = reason
+        self.memory = memory
+
+    def snapshot(self) -> dict[str, Any]:
+        s = self.status
+        return {
+            "name": self.name,
+            "namespace": self.namespace,
+            "phase": str(s.phase),
+            "since": s.since_wall,
+            "candidates": s.candidates,
+            "stale": s.stale,
+            "fraction": round(s.fraction, 4),
+            "reason": s.reason,
+            "blocked": s.blocked,
+            "last_action": s.last_action,
+            "error": s.error,
+            "dry_run": self.settings.dry_run,
+            "leader": self.is_leader(),
+            "lease_ages": {k: round(v, 2) for k, v in sorted(self.observed.lease_ages().items())},
+            "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],
+        }

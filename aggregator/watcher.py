@@ -1,0 +1,233 @@
+"""List+watch, and the observed state the decider reads.
+
+An Informer lists a collection, then watches it from the list's
+resourceVersion with bookmarks on; a 410 Gone means re-list, any other failure
+a jittered back-off and a re-list. Every event, bookmark and (re)started watch
+is recorded as activity: a watch that has shown none for too long is not
+trusted with a scale-down.
+
+The observed state stamps the local monotonic clock when a lease's renewTime
+is seen to change: staleness is measured where it is observed, never from the
+node's own clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from aggregator.decider import LeaseObs, NodeObs
+from aggregator.kube import KubeClient
+from core import logs
+from core.errors import BadResponse, Gone, KubeError
+from core.lease import IGNORE_NODE, RELEASED
+
+log = logs.get("watcher")
+
+# dependency-watchdog's list of conditions that make a node's silence meaningless.
+UNHEALTHY_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "DiskPressure", "NetworkUnavailable")
+
+
+class Informer:
+    def __init__(
+        self,
+        client: KubeClient,
+        path: str,
+        *,
+        name: str,
+        on_list: Callable[[list[dict[str, Any]]], None],
+        on_event: Callable[[str, dict[str, Any]], None],
+        accept: str | None = None,
+        list_accept: str | None = None,
+        watch_timeout_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        target: str = "",
+    ) -> None:
+        self.client = client
+        self.path = path
+        self.name = name
+        self.on_list = on_list
+        self.on_event = on_event
+        self.accept = accept
+        self.list_accept = list_accept or accept
+        self.watch_timeout_s = watch_timeout_s
+        self.clock = clock
+        self.synced = asyncio.Event()
+        self.last_activity = float("-inf")
+        self.restarts = 0
+        self.resource_version = ""
+        self.log = log.bind(target=target, resource=name)
+        self.on_restart: Callable[[str], None] = lambda _reason: None
+
+    async def list_now(self) -> list[dict[str, Any]]:
+        """A consistent LIST (read from etcd, not the watch cache) fed through on_list."""
+        result = await self.client.request("GET", self.path, accept=self.list_accept)
+        items = result.get("items")
+        if not isinstance(items, list):
+            raise BadResponse(f"LIST {self.path}: no items")
+        self.resource_version = str((result.get("metadata") or {}).get("resourceVersion") or "")
+        self.last_activity = self.clock()
+        self.on_list(items)
+        return items
+
+    async def run(self) -> None:
+        backoff_s = 0.5
+        need_list = True
+        while True:
+            try:
+                if need_list or not self.resource_version:
+                    await self.list_now()
+                    self.synced.set()
+                    need_list = False
+                self.last_activity = self.clock()
+                async for event in self.client.watch(
+                    self.path,
+                    resource_version=self.resource_version,
+                    timeout_s=self.watch_timeout_s,
+                    accept=self.accept,
+                ):
+                    self.last_activity = self.clock()
+                    obj = event.get("object") or {}
+                    rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    if rv:
+                        self.resource_version = str(rv)
+                    if event.get("type") != "BOOKMARK":
+                        self.on_event(str(event.get("type")), obj)
+                backoff_s = 0.5  # a watch that ran to its timeout is healthy: resume at once
+            except Gone:
+                self.restarts += 1
+                self.on_restart("gone")
+                self.log.info("watch_expired_relisting", resource_version=self.resource_version)
+                need_list = True
+            except KubeError as e:
+                # Like client-go's reflector: resume the watch from the last
+                # resourceVersion (cheap, served from the watch cache); only a
+                # 410 or a failed list costs a re-list.
+                self.restarts += 1
+                self.on_restart(e.failure_class)
+                self.log.warning("watch_failed", error=str(e), retry_in=round(backoff_s, 2))
+                await asyncio.sleep(backoff_s * random.uniform(0.8, 1.2))
+                backoff_s = min(backoff_s * 2, 5.0)
+
+    def fresh(self, max_age_s: float) -> bool:
+        return self.clock() - self.last_activity <= max_age_s
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+@dataclass
+class Observed:
+    """Nodes and leases as this aggregator has seen them."""
+
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], datetime] = lambda: datetime.now(UTC)
+    nodes: dict[str, NodeObs] = field(default_factory=dict)
+    node_uids: dict[str, str] = field(default_factory=dict)
+    leases: dict[str, LeaseObs] = field(default_factory=dict)
+    lease_objects: dict[str, dict[str, Any]] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # -- nodes
+    def _node(self, obj: dict[str, Any]) -> NodeObs | None:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            return None
+        created = _parse_time(meta.get("creationTimestamp"))
+        now = self.clock()
+        age_s = max(0.0, (self.wall() - created).total_seconds()) if created else 0.0
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        unhealthy = any(
+            c.get("type") in UNHEALTHY_CONDITIONS and c.get("status") == "True" for c in conditions
+        )
+        return NodeObs(
+            name=name,
+            created_mono=now - age_s,
+            deleting=bool(meta.get("deletionTimestamp")),
+            ignored=(meta.get("annotations") or {}).get(IGNORE_NODE) == "true",
+            unhealthy=unhealthy,
+        )
+
+    def nodes_listed(self, items: list[dict[str, Any]]) -> None:
+        fresh = {}
+        for obj in items:
+            node = self._node(obj)
+            if node is not None:
+                fresh[node.name] = node
+                self.node_uids[node.name] = str((obj.get("metadata") or {}).get("uid", ""))
+        for gone in set(self.node_uids) - set(fresh):
+            del self.node_uids[gone]
+        self.nodes = fresh
+        self.changed.set()
+
+    def node_event(self, kind: str, obj: dict[str, Any]) -> None:
+        node = self._node(obj)
+        if node is None:
+            return
+        if kind == "DELETED":
+            self.nodes.pop(node.name, None)
+            self.node_uids.pop(node.name, None)
+        else:
+            self.nodes[node.name] = node
+            self.node_uids[node.name] = str((obj.get("metadata") or {}).get("uid", ""))
+        self.changed.set()
+
+    # -- leases
+    def _lease(self, obj: dict[str, Any]) -> LeaseObs | None:
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not name:
+            return None
+        renew = (obj.get("spec") or {}).get("renewTime")
+        previous = self.leases.get(name)
+        # First sight or a changed renewTime: renewed "now" as far as we can tell.
+        # First sight is generous on purpose: a just-started aggregator must not
+        # call a lease stale before it has watched it for a whole lease duration.
+        seen = (
+            self.clock() if previous is None or previous.renew_time != renew else previous.seen_renewed_mono
+        )
+        return LeaseObs(
+            name=name,
+            renew_time=renew,
+            seen_renewed_mono=seen,
+            released=(meta.get("annotations") or {}).get(RELEASED) == "true",
+        )
+
+    def leases_listed(self, items: list[dict[str, Any]]) -> None:
+        fresh: dict[str, LeaseObs] = {}
+        objects: dict[str, dict[str, Any]] = {}
+        for obj in items:
+            lease = self._lease(obj)
+            if lease is not None:
+                fresh[lease.name] = lease
+                objects[lease.name] = obj
+        self.leases, self.lease_objects = fresh, objects
+        self.changed.set()
+
+    def lease_event(self, kind: str, obj: dict[str, Any]) -> None:
+        lease = self._lease(obj)
+        if lease is None:
+            return
+        if kind == "DELETED":
+            self.leases.pop(lease.name, None)
+            self.lease_objects.pop(lease.name, None)
+        else:
+            self.leases[lease.name] = lease
+            self.lease_objects[lease.name] = obj
+        self.changed.set()
+
+    def lease_ages(self) -> dict[str, float]:
+        now = self.clock()
+        return {name: now - lease.seen_renewed_mono for name, lease in self.leases.items()}

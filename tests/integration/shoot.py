@@ -1,0 +1,289 @@
+"""A shoot and its seed for aggregator tests: nodes whose leases a driver renews, controllers a
+driver plays the deployment controller for, and the aggregator as its own process."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from core.errors import KubeError, NotFound
+from core.lease import DEFAULT_LEASE_NAMESPACE, format_micro_time, lease_path, leases_path
+from testenv.client import Client
+from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
+from tests.integration.agents import wait_for
+
+CONTROLLERS = {"kube-controller-manager": 3, "machine-controller-manager": 2, "cluster-autoscaler": 1}
+DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
+
+# Fast but faithful: the same rules as the defaults, on a shorter clock.
+FAST_ENV = {
+    "DWD_LEASE_DURATION": "2s",
+    "DWD_RENEW_INTERVAL": "500ms",
+    "DWD_NODE_GRACE": "0s",
+    "DWD_CONFIRM_PERIOD": "1s",
+    "DWD_RECOVERY_PERIOD": "2s",
+    "DWD_LOG_FORMAT": "json",
+    "DWD_LOG_LEVEL": "info",
+}
+
+FAST_DEPENDENTS = {
+    "dependentResourceInfos": [
+        {
+            "ref": {"kind": "Deployment", "name": "kube-controller-manager", "apiVersion": "apps/v1"},
+            "optional": False,
+            "scaleUp": {"level": 0, "initialDelay": "0s", "timeout": "10s"},
+            "scaleDown": {"level": 1, "initialDelay": "0s", "timeout": "10s"},
+        },
+        {
+            "ref": {"kind": "Deployment", "name": "machine-controller-manager", "apiVersion": "apps/v1"},
+            "optional": False,
+            "scaleUp": {"level": 1, "initialDelay": "500ms", "timeout": "10s"},
+            "scaleDown": {"level": 0, "initialDelay": "0s", "timeout": "10s"},
+        },
+        {
+            "ref": {"kind": "Deployment", "name": "cluster-autoscaler", "apiVersion": "apps/v1"},
+            "optional": True,
+            "scaleUp": {"level": 2, "initialDelay": "0s", "timeout": "10s"},
+            "scaleDown": {"level": 0, "initialDelay": "0s", "timeout": "10s"},
+        },
+    ]
+}
+
+
+def deployment(name: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": name}]},
+            },
+        },
+    }
+
+
+class Loop(threading.Thread):
+    """A background loop that calls ``step`` every ``every_s`` until stopped."""
+
+    def __init__(self, name: str, every_s: float) -> None:
+        super().__init__(name=name, daemon=True)
+        self.every_s = every_s
+        self.halt = threading.Event()
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            with contextlib.suppress(KubeError, OSError, httpx.HTTPError):
+                self.step()
+            self.halt.wait(self.every_s)
+
+    client: Client
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
+        self.client.close()
+
+
+class LeaseDriver(Loop):
+    """Renews the leases of the nodes in ``alive``, as their agents would."""
+
+    def __init__(self, client: Client, nodes: list[str], every_s: float = 0.5) -> None:
+        super().__init__("lease-driver", every_s)
+        self.client = client
+        self.alive = set(nodes)
+
+    def step(self) -> None:
+        now = format_micro_time(datetime.now(UTC))
+        for node in sorted(self.alive):
+            with contextlib.suppress(NotFound):
+                self.client.merge_patch(
+                    lease_path(DEFAULT_LEASE_NAMESPACE, node),
+                    {"spec": {"holderIdentity": node, "renewTime": now}},
+                )
+
+
+class DeploymentController(Loop):
+    """Plays the deployment controller the test control plane lacks: status follows spec."""
+
+    def __init__(self, client: Client, namespace: str) -> None:
+        super().__init__("deployment-controller", 0.2)
+        self.client = client
+        self.namespace = namespace
+
+    def step(self) -> None:
+        for d in self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]:
+            want = d["spec"].get("replicas", 1)
+            status = d.get("status") or {}
+            if status.get("replicas", 0) != want or status.get("readyReplicas", 0) != want:
+                self.client.merge_patch(
+                    f"{DEPLOYMENTS.format(ns=self.namespace)}/{d['metadata']['name']}/status",
+                    {
+                        "status": {
+                            "observedGeneration": d["metadata"].get("generation", 1),
+                            "replicas": want,
+                            "readyReplicas": want,
+                            "availableReplicas": want,
+                            "updatedReplicas": want,
+                        }
+                    },
+                )
+
+
+@dataclass
+class Aggregator:
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                if line.startswith("{"):
+                    out.append(json.loads(line))
+        return out
+
+    def names(self) -> list[str]:
+        return [e["event"] for e in self.events()]
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL)
+            self.popen.wait()
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@dataclass
+class Shoot:
+    """A fresh shoot control plane, a namespace in the shared seed, drivers and aggregators."""
+
+    shoot: ControlPlane
+    seed: ControlPlane
+    namespace: str
+    tmp: Path
+    shoot_admin: Client = field(init=False)
+    seed_admin: Client = field(init=False)
+    driver: LeaseDriver = field(init=False)
+    controller: DeploymentController = field(init=False)
+    aggregators: list[Aggregator] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.shoot_admin = self.shoot.admin_client()
+        self.seed_admin = self.seed.admin_client()
+
+    def setup(self, nodes: int = 10, controllers: dict[str, int] | None = None) -> Shoot:
+        ensure_namespace(self.shoot_admin, DEFAULT_LEASE_NAMESPACE)
+        names = [f"node-{i}" for i in range(nodes)]
+        for n in names:
+            ensure_node(self.shoot_admin, n)
+        ensure_namespace(self.seed_admin, self.namespace)
+        for name, replicas in (controllers or CONTROLLERS).items():
+            self.seed_admin.create(DEPLOYMENTS.format(ns=self.namespace), deployment(name, replicas))
+        self.driver = LeaseDriver(self.shoot.admin_client(), names)
+        self.controller = DeploymentController(self.seed.admin_client(), self.namespace)
+        self.driver.start()
+        self.controller.start()
+        wait_for(lambda: self.ready_replicas() == (controllers or CONTROLLERS), 10, "deployments ready")
+        return self
+
+    def env(self, **overrides: str) -> dict[str, str]:
+        dependents = self.tmp / "dependents.yaml"
+        dependents.write_text(yaml.safe_dump(FAST_DEPENDENTS))
+        return {
+            "PATH": os.environ.get("PATH", ""),
+            "DWD_SHOOT_KUBECONFIG": str(self.shoot.kubeconfig),
+            "DWD_SEED_KUBECONFIG": str(self.seed.kubeconfig),
+            "DWD_NAMESPACE": self.namespace,
+            "DWD_DEPENDENTS_FILE": str(dependents),
+            **FAST_ENV,
+            **overrides,
+        }
+
+    def start_aggregator(self, **overrides: str) -> Aggregator:
+        log_path = self.tmp / f"aggregator-{len(self.aggregators)}.log"
+        with open(log_path, "wb") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "aggregator"], env=self.env(**overrides), stdout=log, stderr=log
+            )
+        agg = Aggregator(popen, log_path)
+        self.aggregators.append(agg)
+        return agg
+
+    def leases(self) -> dict[str, dict[str, Any]]:
+        items = self.shoot_admin.get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]
+        return {i["metadata"]["name"]: i for i in items}
+
+    def wait_leases_renewed(self, timeout_s: float = 20) -> None:
+        wait_for(
+            lambda: (
+                len([l for l in self.leases().values() if l["spec"].get("renewTime")])
+                >= len(self.driver.alive)
+            ),
+            timeout_s,
+            "every lease created and renewed",
+            every_s=0.2,
+        )
+
+    def deployments(self) -> dict[str, dict[str, Any]]:
+        items = self.seed_admin.get(DEPLOYMENTS.format(ns=self.namespace))["items"]
+        return {d["metadata"]["name"]: d for d in items}
+
+    def replicas(self) -> dict[str, int]:
+        return {n: d["spec"].get("replicas", 1) for n, d in self.deployments().items()}
+
+    def ready_replicas(self) -> dict[str, int]:
+        return {n: (d.get("status") or {}).get("readyReplicas", 0) for n, d in self.deployments().items()}
+
+    def annotation(self, name: str, key: str) -> str | None:
+        value = (self.deployments()[name]["metadata"].get("annotations") or {}).get(key)
+        return None if value is None else str(value)
+
+    def events(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.seed_admin.get(f"/api/v1/namespaces/{self.namespace}/events")[
+            "items"
+        ]
+        return items
+
+    def close(self) -> None:
+        for a in self.aggregators:
+            a.kill()
+        self.driver.stop()
+        self.controller.stop()
+        self.shoot_admin.close()
+        self.seed_admin.close()
+
+
+@contextlib.contextmanager
+def shoot_for(seed: ControlPlane, namespace: str, tmp: Path) -> Iterator[Shoot]:
+    with ControlPlane().running() as shoot_plane:
+        s = Shoot(shoot_plane, seed, namespace, tmp)
+        try:
+            yield s
+        finally:
+            s.close()
