@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import threading
-
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -242,7 +241,7 @@ class Shoot:
     def wait_leases_renewed(self, timeout_s: float = 20) -> None:
         wait_for(
             lambda: (
-                len([l for l in self.leases().values() if l["spec"].get("renewTime")])
+                len([x for x in self.leases().values() if x["spec"].get("renewTime")])
                 >= len(self.driver.alive)
             ),
             timeout_s,

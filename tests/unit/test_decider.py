@@ -64,7 +64,7 @@ def healthy() -> Memory:
         (10, 10, Phase.STARTING, 0, Action.NONE, Phase.STARTING),
     ],
 )
-def test_transitions(
+def test_transitions(  # noqa: PLR0917 - one argument per table column
     n: int, stale: int, phase: Phase, since: float, action: Action, next_phase: Phase
 ) -> None:
     nodes, leases = cluster(n, stale)
