@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from aggregator.dependents import DEFAULT_DEPENDENTS, levels, load_dependents
+from aggregator.kube import KubeconfigError, load_kubeconfig
+from aggregator.settings import Settings
+from core.config import ConfigError
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> str:
+    p = tmp_path / "kubeconfig"
+    p.write_text("apiVersion: v1\nkind: Config\n")
+    return str(p)
+
+
+def test_defaults(kubeconfig: str) -> None:
+    s = Settings.from_env({"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "shoot--p--s"})
+    assert (s.lease_duration_s, s.confirm_period_s, s.failure_fraction, s.recovery_fraction) == (
+        8.0,
+        4.0,
+        0.6,
+        0.4,
+    )
+    assert (s.min_candidates, s.lease_namespace, s.dry_run, s.targets) == (2, "dwd-node-lease", False, "env")
+    assert s.tick_s == 1.0
+
+
+def test_every_bad_variable_is_named(tmp_path: Path) -> None:
+    env = {
+        "DWD_SHOOT_KUBECONFIG": str(tmp_path / "nope"),
+        "DWD_SEED_KUBECONFIG": str(tmp_path / "nope2"),
+        "DWD_NAMESPACE": "Not Valid",
+        "DWD_LEASE_NAMESPACE": "x_y",
+        "DWD_LEASE_DURATION": "forever",
+        "DWD_NODE_GRACE": "1 minute",
+        "DWD_FAILURE_FRACTION": "1.5",
+        "DWD_RECOVERY_FRACTION": "abc",
+        "DWD_CONFIRM_PERIOD": "-",
+        "DWD_RECOVERY_PERIOD": "10",
+        "DWD_MIN_CANDIDATES": "0",
+        "DWD_DEPENDENTS_FILE": str(tmp_path / "deps"),
+        "DWD_TARGETS": "somewhere",
+        "DWD_DRY_RUN": "perhaps",
+        "DWD_LEADER_ELECTION": "2",
+        "DWD_METRICS_ADDR": "8080",
+        "DWD_WRITE_BUDGET": "-1",
+        "DWD_LOG_FORMAT": "yaml",
+        "DWD_LOG_LEVEL": "trace",
+    }
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env(env)
+    assert {p.split(":")[0] for p in e.value.problems} == set(env)
+
+
+def test_relations(kubeconfig: str) -> None:
+    base = {"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "ns"}
+    with pytest.raises(ConfigError, match="DWD_RECOVERY_FRACTION: 0.7 must not exceed"):
+        Settings.from_env({**base, "DWD_RECOVERY_FRACTION": "0.7"})
+    with pytest.raises(ConfigError, match="DWD_LEASE_DURATION: must be at least twice"):
+        Settings.from_env({**base, "DWD_LEASE_DURATION": "3s", "DWD_RENEW_INTERVAL": "2s"})
+
+
+def test_default_dependents_follow_dependency_watchdog() -> None:
+    assert [[d.name for d in lv] for lv in levels(DEFAULT_DEPENDENTS, "down")] == [
+        ["machine-controller-manager", "cluster-autoscaler"],
+        ["kube-controller-manager"],
+    ]
+    assert [[d.name for d in lv] for lv in levels(DEFAULT_DEPENDENTS, "up")] == [
+        ["kube-controller-manager"],
+        ["machine-controller-manager"],
+        ["cluster-autoscaler"],
+    ]
+
+
+def test_dependents_file(tmp_path: Path) -> None:
+    p = tmp_path / "deps.yaml"
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "dependentResourceInfos": [
+                    {
+                        "ref": {"kind": "Deployment", "name": "kcm", "apiVersion": "apps/v1"},
+                        "scaleUp": {"level": 0, "initialDelay": "10s", "timeout": "1m"},
+                        "scaleDown": {"level": 1},
+                    }
+                ]
+            }
+        )
+    )
+    (d,) = load_dependents(str(p))
+    assert (d.name, d.optional, d.scale_up.initial_delay_s, d.scale_up.timeout_s, d.scale_down.level) == (
+        "kcm",
+        False,
+        10.0,
+        60.0,
+        1,
+    )
+    assert d.path("ns") == "/apis/apps/v1/namespaces/ns/deployments/kcm"
+
+
+def test_bad_dependents_name_each_entry(tmp_path: Path) -> None:
+    p = tmp_path / "deps.yaml"
+    p.write_text(
+        yaml.safe_dump(
+            [
+                {"ref": {"name": "a", "kind": "DaemonSet"}, "scaleUp": {}, "scaleDown": {}},
+                {"ref": {"name": "b"}, "scaleUp": {"level": -1}, "scaleDown": {}},
+                {"ref": {"name": "c"}, "scaleUp": {"initialDelay": "soon"}, "scaleDown": {}},
+                {"ref": {}},
+            ]
+        )
+    )
+    with pytest.raises(ConfigError) as e:
+        load_dependents(str(p))
+    text = str(e.value)
+    for i, what in enumerate(["DaemonSet is not supported", "level must be", "invalid duration", "ref.name"]):
+        assert f"entry {i}: " in text
+        assert what in text
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("key: [unclosed", "cannot be read"),
+        ("- a list", "not a kubeconfig"),
+        ("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n", "kubeconfig"),
+        (
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+            "clusters: [{name: k, cluster: {server: 'http://plain:80'}}]\n"
+            "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {token: t}}]\n",
+            "is not an https URL",
+        ),
+        (
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+            "clusters: [{name: k, cluster: {server: 'https://a:443'}}]\n"
+            "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n",
+            "no token, tokenFile or client certificate",
+        ),
+    ],
+)
+def test_bad_kubeconfig_names_the_file(tmp_path: Path, content: str, message: str) -> None:
+    p = tmp_path / "kc"
+    p.write_text(content)
+    with pytest.raises(KubeconfigError) as e:
+        load_kubeconfig(p)
+    assert str(p) in str(e.value)
+    assert message in str(e.value)
