@@ -59,7 +59,7 @@ def test_every_bad_variable_is_named(tmp_path: Path) -> None:
 
 def test_relations(kubeconfig: str) -> None:
     base = {"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "ns"}
-    with pytest.raises(ConfigError, match="DWD_RECOVERY_FRACTION: 0.7 must not exceed"):
+    with pytest.raises(ConfigError, match=r"DWD_RECOVERY_FRACTION: 0\.7 must not exceed"):
         Settings.from_env({**base, "DWD_RECOVERY_FRACTION": "0.7"})
     with pytest.raises(ConfigError, match="DWD_LEASE_DURATION: must be at least twice"):
         Settings.from_env({**base, "DWD_LEASE_DURATION": "3s", "DWD_RENEW_INTERVAL": "2s"})
