@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,42 +17,10 @@ from typing import Any
 from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, lease_path, leases_path
 from testenv.client import Client
-from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.controlplane import ControlPlane
+from testenv.standins import grant_agent_rbac, wait_for
 
-AGENT_SA = "dwd-lease-agent"
 NS = DEFAULT_LEASE_NAMESPACE
-
-
-def grant_agent_rbac(c: Client, namespace: str = NS) -> None:
-    """What the shoot manifests grant the agent: patch leases in the lease namespace, nothing else."""
-    ensure_namespace(c, namespace)
-    c.ensure(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": AGENT_SA}})
-    c.ensure(
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
-        {
-            "metadata": {"name": AGENT_SA},
-            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["patch"]}],
-        },
-    )
-    c.ensure(
-        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
-        {
-            "metadata": {"name": AGENT_SA},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_SA},
-            "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA, "namespace": namespace}],
-        },
-    )
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(every_s)
 
 
 @dataclass
@@ -158,3 +126,6 @@ def agents_for(cp: ControlPlane, tmp: Path) -> Iterator[Agents]:
             yield agents
         finally:
             agents.close()
+
+
+__all__ = ["NS", "AgentProcess", "Agents", "agents_for", "wait_for"]

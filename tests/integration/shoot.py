@@ -9,24 +9,18 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
-from core.errors import KubeError, NotFound
-from core.lease import DEFAULT_LEASE_NAMESPACE, format_micro_time, lease_path, leases_path
+from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
+from testenv.standins import CONTROLLERS, DEPLOYMENTS, DeploymentController, LeaseDriver, deployment
 from tests.integration.agents import wait_for
-
-CONTROLLERS = {"kube-controller-manager": 3, "machine-controller-manager": 2, "cluster-autoscaler": 1}
-DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
 
 # Fast but faithful: the same rules as the defaults, on a shorter clock.
 FAST_ENV = {
@@ -61,91 +55,6 @@ FAST_DEPENDENTS = {
         },
     ]
 }
-
-
-def deployment(name: str, replicas: int) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {"containers": [{"name": "c", "image": name}]},
-            },
-        },
-    }
-
-
-class Loop(threading.Thread):
-    """A background loop that calls ``step`` every ``every_s`` until stopped."""
-
-    def __init__(self, name: str, every_s: float) -> None:
-        super().__init__(name=name, daemon=True)
-        self.every_s = every_s
-        self.halt = threading.Event()
-
-    def step(self) -> None:
-        raise NotImplementedError
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            with contextlib.suppress(KubeError, OSError, httpx.HTTPError):
-                self.step()
-            self.halt.wait(self.every_s)
-
-    client: Client
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(10)
-        self.client.close()
-
-
-class LeaseDriver(Loop):
-    """Renews the leases of the nodes in ``alive``, as their agents would."""
-
-    def __init__(self, client: Client, nodes: list[str], every_s: float = 0.5) -> None:
-        super().__init__("lease-driver", every_s)
-        self.client = client
-        self.alive = set(nodes)
-
-    def step(self) -> None:
-        now = format_micro_time(datetime.now(UTC))
-        for node in sorted(self.alive):
-            with contextlib.suppress(NotFound):
-                self.client.merge_patch(
-                    lease_path(DEFAULT_LEASE_NAMESPACE, node),
-                    {"spec": {"holderIdentity": node, "renewTime": now}},
-                )
-
-
-class DeploymentController(Loop):
-    """Plays the deployment controller the test control plane lacks: status follows spec."""
-
-    def __init__(self, client: Client, namespace: str) -> None:
-        super().__init__("deployment-controller", 0.2)
-        self.client = client
-        self.namespace = namespace
-
-    def step(self) -> None:
-        for d in self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]:
-            want = d["spec"].get("replicas", 1)
-            status = d.get("status") or {}
-            if status.get("replicas", 0) != want or status.get("readyReplicas", 0) != want:
-                self.client.merge_patch(
-                    f"{DEPLOYMENTS.format(ns=self.namespace)}/{d['metadata']['name']}/status",
-                    {
-                        "status": {
-                            "observedGeneration": d["metadata"].get("generation", 1),
-                            "replicas": want,
-                            "readyReplicas": want,
-                            "availableReplicas": want,
-                            "updatedReplicas": want,
-                        }
-                    },
-                )
 
 
 @dataclass

@@ -1,0 +1,142 @@
+"""Stand-ins for what a test control plane lacks: agents that renew leases, a deployment controller.
+
+Used by the integration tests, the demo and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from core.errors import KubeError, NotFound
+from core.lease import DEFAULT_LEASE_NAMESPACE, format_micro_time, lease_path
+from testenv.client import Client
+from testenv.controlplane import ensure_namespace
+
+AGENT_SA = "dwd-lease-agent"
+
+CONTROLLERS = {"kube-controller-manager": 3, "machine-controller-manager": 2, "cluster-autoscaler": 1}
+DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
+
+
+def deployment(name: str, replicas: int) -> dict[str, Any]:
+    labels = {"app": name}
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "c", "image": name}]},
+            },
+        },
+    }
+
+
+class Loop(threading.Thread):
+    """A background loop that calls ``step`` every ``every_s`` until stopped."""
+
+    def __init__(self, name: str, every_s: float) -> None:
+        super().__init__(name=name, daemon=True)
+        self.every_s = every_s
+        self.halt = threading.Event()
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            with contextlib.suppress(KubeError, OSError, httpx.HTTPError):
+                self.step()
+            self.halt.wait(self.every_s)
+
+    client: Client
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
+        self.client.close()
+
+
+class LeaseDriver(Loop):
+    """Renews the leases of the nodes in ``alive``, as their agents would."""
+
+    def __init__(self, client: Client, nodes: list[str], every_s: float = 0.5) -> None:
+        super().__init__("lease-driver", every_s)
+        self.client = client
+        self.alive = set(nodes)
+
+    def step(self) -> None:
+        now = format_micro_time(datetime.now(UTC))
+        for node in sorted(self.alive):
+            with contextlib.suppress(NotFound):
+                self.client.merge_patch(
+                    lease_path(DEFAULT_LEASE_NAMESPACE, node),
+                    {"spec": {"holderIdentity": node, "renewTime": now}},
+                )
+
+
+class DeploymentController(Loop):
+    """Plays the deployment controller the test control plane lacks: status follows spec."""
+
+    def __init__(self, client: Client, namespace: str) -> None:
+        super().__init__("deployment-controller", 0.2)
+        self.client = client
+        self.namespace = namespace
+
+    def step(self) -> None:
+        for d in self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]:
+            want = d["spec"].get("replicas", 1)
+            status = d.get("status") or {}
+            if status.get("replicas", 0) != want or status.get("readyReplicas", 0) != want:
+                self.client.merge_patch(
+                    f"{DEPLOYMENTS.format(ns=self.namespace)}/{d['metadata']['name']}/status",
+                    {
+                        "status": {
+                            "observedGeneration": d["metadata"].get("generation", 1),
+                            "replicas": want,
+                            "readyReplicas": want,
+                            "availableReplicas": want,
+                            "updatedReplicas": want,
+                        }
+                    },
+                )
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(every_s)
+
+
+def grant_agent_rbac(c: Client, namespace: str = DEFAULT_LEASE_NAMESPACE) -> None:
+    """What the shoot manifests grant the agent: patch leases in the lease namespace, nothing else."""
+    ensure_namespace(c, namespace)
+    c.ensure(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": AGENT_SA}})
+    c.ensure(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles",
+        {
+            "metadata": {"name": AGENT_SA},
+            "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["patch"]}],
+        },
+    )
+    c.ensure(
+        f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings",
+        {
+            "metadata": {"name": AGENT_SA},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_SA},
+            "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA, "namespace": namespace}],
+        },
+    )
