@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench import agent_footprint
+from bench import agent_footprint, detection
 
 if __name__ == "__main__":
     agent_footprint.run()
+    detection.run()

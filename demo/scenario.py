@@ -251,8 +251,14 @@ def run(
         down = dict.fromkeys(CONTROLLERS, 0)
         wait(lambda: replicas().get("machine-controller-manager") == 0, 120, "MCM scaled down", tick)
         tl.mark("mcm_down")
+        mcm_down_wall = datetime.now(UTC)
         wait(lambda: replicas() == down, 60, "every controller scaled down", tick)
         tl.mark("all_down")
+        all_down_wall = datetime.now(UTC)
+        last_renewal = max(
+            parse_micro_time(lease["spec"]["renewTime"])
+            for lease in w["shoot_admin"].get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]
+        )
         show(
             f"protected: MCM down {tl.since('cut', 'mcm_down'):.1f}s and KCM down "
             f"{tl.since('cut', 'all_down'):.1f}s after the cut (KCM's node grace period is 40-50s)"
@@ -272,6 +278,8 @@ def run(
         leftover = [a for a in annotations if any(k.startswith("dependency-watchdog") for k in a)]
         show(f"restored {replicas()}; dependency-watchdog annotations left: {len(leftover)}")
         return {
+            "last_renewal_to_mcm_down_s": (mcm_down_wall - last_renewal).total_seconds(),
+            "last_renewal_to_kcm_down_s": (all_down_wall - last_renewal).total_seconds(),
             "cut_to_mcm_down_s": tl.since("cut", "mcm_down"),
             "cut_to_all_down_s": tl.since("cut", "all_down"),
             "heal_to_all_up_s": tl.since("heal", "all_up"),
