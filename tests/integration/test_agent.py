@@ -203,3 +203,25 @@ def test_bad_environment_fails_before_any_request(trap: tuple[socket.socket, lis
     time.sleep(0.3)
     sock.close()
     assert hits == []
+
+
+def test_metrics_endpoint(agents: Agents) -> None:
+    import httpx
+
+    from testenv.controlplane import free_port
+
+    port = free_port()
+    agents.create_lease("met-1")
+    agents.start(agents.env("met-1", DWD_METRICS_ADDR=f"127.0.0.1:{port}"))
+    wait_for(lambda: renewed(agents, "met-1"), 10, "the first renewal")
+    time.sleep(1.2)
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", trust_env=False).text
+    values = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+    assert values["dwd_agent_renewals_total"] >= 2
+    assert values["dwd_agent_renew_interval_seconds"] == 0.5
+    assert 0 <= values["dwd_agent_last_success_age_seconds"] < 1.0
+    assert httpx.get(f"http://127.0.0.1:{port}/healthz", trust_env=False).status_code == 200
