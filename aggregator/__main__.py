@@ -1,53 +1,131 @@
-"""``dwd-lease-aggregator``: protect a shoot's nodes from a meltdown when the path to KAPI breaks."""
+"""``dwd-lease-aggregator``: protect shoots' nodes from a meltdown when the path to their KAPI breaks.
+
+``dwd-lease-aggregator status --url URL`` prints a running aggregator's status as a table.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
 import os
 import signal
 import sys
+import urllib.error
+import urllib.request
+from typing import Any
 
 import uvloop
 
 from aggregator.dependents import DEFAULT_DEPENDENTS, load_dependents
 from aggregator.kube import KubeClient, KubeconfigSource, in_cluster
+from aggregator.leader import LeaderElector
+from aggregator.metrics import AggregatorMetrics
+from aggregator.server import make_app, render_table, serve
 from aggregator.settings import Settings
-from aggregator.target import Target
+from aggregator.targets import EnvSource, FileSource, Fleet, GardenerSource, TargetSource, TargetSpec
 from core import logs
 from core.config import ConfigError
 from core.errors import KubeError
 
+log = logs.get("aggregator")
+
+
+def source_for(settings: Settings, seed: KubeClient) -> TargetSource:
+    if settings.targets == "file":
+        return FileSource(settings.targets_file, settings.kubeconfig_secret)
+    if settings.targets == "gardener":
+        return GardenerSource(seed, settings.kubeconfig_secret)
+    return EnvSource(
+        TargetSpec(settings.namespace, settings.namespace, kubeconfig_path=settings.shoot_kubeconfig)
+    )
+
 
 async def run(settings: Settings) -> None:
     dependents = load_dependents(settings.dependents_file) if settings.dependents_file else DEFAULT_DEPENDENTS
-    seed_source = KubeconfigSource(settings.seed_kubeconfig) if settings.seed_kubeconfig else in_cluster
-    shoot = KubeClient(KubeconfigSource(settings.shoot_kubeconfig))
-    seed = KubeClient(seed_source)
-    # Fail fast on credentials we cannot even load; an unreachable server is retried instead.
-    shoot.endpoint()
-    seed.endpoint()
-    target = Target(
-        settings.namespace, settings.namespace, shoot, seed, settings=settings, dependents=dependents
+    seed = KubeClient(KubeconfigSource(settings.seed_kubeconfig) if settings.seed_kubeconfig else in_cluster)
+    seed.endpoint()  # credentials we cannot even load stop start-up; an unreachable server is retried
+    metrics = AggregatorMetrics()
+    metrics.dry_run.set(1 if settings.dry_run else 0)
+    elector = (
+        LeaderElector(
+            seed,
+            settings.leader_namespace,
+            lease_duration_s=settings.leader_lease_duration_s,
+            renew_deadline_s=settings.leader_renew_deadline_s,
+            retry_period_s=settings.leader_retry_period_s,
+        )
+        if settings.leader_election
+        else None
     )
+    is_leader = elector.is_leader if elector is not None else (lambda: True)
+    fleet = Fleet(settings, seed, dependents, metrics, is_leader=is_leader)
+    source = source_for(settings, seed)
+    identity = elector.identity if elector is not None else os.uname().nodename
+
+    def status() -> dict[str, Any]:
+        metrics.leader.set(1 if is_leader() else 0)
+        return {
+            "identity": identity,
+            "leader": is_leader(),
+            "dry_run": settings.dry_run,
+            "failure_fraction": settings.failure_fraction,
+            "lease_duration_s": settings.lease_duration_s,
+            "source_error": fleet.source_error,
+            "skipped": getattr(source, "skipped", {}),
+            "targets": fleet.snapshot(),
+        }
+
+    runner = None
+    if settings.metrics_addr is not None:
+        runner = await serve(
+            make_app(metrics.registry, status, fleet.reconciled.is_set), *settings.metrics_addr
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    task = asyncio.create_task(target.run(), name="target")
+    log.info("aggregator_started", identity=identity, targets=settings.targets, dry_run=settings.dry_run)
+    tasks = [asyncio.create_task(fleet.run(source), name="fleet")]
+    if elector is not None:
+        tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     stopper = asyncio.create_task(stop.wait(), name="stop")
     try:
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for t in (task, stopper):
+        for t in (*tasks, stopper):
             t.cancel()
-        await asyncio.gather(task, stopper, return_exceptions=True)
-        await shoot.close()
+        await asyncio.gather(*tasks, stopper, return_exceptions=True)
+        if elector is not None:
+            await asyncio.shield(elector.release())
+        if runner is not None:
+            await runner.cleanup()
         await seed.close()
-    if task.done() and not task.cancelled():
-        task.result()  # re-raises what ended the target
+    for t in tasks:
+        if t in done:
+            t.result()  # re-raises whatever ended it
+
+
+def status_main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="dwd-lease-aggregator status")
+    parser.add_argument(
+        "--url", required=True, help="the aggregator's metrics address, e.g. http://127.0.0.1:8080"
+    )
+    parser.add_argument("--json", action="store_true", help="print the raw JSON")
+    args = parser.parse_args(argv)
+    try:
+        with urllib.request.urlopen(args.url.rstrip("/") + "/status", timeout=10) as response:
+            status = json.load(response)
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        print(f"dwd-lease-aggregator status: {args.url}: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(status, indent=2) if args.json else render_table(status))
+    return 0
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["status"]:
+        sys.exit(status_main(sys.argv[2:]))
     try:
         settings = Settings.from_env(os.environ)
         if settings.dependents_file:

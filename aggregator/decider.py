@@ -24,7 +24,7 @@ class Phase(StrEnum):
     STARTING = "starting"
     HEALTHY = "healthy"
     CONFIRMING = "confirming"
-    DOWN = "down"
+    DOWN = "scaled-down"
     RECOVERING = "recovering"
 
 

@@ -60,22 +60,30 @@ def load_kubeconfig(path: str | os.PathLike[str]) -> Endpoint:
         raw = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
         raise KubeconfigError(f"kubeconfig {path}: cannot be read: {e}") from e
+    return load_kubeconfig_dict(raw, path)
+
+
+def load_kubeconfig_dict(raw: Any, source: str) -> Endpoint:
+    """An Endpoint from a parsed kubeconfig; ``source`` names it in every error."""
     if not isinstance(raw, dict):
-        raise KubeconfigError(f"kubeconfig {path}: not a kubeconfig (expected a mapping)")
+        raise KubeconfigError(f"kubeconfig {source}: not a kubeconfig (expected a mapping)")
     cfg = k8s_client.Configuration()
     try:
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=path, client_configuration=cfg, persist_config=False
+        k8s_config.load_kube_config_from_dict(  # type: ignore[no-untyped-call]
+            config_dict=raw, client_configuration=cfg, persist_config=False
         )
     except Exception as e:  # the loader raises anything from ConfigException to KeyError
-        raise KubeconfigError(f"kubeconfig {path}: {e}") from e
+        raise KubeconfigError(f"kubeconfig {source}: {e}") from e
     if not cfg.host or not str(cfg.host).startswith("https://"):
-        raise KubeconfigError(f"kubeconfig {path}: server {cfg.host!r} is not an https URL")
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+        raise KubeconfigError(f"kubeconfig {source}: server {cfg.host!r} is not an https URL")
     if not cfg.verify_ssl:
-        raise KubeconfigError(f"kubeconfig {path}: insecure-skip-tls-verify is not allowed")
-    if cfg.cert_file and cfg.key_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+        raise KubeconfigError(f"kubeconfig {source}: insecure-skip-tls-verify is not allowed")
+    try:
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+        if cfg.cert_file and cfg.key_file:
+            ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    except (OSError, ssl.SSLError) as e:
+        raise KubeconfigError(f"kubeconfig {source}: bad certificate data: {e}") from e
     token_file = _token_file_of(raw)
     bearer = (cfg.api_key or {}).get("BearerToken") or (cfg.api_key or {}).get("authorization")
     token: Callable[[], str | None]
@@ -89,9 +97,9 @@ def load_kubeconfig(path: str | os.PathLike[str]) -> Endpoint:
         token = lambda: None  # noqa: E731
     else:
         raise KubeconfigError(
-            f"kubeconfig {path}: the current user has no token, tokenFile or client certificate"
+            f"kubeconfig {source}: the current user has no token, tokenFile or client certificate"
         )
-    return Endpoint(str(cfg.host).rstrip("/"), ctx, token, path)
+    return Endpoint(str(cfg.host).rstrip("/"), ctx, token, source)
 
 
 def _token_file_of(raw: dict[str, Any]) -> str | None:

@@ -47,6 +47,11 @@ class Settings:
     leader_election: bool = False
     metrics_addr: tuple[str, int] | None = None
     write_budget: float = 100.0
+    kubeconfig_secret: str = "shoot-access-dwd-lease-aggregator"
+    leader_namespace: str = "garden"
+    leader_lease_duration_s: float = 15.0
+    leader_renew_deadline_s: float = 10.0
+    leader_retry_period_s: float = 2.0
     log_format: LogFormat = "auto"
     log_level: str = "info"
 
@@ -105,6 +110,19 @@ class Settings:
         leader_election = r.boolean("DWD_LEADER_ELECTION", False)
         metrics = r.address("DWD_METRICS_ADDR")
         budget = r.number("DWD_WRITE_BUDGET", 100.0)
+        secret = r.string("DWD_KUBECONFIG_SECRET", "shoot-access-dwd-lease-aggregator")
+        leader_ns = r.string("DWD_LEADER_ELECTION_NAMESPACE", env.get("POD_NAMESPACE") or "garden")
+        if not is_dns_label(leader_ns):
+            r.problem("DWD_LEADER_ELECTION_NAMESPACE", f"{leader_ns!r} is not a valid namespace name")
+        le_duration = r.duration("DWD_LEADER_LEASE_DURATION", "15s", min_s=1)
+        le_deadline = r.duration("DWD_LEADER_RENEW_DEADLINE", "10s", min_s=0.5)
+        le_retry = r.duration("DWD_LEADER_RETRY_PERIOD", "2s", min_s=0.1)
+        if not le_duration > le_deadline > le_retry:
+            # client-go rejects the same: a leader must stop before a standby may start.
+            r.problem(
+                "DWD_LEADER_RENEW_DEADLINE",
+                "needs DWD_LEADER_LEASE_DURATION > DWD_LEADER_RENEW_DEADLINE > DWD_LEADER_RETRY_PERIOD",
+            )
         log_format: LogFormat = r.choice("DWD_LOG_FORMAT", "auto", ("json", "console", "auto"))
         log_level = r.choice("DWD_LOG_LEVEL", "info", LEVELS)
         r.finish()
@@ -128,6 +146,11 @@ class Settings:
             leader_election=leader_election,
             metrics_addr=metrics,
             write_budget=budget,
+            kubeconfig_secret=secret,
+            leader_namespace=leader_ns,
+            leader_lease_duration_s=le_duration,
+            leader_renew_deadline_s=le_deadline,
+            leader_retry_period_s=le_retry,
             log_format=log_format,
             log_level=log_level,
         )

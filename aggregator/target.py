@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any
 from aggregator.decider import Action, Memory, Params, Phase, Verdict, decide
 from aggregator.dependents import Dependent
 from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
+from aggregator.metrics import AggregatorMetrics
 from aggregator.provisioner import Provisioner
 from aggregator.scaler import Outcome, Scaler
 from aggregator.settings import Settings
@@ -60,6 +62,7 @@ class Target:
         is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], float] = time.monotonic,
         skip_unhealthy_nodes: bool = False,
+        metrics: AggregatorMetrics | None = None,
     ) -> None:
         self.name = name
         self.namespace = namespace
@@ -115,6 +118,15 @@ class Target:
         self.memory = Memory(Phase.STARTING, clock())
         self.status = TargetStatus()
         self._converge = False
+        self._was_leader = False
+        self.metrics = metrics or AggregatorMetrics()
+        self.metrics.set_phase(name, Phase.STARTING)
+        self.metrics.synced.set(0, target=name)
+        for informer in (self.nodes, self.leases):
+            informer.on_restart = functools.partial(self._watch_restarted, informer.name)
+
+    def _watch_restarted(self, resource: str, reason: str) -> None:
+        self.metrics.watch_restarts.inc(target=self.name, resource=resource, reason=reason)
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
@@ -138,8 +150,11 @@ class Target:
                 pass
 
     async def _decide_loop(self) -> None:
-        await self.nodes.synced.wait()
-        await self.leases.synced.wait()
+        while not (self.nodes.synced.is_set() and self.leases.synced.is_set()):
+            # Not listed yet (unreachable KAPI, bad credentials): say why on the status page.
+            self.status.error = self.leases.last_error or self.nodes.last_error
+            await asyncio.sleep(self.settings.tick_s)
+        self.status.error = ""
         # Every lease was first seen just now: judge nothing for one lease duration.
         self.memory = Memory(Phase.STARTING, self.clock())
         self.log.info("target_observing", wait_s=self.params.lease_duration_s)
@@ -153,6 +168,16 @@ class Target:
 
     async def tick(self) -> Verdict | None:
         now = self.clock()
+        leader = self.is_leader()
+        if leader and not self._was_leader and self.memory.phase is not Phase.STARTING:
+            # A standby judged without acting; as the new leader it resumes from the
+            # annotations, like a restart, but its observations are already warm.
+            self.log.info("target_leading", phase=str(self.memory.phase))
+            self.memory = Memory(Phase.STARTING, now - self.params.lease_duration_s)
+        self._was_leader = leader
+        synced = self.leases.fresh(WATCH_FRESH_S) and self.nodes.fresh(WATCH_FRESH_S)
+        self.metrics.synced.set(1 if synced else 0, target=self.name)
+        self.status.error = self.leases.last_error or self.nodes.last_error
         if self.memory.phase is Phase.STARTING:
             if now - self.memory.since < self.params.lease_duration_s:
                 return None
@@ -164,7 +189,7 @@ class Target:
             self._converge = bool(protected)
         verdict = decide(self.observed.nodes, self.observed.leases, now, self.params, self.memory)
         self._record(verdict)
-        if not self.is_leader():
+        if not leader:
             # A standby judges too (its status page and metrics stay true) but never acts.
             self._set_memory(verdict.memory, verdict.reason)
             return verdict
@@ -192,6 +217,7 @@ class Target:
         try:
             await self.shoot.probe()
         except KubeError as e:
+            self.metrics.probe_failures.inc(target=self.name)
             return f"kapi_probe_failed: {e}"
         if not self.leases.fresh(WATCH_FRESH_S) or not self.nodes.fresh(WATCH_FRESH_S):
             return "watch_stale: no watch activity recently, our view may be frozen"
@@ -206,6 +232,10 @@ class Target:
 
     def _acted(self, what: str, outcomes: list[Outcome], verdict: Verdict) -> None:
         summary = ", ".join(f"{o.name}={o.result}" for o in outcomes)
+        for o in outcomes:
+            self.metrics.scale_actions.inc(
+                target=self.name, resource=o.name, direction=what.removeprefix("scale_"), result=o.result
+            )
         self.status.last_action = f"{what}: {summary}"
         if all(o.ok for o in outcomes):
             self.status.blocked = ""
@@ -217,6 +247,7 @@ class Target:
 
     def _block(self, why: str) -> None:
         kind = why.split(":", 1)[0]
+        self.metrics.blocked.inc(target=self.name, reason=kind)
         if self.status.blocked.split(":", 1)[0] != kind:
             self.log.warning("scale_down_blocked", why=why)
         self.status.blocked = why
@@ -224,6 +255,9 @@ class Target:
     def _record(self, v: Verdict) -> None:
         self.status.candidates, self.status.stale = v.candidates, v.stale
         self.status.history.append((time.time(), v.fraction))
+        self.metrics.candidates.set(v.candidates, target=self.name)
+        self.metrics.stale.set(v.stale, target=self.name)
+        self.metrics.fraction.set(v.fraction, target=self.name)
 
     def _set_memory(self, memory: Memory, reason: str) -> None:
         if memory.phase is not self.memory.phase:
@@ -232,6 +266,7 @@ class Target:
             )
             self.status.phase = memory.phase
             self.status.since_wall = time.time()
+            self.metrics.set_phase(self.name, memory.phase)
             if memory.phase is not Phase.CONFIRMING:
                 self.status.blocked = ""
         self.status.reason = reason

@@ -61,6 +61,7 @@ class Informer:
         self.last_activity = float("-inf")
         self.restarts = 0
         self.resource_version = ""
+        self.last_error = ""
         self.log = log.bind(target=target, resource=name)
         self.on_restart: Callable[[str], None] = lambda _reason: None
 
@@ -99,6 +100,7 @@ class Informer:
                     if event.get("type") != "BOOKMARK":
                         self.on_event(str(event.get("type")), obj)
                 backoff_s = 0.5  # a watch that ran to its timeout is healthy: resume at once
+                self.last_error = ""
             except Gone:
                 self.restarts += 1
                 self.on_restart("gone")
@@ -110,7 +112,9 @@ class Informer:
                 # 410 or a failed list costs a re-list.
                 self.restarts += 1
                 self.on_restart(e.failure_class)
-                self.log.warning("watch_failed", error=str(e), retry_in=round(backoff_s, 2))
+                if str(e) != self.last_error:
+                    self.log.warning("watch_failed", error=str(e), retry_in=round(backoff_s, 2))
+                self.last_error = str(e)
                 await asyncio.sleep(backoff_s * random.uniform(0.8, 1.2))
                 backoff_s = min(backoff_s * 2, 5.0)
 

@@ -1,0 +1,53 @@
+"""The aggregator's Prometheus metrics."""
+
+from __future__ import annotations
+
+from aggregator.decider import Phase
+from core.metrics import Registry
+
+
+class AggregatorMetrics:
+    def __init__(self, registry: Registry | None = None) -> None:
+        r = self.registry = registry or Registry()
+        self.candidates = r.gauge("dwd_target_candidates", "Nodes whose lease counts.", ["target"])
+        self.stale = r.gauge(
+            "dwd_target_stale_nodes", "Candidates not seen renewing for a lease duration.", ["target"]
+        )
+        self.fraction = r.gauge("dwd_target_stale_fraction", "stale / candidates.", ["target"])
+        self.phase = r.gauge(
+            "dwd_target_phase",
+            "1 for the phase the target is in (starting, healthy, confirming, scaled-down, recovering).",
+            ["target", "phase"],
+        )
+        self.synced = r.gauge(
+            "dwd_target_synced", "1 when both watches have listed and are fresh.", ["target"]
+        )
+        self.scale_actions = r.counter(
+            "dwd_scale_actions_total",
+            "Scale actions by resource, direction and result.",
+            ["target", "resource", "direction", "result"],
+        )
+        self.blocked = r.counter(
+            "dwd_scale_down_blocked_total", "Scale-downs an interlock stopped.", ["target", "reason"]
+        )
+        self.watch_restarts = r.counter(
+            "dwd_watch_restarts_total",
+            "Watches that ended other than by their timeout.",
+            ["target", "resource", "reason"],
+        )
+        self.probe_failures = r.counter(
+            "dwd_probe_failures_total", "Failed internal probes of the shoot KAPI.", ["target"]
+        )
+        self.target_errors = r.counter(
+            "dwd_target_errors_total", "Times a target failed and was restarted.", ["target"]
+        )
+        self.leader = r.gauge("dwd_leader", "1 while this replica is the leader.")
+        self.dry_run = r.gauge("dwd_dry_run", "1 when scaling is only reported.")
+
+    def set_phase(self, target: str, phase: Phase) -> None:
+        for p in Phase:
+            self.phase.set(1.0 if p is phase else 0.0, target=target, phase=str(p))
+
+    def forget(self, target: str) -> None:
+        for g in (self.candidates, self.stale, self.fraction, self.phase, self.synced):
+            g.remove_matching(target=target)
