@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import ssl
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from core.credentials import TokenFile
 from core.errors import BadResponse, KubeError, TransportError, TransportKind, api_error
 
 IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+RETIRED_SESSION_S = 60.0
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
 
@@ -178,13 +180,21 @@ class KubeClient:
         self.user_agent = user_agent
         self._session: aiohttp.ClientSession | None = None
         self._session_endpoint: Endpoint | None = None
+        # Sessions of replaced credentials: a watch still reading one must end on
+        # its own (closing a session under a reader can leave it hanging).
+        self._retired: list[tuple[float, aiohttp.ClientSession]] = []
 
     def endpoint(self) -> Endpoint:
         return self._endpoint_source()
 
     async def _session_for(self, endpoint: Endpoint) -> aiohttp.ClientSession:
         if self._session is None or self._session_endpoint is not endpoint:
-            await self.close()
+            now = time.monotonic()
+            if self._session is not None:
+                self._retired.append((now, self._session))
+            for born, old in [r for r in self._retired if now - r[0] > RETIRED_SESSION_S]:
+                self._retired.remove((born, old))
+                await old.close()
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(ssl=endpoint.ssl_context, limit=16),
                 # Watch lines hold whole objects; the 64 KiB default is too small for some.
@@ -307,8 +317,8 @@ class KubeClient:
             raise TransportError(classify(e), f"probe {path}: {e or type(e).__name__}") from e
 
     async def close(self) -> None:
-        session, self._session = self._session, None
-        self._session_endpoint = None
-        if session is not None:
+        sessions = [s for _, s in self._retired] + ([self._session] if self._session is not None else [])
+        self._session, self._session_endpoint, self._retired = None, None, []
+        for session in sessions:
             with contextlib.suppress(aiohttp.ClientError, OSError):
                 await session.close()

@@ -275,8 +275,9 @@ class Fleet:
                 await asyncio.sleep(SECRET_REFRESH_S)
                 with contextlib.suppress(KubeError):
                     if await secret.refresh():
-                        log.info("kubeconfig_rotated", target=spec.name)
-                        await target.shoot.close()  # new connections with the new credentials
+                        # Every request from now on, and every watch when it restarts,
+                        # uses the new credentials.
+                        log.info("kubeconfig_rotated", target=target.name)
 
         return KubeClient(secret), refresh_forever
 

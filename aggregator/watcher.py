@@ -24,12 +24,13 @@ from typing import Any
 from aggregator.decider import LeaseObs, NodeObs
 from aggregator.kube import KubeClient
 from core import logs
-from core.errors import BadResponse, Gone, KubeError
+from core.errors import BadResponse, Gone, KubeError, TransportError
 from core.lease import IGNORE_NODE, RELEASED
 
 log = logs.get("watcher")
 
 # dependency-watchdog's list of conditions that make a node's silence meaningless.
+WATCH_GRACE_S = 15.0
 UNHEALTHY_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "DiskPressure", "NetworkUnavailable")
 
 
@@ -86,19 +87,10 @@ class Informer:
                     self.synced.set()
                     need_list = False
                 self.last_activity = self.clock()
-                async for event in self.client.watch(
-                    self.path,
-                    resource_version=self.resource_version,
-                    timeout_s=self.watch_timeout_s,
-                    accept=self.accept,
-                ):
-                    self.last_activity = self.clock()
-                    obj = event.get("object") or {}
-                    rv = (obj.get("metadata") or {}).get("resourceVersion")
-                    if rv:
-                        self.resource_version = str(rv)
-                    if event.get("type") != "BOOKMARK":
-                        self.on_event(str(event.get("type")), obj)
+                # The server ends every watch after watch_timeout_s; one that runs far
+                # longer sits on a dead connection that no read timeout noticed.
+                async with asyncio.timeout(self.watch_timeout_s + WATCH_GRACE_S):
+                    await self._watch_once()
                 backoff_s = 0.5  # a watch that ran to its timeout is healthy: resume at once
                 self.last_error = ""
             except Gone:
@@ -106,7 +98,9 @@ class Informer:
                 self.on_restart("gone")
                 self.log.info("watch_expired_relisting", resource_version=self.resource_version)
                 need_list = True
-            except KubeError as e:
+            except (KubeError, TimeoutError) as e:
+                if isinstance(e, TimeoutError):
+                    e = TransportError("timeout", f"WATCH {self.path}: no end after {self.watch_timeout_s}s")
                 # Like client-go's reflector: resume the watch from the last
                 # resourceVersion (cheap, served from the watch cache); only a
                 # 410 or a failed list costs a re-list.
@@ -117,6 +111,21 @@ class Informer:
                 self.last_error = str(e)
                 await asyncio.sleep(backoff_s * random.uniform(0.8, 1.2))
                 backoff_s = min(backoff_s * 2, 5.0)
+
+    async def _watch_once(self) -> None:
+        async for event in self.client.watch(
+            self.path,
+            resource_version=self.resource_version,
+            timeout_s=self.watch_timeout_s,
+            accept=self.accept,
+        ):
+            self.last_activity = self.clock()
+            obj = event.get("object") or {}
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if rv:
+                self.resource_version = str(rv)
+            if event.get("type") != "BOOKMARK":
+                self.on_event(str(event.get("type")), obj)
 
     def fresh(self, max_age_s: float) -> bool:
         return self.clock() - self.last_activity <= max_age_s

@@ -3,6 +3,7 @@ driver plays the deployment controller for, and the aggregator as its own proces
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -17,10 +18,14 @@ from typing import Any
 import yaml
 
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
+from testenv.apply import apply, load_docs
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.standins import CONTROLLERS, DEPLOYMENTS, DeploymentController, LeaseDriver, deployment
 from tests.integration.agents import wait_for
+
+ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
+AGGREGATOR_RBAC = Path(__file__).resolve().parents[2] / "manifests" / "shoot-access" / "aggregator-rbac.yaml"
 
 # Fast but faithful: the same rules as the defaults, on a shorter clock.
 FAST_ENV = {
@@ -61,6 +66,56 @@ FAST_DEPENDENTS = {
 class Aggregator:
     popen: subprocess.Popen[bytes]
     log_path: Path
+
+    def aggregator_access(self, bound_to: str) -> dict[str, Any]:
+        """A token kubeconfig for the aggregator's service account, bound to Secret ``bound_to``
+        in the shoot: deleting that Secret revokes the token."""
+        apply(self.shoot_admin, load_docs(AGGREGATOR_RBAC.read_text()))
+        secret = self.shoot_admin.ensure(
+            "/api/v1/namespaces/kube-system/secrets", {"metadata": {"name": bound_to}}
+        )
+        token = self.shoot_admin.create(
+            "/api/v1/namespaces/kube-system/serviceaccounts/dwd-lease-aggregator/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "expirationSeconds": 3600,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Secret",
+                        "name": bound_to,
+                        "uid": secret["metadata"]["uid"],
+                    },
+                },
+            },
+        )["status"]["token"]
+        ca = base64.b64encode(self.shoot.ca_file.read_bytes()).decode()
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "shoot",
+            "clusters": [
+                {"name": "shoot", "cluster": {"server": self.shoot.url, "certificate-authority-data": ca}}
+            ],
+            "contexts": [{"name": "shoot", "context": {"cluster": "shoot", "user": "aggregator"}}],
+            "users": [{"name": "aggregator", "user": {"token": token}}],
+        }
+
+    def store_access(self, kubeconfig: dict[str, Any] | str, name: str = ACCESS_SECRET) -> None:
+        """The kubeconfig secret in the shoot's control-plane namespace of the seed."""
+        text = kubeconfig if isinstance(kubeconfig, str) else yaml.safe_dump(kubeconfig)
+        apply(
+            self.seed_admin,
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": name, "namespace": self.namespace},
+                    "data": {"kubeconfig": base64.b64encode(text.encode()).decode()},
+                }
+            ],
+        )
 
     def events(self) -> list[dict[str, Any]]:
         out = []
@@ -171,6 +226,56 @@ class Shoot:
     def annotation(self, name: str, key: str) -> str | None:
         value = (self.deployments()[name]["metadata"].get("annotations") or {}).get(key)
         return None if value is None else str(value)
+
+    def aggregator_access(self, bound_to: str) -> dict[str, Any]:
+        """A token kubeconfig for the aggregator's service account, bound to Secret ``bound_to``
+        in the shoot: deleting that Secret revokes the token."""
+        apply(self.shoot_admin, load_docs(AGGREGATOR_RBAC.read_text()))
+        secret = self.shoot_admin.ensure(
+            "/api/v1/namespaces/kube-system/secrets", {"metadata": {"name": bound_to}}
+        )
+        token = self.shoot_admin.create(
+            "/api/v1/namespaces/kube-system/serviceaccounts/dwd-lease-aggregator/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "expirationSeconds": 3600,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Secret",
+                        "name": bound_to,
+                        "uid": secret["metadata"]["uid"],
+                    },
+                },
+            },
+        )["status"]["token"]
+        ca = base64.b64encode(self.shoot.ca_file.read_bytes()).decode()
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "shoot",
+            "clusters": [
+                {"name": "shoot", "cluster": {"server": self.shoot.url, "certificate-authority-data": ca}}
+            ],
+            "contexts": [{"name": "shoot", "context": {"cluster": "shoot", "user": "aggregator"}}],
+            "users": [{"name": "aggregator", "user": {"token": token}}],
+        }
+
+    def store_access(self, kubeconfig: dict[str, Any] | str, name: str = ACCESS_SECRET) -> None:
+        """The kubeconfig secret in the shoot's control-plane namespace of the seed."""
+        text = kubeconfig if isinstance(kubeconfig, str) else yaml.safe_dump(kubeconfig)
+        apply(
+            self.seed_admin,
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": name, "namespace": self.namespace},
+                    "data": {"kubeconfig": base64.b64encode(text.encode()).decode()},
+                }
+            ],
+        )
 
     def events(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.seed_admin.get(f"/api/v1/namespaces/{self.namespace}/events")[

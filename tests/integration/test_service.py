@@ -1,0 +1,289 @@
+"""The aggregator as a seed service: many targets, leader election, dry-run, metrics and status."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from aggregator.scaler import MELTDOWN, REPLICAS
+from testenv.apply import apply
+from testenv.controlplane import ControlPlane, ensure_namespace, free_port
+from tests.integration.agents import wait_for
+from tests.integration.shoot import CONTROLLERS, Aggregator, Shoot, shoot_for
+
+pytestmark = pytest.mark.integration
+
+DOWN = dict.fromkeys(CONTROLLERS, 0)
+FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
+
+
+def status(port: int) -> dict[str, Any]:
+    result: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/status", trust_env=False, timeout=5).json()
+    return result
+
+
+def metrics(port: int) -> dict[str, float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", trust_env=False, timeout=5).text
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line[:1] not in "#"
+    }
+
+
+def target(port: int, name: str) -> dict[str, Any]:
+    for t in status(port)["targets"]:
+        if t["name"] == name:
+            return t
+    return {}
+
+
+def up(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/readyz", trust_env=False, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def targets_file(tmp: Path, *namespaces: str) -> str:
+    path = tmp / "targets.yaml"
+    path.write_text(yaml.safe_dump({"targets": [{"namespace": ns} for ns in namespaces]}))
+    return f"file:{path}"
+
+
+def test_three_targets_one_broken(shoot: Shoot, seed_plane: ControlPlane, tmp_path: Path) -> None:
+    shoot.setup()
+    shoot.store_access(shoot.aggregator_access("agg-token"))
+    with shoot_for(seed_plane, shoot.namespace + "-b", tmp_path / "b") as other:
+        (tmp_path / "b").mkdir(exist_ok=True)
+        other.setup()
+        other.store_access(other.aggregator_access("agg-token"))
+        broken = shoot.namespace + "-x"
+        ensure_namespace(shoot.seed_admin, broken)
+        apply(
+            shoot.seed_admin,
+            [
+                {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {"name": "shoot-access-dwd-lease-aggregator", "namespace": broken},
+                    "stringData": {"kubeconfig": "apiVersion: v1\nkind: Config\nclusters: []\n"},
+                }
+            ],
+        )
+        port = free_port()
+        shoot.start_aggregator(
+            **FILE_MODE,
+            DWD_TARGETS=targets_file(tmp_path, shoot.namespace, other.namespace, broken),
+            DWD_METRICS_ADDR=f"127.0.0.1:{port}",
+        )
+        wait_for(lambda: up(port), 30, "the aggregator to serve")
+        shoot.wait_leases_renewed()
+        other.wait_leases_renewed()
+        wait_for(lambda: target(port, other.namespace).get("phase") == "healthy", 30, "both healthy")
+        wait_for(lambda: target(port, shoot.namespace).get("phase") == "healthy", 30, "both healthy")
+
+        shoot.driver.alive -= {f"node-{i}" for i in range(7)}
+        other.driver.alive -= {f"node-{i}" for i in range(7)}
+        wait_for(lambda: shoot.replicas() == DOWN and other.replicas() == DOWN, 30, "both scaled down")
+        shoot.driver.alive |= {f"node-{i}" for i in range(7)}
+        other.driver.alive |= {f"node-{i}" for i in range(7)}
+        wait_for(lambda: shoot.replicas() == CONTROLLERS and other.replicas() == CONTROLLERS, 30, "both back")
+
+        bad = target(port, broken)
+        assert "kubeconfig" in bad["error"] and broken in bad["error"]
+        m = metrics(port)
+        assert m[f'dwd_target_errors_total{{target="{broken}"}}'] >= 1
+        assert m[f'dwd_target_synced{{target="{shoot.namespace}"}}'] == 1
+        assert (
+            m[
+                f'dwd_scale_actions_total{{target="{other.namespace}",resource="kube-controller-manager",direction="down",result="scaled"}}'
+            ]
+            == 1
+        )
+
+
+CLUSTER_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "clusters.extensions.gardener.cloud"},
+    "spec": {
+        "group": "extensions.gardener.cloud",
+        "scope": "Cluster",
+        "names": {"plural": "clusters", "singular": "cluster", "kind": "Cluster", "listKind": "ClusterList"},
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
+
+
+def cluster(name: str, *, hibernated: bool, last_operation: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "extensions.gardener.cloud/v1alpha1",
+        "kind": "Cluster",
+        "metadata": {"name": name},
+        "spec": {
+            "cloudProfile": {},
+            "seed": {},
+            "shoot": {
+                "spec": {"hibernation": {"enabled": hibernated}, "provider": {"workers": [{"name": "pool"}]}},
+                "status": {"lastOperation": last_operation},
+            },
+        },
+    }
+
+
+def test_gardener_clusters_hibernated_then_reconciled(shoot: Shoot) -> None:
+    from testenv.apply import RESOURCES
+
+    RESOURCES.setdefault("Cluster", ("clusters", False))
+    shoot.setup()
+    shoot.store_access(shoot.aggregator_access("agg-token"))
+    apply(shoot.seed_admin, [CLUSTER_CRD])
+    wait_for(lambda: _crd_established(shoot), 20, "the Cluster CRD")
+    apply(
+        shoot.seed_admin,
+        [
+            cluster(
+                shoot.namespace, hibernated=True, last_operation={"type": "Reconcile", "state": "Succeeded"}
+            )
+        ],
+    )
+    port = free_port()
+    agg = shoot.start_aggregator(**FILE_MODE, DWD_TARGETS="gardener", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    wait_for(lambda: up(port) and status(port)["skipped"].get(shoot.namespace) == "hibernated", 30, "skipped")
+    time.sleep(2)
+    assert status(port)["targets"] == []
+    assert "target_started" not in agg.names()
+
+    apply(
+        shoot.seed_admin,
+        [
+            cluster(
+                shoot.namespace, hibernated=False, last_operation={"type": "Create", "state": "Processing"}
+            )
+        ],
+    )
+    wait_for(
+        lambda: status(port)["skipped"].get(shoot.namespace) == "not yet reconciled",
+        20,
+        "waiting for reconcile",
+    )
+    assert status(port)["targets"] == []
+    apply(
+        shoot.seed_admin,
+        [cluster(shoot.namespace, hibernated=False, last_operation={"type": "Create", "state": "Succeeded"})],
+    )
+    wait_for(lambda: target(port, shoot.namespace).get("phase") == "healthy", 40, "a prober for the shoot")
+    assert agg.names().count("target_started") == 1
+
+
+def _crd_established(shoot: Shoot) -> bool:
+    crd = shoot.seed_admin.get(
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/clusters.extensions.gardener.cloud"
+    )
+    return any(
+        c["type"] == "Established" and c["status"] == "True"
+        for c in (crd.get("status") or {}).get("conditions") or []
+    )
+
+
+def test_rotated_kubeconfig_secret_keeps_working(shoot: Shoot, tmp_path: Path) -> None:
+    shoot.setup()
+    shoot.store_access(shoot.aggregator_access("token-a"))
+    port = free_port()
+    agg = shoot.start_aggregator(
+        **FILE_MODE, DWD_TARGETS=targets_file(tmp_path, shoot.namespace), DWD_METRICS_ADDR=f"127.0.0.1:{port}"
+    )
+    shoot.wait_leases_renewed()
+    wait_for(lambda: up(port) and target(port, shoot.namespace).get("phase") == "healthy", 30, "healthy")
+    shoot.store_access(shoot.aggregator_access("token-b"))
+    shoot.shoot_admin.request(
+        "DELETE", "/api/v1/namespaces/kube-system/secrets/token-a", {"gracePeriodSeconds": 0}
+    )
+    wait_for(lambda: "kubeconfig_rotated" in agg.names(), 30, "the new secret to be read")
+    time.sleep(11)  # past the API server's 10 s token cache: the old token is dead now
+    shoot.driver.alive -= {f"node-{i}" for i in range(7)}
+    wait_for(lambda: shoot.replicas() == DOWN, 40, "a scale-down with the rotated credentials")
+    assert target(port, shoot.namespace)["error"] == ""
+
+
+def _leader(aggs: list[Aggregator]) -> Aggregator | None:
+    for a in aggs:
+        changes = [e for e in a.events() if e["event"] == "leader_changed"]
+        if changes and changes[-1]["leader"]:
+            return a
+    return None
+
+
+def test_two_replicas_one_writer_and_takeover(shoot: Shoot) -> None:
+    shoot.setup()
+    election = {
+        "DWD_LEADER_ELECTION": "true",
+        "DWD_LEADER_ELECTION_NAMESPACE": shoot.namespace,
+        "DWD_LEADER_LEASE_DURATION": "4s",
+        "DWD_LEADER_RENEW_DEADLINE": "3s",
+        "DWD_LEADER_RETRY_PERIOD": "500ms",
+    }
+    a, b = shoot.start_aggregator(**election), shoot.start_aggregator(**election)
+    leader = wait_for(lambda: _leader([a, b]), 30, "a leader")
+    standby = b if leader is a else a
+    shoot.wait_leases_renewed()
+    time.sleep(3)
+    assert "lease_created" in leader.names()
+    assert "lease_created" not in standby.names()
+
+    shoot.driver.alive -= {f"node-{i}" for i in range(8)}
+    wait_for(
+        lambda: any(shoot.annotation(n, REPLICAS) for n in CONTROLLERS),
+        30,
+        "the scale-down to start",
+        every_s=0.02,
+    )
+    leader.kill()
+    killed_at = time.monotonic()
+    wait_for(lambda: shoot.replicas() == DOWN, 30, "the standby to finish the scale-down", every_s=0.1)
+    assert time.monotonic() - killed_at < 4 + 3 + 5  # lease duration, then a tick and the levels
+    assert {n: shoot.annotation(n, REPLICAS) for n in CONTROLLERS} == {
+        k: str(v) for k, v in CONTROLLERS.items()
+    }
+    assert any(e["event"] == "leader_changed" and e["leader"] for e in standby.events())
+
+    shoot.driver.alive |= {f"node-{i}" for i in range(8)}
+    wait_for(lambda: shoot.replicas() == CONTROLLERS, 30, "recovery by the new leader", every_s=0.1)
+    # The record goes only after each scale-up is done.
+    wait_for(lambda: all(shoot.annotation(n, MELTDOWN) is None for n in CONTROLLERS), 10, "the records removed")
+    assert not [e for e in leader.events() if e["event"] == "resource_scaled_up"]
+
+
+def test_dry_run_reports_and_scales_nothing(shoot: Shoot) -> None:
+    shoot.setup()
+    port = free_port()
+    agg = shoot.start_aggregator(DWD_DRY_RUN="true", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    shoot.wait_leases_renewed()
+    wait_for(lambda: up(port) and target(port, shoot.namespace).get("phase") == "healthy", 30, "healthy")
+    shoot.driver.alive -= {f"node-{i}" for i in range(7)}
+    wait_for(lambda: target(port, shoot.namespace).get("phase") == "scaled-down", 30, "the dry-run verdict")
+    m = metrics(port)
+    assert m[f'dwd_target_phase{{target="{shoot.namespace}",phase="scaled-down"}}'] == 1
+    assert m["dwd_dry_run"] == 1
+    assert status(port)["dry_run"] is True
+    dry = [e for e in agg.events() if e["event"] == "dry_run_scale"]
+    assert {e["resource"] for e in dry} == set(CONTROLLERS)
+    time.sleep(1)
+    assert shoot.replicas() == CONTROLLERS
+    assert all(shoot.annotation(n, REPLICAS) is None for n in CONTROLLERS)
+    assert not [e for e in shoot.events() if e["reason"] in ("ScaledDown", "ScaledUp")]
