@@ -6,9 +6,13 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: install testenv test unit integration e2e lint fmt bench demo clean
+.PHONY: deps install testenv test unit integration e2e lint fmt bench demo clean
 
 install: $(STAMP)
+
+# Debian packages the tests need (chromium for the status page); a no-op when present.
+deps:
+	bash scripts/deps.sh
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +22,13 @@ $(STAMP): pyproject.toml
 testenv: install
 	$(BIN)/python -m testenv build
 
-test: install testenv
+test: deps install testenv
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
-integration: install testenv
+integration: deps install testenv
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
 e2e: install testenv

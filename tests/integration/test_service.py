@@ -265,7 +265,9 @@ def test_two_replicas_one_writer_and_takeover(shoot: Shoot) -> None:
     shoot.driver.alive |= {f"node-{i}" for i in range(8)}
     wait_for(lambda: shoot.replicas() == CONTROLLERS, 30, "recovery by the new leader", every_s=0.1)
     # The record goes only after each scale-up is done.
-    wait_for(lambda: all(shoot.annotation(n, MELTDOWN) is None for n in CONTROLLERS), 10, "the records removed")
+    wait_for(
+        lambda: all(shoot.annotation(n, MELTDOWN) is None for n in CONTROLLERS), 10, "the records removed"
+    )
     assert not [e for e in leader.events() if e["event"] == "resource_scaled_up"]
 
 
@@ -287,3 +289,75 @@ def test_dry_run_reports_and_scales_nothing(shoot: Shoot) -> None:
     assert shoot.replicas() == CONTROLLERS
     assert all(shoot.annotation(n, REPLICAS) is None for n in CONTROLLERS)
     assert not [e for e in shoot.events() if e["reason"] in ("ScaledDown", "ScaledUp")]
+
+
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def test_status_page_in_chromium(shoot: Shoot, tmp_path: Path) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium is needed for this test: `make deps` (or apt-get install chromium)"
+    shoot.setup()
+    port = free_port()
+    shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    shoot.wait_leases_renewed()
+    wait_for(lambda: up(port) and target(port, shoot.namespace).get("phase") == "healthy", 30, "healthy")
+    shoot.driver.alive -= {"node-0", "node-1"}
+    time.sleep(4)  # two stale leases and a few minutes... of history, in seconds
+    url = f"http://127.0.0.1:{port}/"
+    base = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(
+        [*base, "--dump-dom", url], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert shoot.namespace in dom
+    assert ">healthy<" in dom
+    assert "node-0" in dom and "stale" in dom
+    shot = Path(os.environ.get("DWD_STATUS_SCREENSHOT", tmp_path / "status.png"))
+    subprocess.run(
+        [*base, f"--screenshot={shot}", "--window-size=1100,700", "--hide-scrollbars", url],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_status_cli(shoot: Shoot) -> None:
+    import subprocess
+    import sys
+
+    shoot.setup(nodes=3)
+    port = free_port()
+    shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    wait_for(lambda: up(port) and target(port, shoot.namespace).get("phase") == "healthy", 30, "healthy")
+    out = subprocess.run(
+        [sys.executable, "-m", "aggregator", "status", "--url", f"http://127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    header, row = out.splitlines()[1:3]
+    assert header.split() == ["TARGET", "STATE", "SINCE", "STALE", "FRACTION", "WHY"]
+    assert row.split()[:2] == [shoot.namespace, "healthy"]
+    assert "0/3" in row
+    bad = subprocess.run(
+        [sys.executable, "-m", "aggregator", "status", "--url", f"http://127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 1
+    assert "status: http://127.0.0.1:" in bad.stderr

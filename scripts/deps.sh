@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests need, only those missing (a warm machine does nothing).
+set -euo pipefail
+need=()
+command -v make >/dev/null || need+=(make)
+command -v ip >/dev/null || need+=(iproute2)
+command -v iptables >/dev/null || need+=(iptables)
+command -v pgrep >/dev/null || need+=(procps)
+command -v curl >/dev/null || need+=(curl)
+command -v unzip >/dev/null || need+=(unzip)
+command -v chromium >/dev/null || need+=(chromium)   # the status page test renders in it
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+((${#need[@]})) || exit 0
+if [ "$(id -u)" != 0 ]; then
+  echo "deps: missing Debian packages: ${need[*]} (run as root, or: sudo apt-get install ${need[*]})" >&2
+  exit 1
+fi
+echo "deps: installing Debian packages: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends "${need[@]}"
