@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="verb", required=True)
     b = sub.add_parser("build", help="build kube-apiserver and etcd into the cache (no-op when warm)")
     b.add_argument("--force", action="store_true")
-    sub.add_parser("path", help="print the cache directory of the pinned versions")
+    sub.add_parser("path", help="print where each pinned binary is cached")
     r = sub.add_parser("run", help="run COMMAND against a fresh control plane")
     r.add_argument("--san", action="append", default=[], help="extra name in the serving certificate")
     r.add_argument("command", nargs=argparse.REMAINDER)
@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         binaries.build(force=args.force)
         return 0
     if args.verb == "path":
-        print(binaries.cache_dir())
+        for c in binaries.COMPONENTS:
+            print(binaries.binary_path(c))
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from testenv import binaries
 from testenv.client import Client
 
 # kind -> (plural, namespaced); enough for this project's manifests.
@@ -63,4 +66,21 @@ def apply(
                 params={"fieldManager": manager, "force": "true"},
             )
         )
+        if client.warnings:
+            raise ApplyWarning(f"{doc['kind']}/{doc['metadata']['name']}: {client.warnings}")
     return out
+
+
+class ApplyWarning(Exception):
+    """The API server accepted an object but warned about it (unknown field, deprecation)."""
+
+
+def kustomize_build(directory: str | Path) -> list[dict[str, Any]]:
+    """Render a kustomization with the pinned kustomize from the Go module proxy."""
+    kustomize = binaries.find()["kustomize"]
+    out = subprocess.run(
+        [str(kustomize), "build", str(directory)], capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"kustomize build {directory} failed: {out.stderr.strip()}")
+    return load_docs(out.stdout)

@@ -52,7 +52,13 @@ KUBE_APISERVER = Component(
     "kube-apiserver", GO_DIR / "kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes"
 )
 ETCD = Component("etcd", GO_DIR / "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3")
-COMPONENTS = (KUBE_APISERVER, ETCD)
+KUSTOMIZE = Component(
+    "kustomize",
+    GO_DIR / "kustomize",
+    "sigs.k8s.io/kustomize/kustomize/v5",
+    "sigs.k8s.io/kustomize/kustomize/v5",
+)
+COMPONENTS = (KUBE_APISERVER, ETCD, KUSTOMIZE)
 
 
 def go_version() -> str:
@@ -68,28 +74,25 @@ def cache_root() -> Path:
     return Path(base) / "dwd-lease" / "testenv"
 
 
-def cache_dir() -> Path:
-    """The directory for this exact set of pins (versions, go.sum content, Go)."""
+def cache_dir(component: Component) -> Path:
+    """The directory for one component's exact pins (version, go.mod and go.sum content, Go)."""
     digest = hashlib.sha256()
-    for c in COMPONENTS:
-        digest.update((c.module_dir / "go.mod").read_bytes())
-        digest.update((c.module_dir / "go.sum").read_bytes())
+    digest.update((component.module_dir / "go.mod").read_bytes())
+    digest.update((component.module_dir / "go.sum").read_bytes())
     digest.update(go_version().encode())
-    key = f"k8s-{KUBE_APISERVER.version()}_etcd-{ETCD.version()}_{digest.hexdigest()[:12]}"
-    return cache_root() / key
+    return cache_root() / f"{component.name}-{component.version()}-{digest.hexdigest()[:12]}"
 
 
 def binary_path(component: Component) -> Path:
-    return cache_dir() / component.name
+    return cache_dir(component) / component.name
 
 
 def build(*, force: bool = False, log: TextIO = sys.stderr) -> dict[str, Path]:
     """Build any missing binary; returns the path of each."""
     out: dict[str, Path] = {}
-    target_dir = cache_dir()
-    target_dir.mkdir(parents=True, exist_ok=True)
     for c in COMPONENTS:
-        target = target_dir / c.name
+        target = binary_path(c)
+        target.parent.mkdir(parents=True, exist_ok=True)
         out[c.name] = target
         if target.exists() and not force:
             continue
@@ -118,7 +121,7 @@ def find() -> dict[str, Path]:
     missing = [name for name, path in found.items() if not path.exists()]
     if missing:
         raise FileNotFoundError(
-            f"testenv binaries {', '.join(missing)} not built in {cache_dir()}: run `make testenv`"
+            f"testenv binaries {', '.join(missing)} not built in {cache_root()}: run `make testenv`"
         )
     return found
 

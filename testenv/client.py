@@ -28,6 +28,8 @@ class Client:
         ctx = ssl.create_default_context(cafile=ca_file)
         if cert is not None:
             ctx.load_cert_chain(*cert)
+        self.warnings: list[str] = []
+        self.last_headers: httpx.Headers = httpx.Headers()
         self.http = httpx.Client(
             base_url=url, verify=ctx, headers=headers, timeout=timeout_s, trust_env=False
         )
@@ -53,6 +55,9 @@ class Client:
         content = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": content_type} if body is not None else {}
         response = self.http.request(method, path, content=content, headers=headers, params=params)
+        # API warnings (deprecations, unknown fields): a test can assert there were none.
+        self.warnings = response.headers.get_list("Warning")
+        self.last_headers = response.headers
         if response.status_code >= 300:
             raise api_error(response.status_code, response.content, response.headers)
         result: dict[str, Any] = response.json()

@@ -25,7 +25,7 @@ from testenv.standins import CONTROLLERS, DEPLOYMENTS, DeploymentController, Lea
 from tests.integration.agents import wait_for
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
-AGGREGATOR_RBAC = Path(__file__).resolve().parents[2] / "manifests" / "shoot-access" / "aggregator-rbac.yaml"
+AGGREGATOR_RBAC = Path(__file__).resolve().parents[2] / "manifests" / "shoot-access" / "rbac.yaml"
 
 # Fast but faithful: the same rules as the defaults, on a shorter clock.
 FAST_ENV = {

@@ -1,0 +1,77 @@
+"""Network namespaces for tests: a "node" with its own network stack, resolver and hosts file.
+
+Each namespace gets one veth pair to the host and no default route, so no
+packet can leave the machine. ``ip netns exec`` bind-mounts
+/etc/netns/NAME/{hosts,resolv.conf} over /etc, which is how a node resolves
+the KAPI's external name to the test load balancer. Needs root.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def available() -> str:
+    """ "" when network namespaces can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "network namespaces need root (CI runs as root)"
+    if shutil.which("ip") is None:
+        return "iproute2's `ip` is missing (make deps)"
+    return ""
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+class NetNs:
+    def __init__(self, hosts: dict[str, str] | None = None) -> None:
+        tag = f"{os.getpid() % 10000:04d}{random.randrange(1000):03d}"
+        self.name = f"dwd-{tag}"
+        self.host_if, self.ns_if = f"dwdh{tag}", f"dwdn{tag}"
+        subnet = random.randrange(0, 64) * 4
+        self.host_ip, self.ns_ip = f"10.213.{random.randrange(256)}.{subnet + 1}", ""
+        self.ns_ip = self.host_ip.rsplit(".", 1)[0] + f".{subnet + 2}"
+        self.etc = Path("/etc/netns") / self.name
+        self.hosts = hosts or {}
+
+    def create(self) -> NetNs:
+        _ip("netns", "add", self.name)
+        try:
+            _ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+            _ip("link", "set", self.ns_if, "netns", self.name)
+            _ip("addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
+            _ip("link", "set", self.host_if, "up")
+            _ip("netns", "exec", self.name, "ip", "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if)
+            _ip("netns", "exec", self.name, "ip", "link", "set", self.ns_if, "up")
+            _ip("netns", "exec", self.name, "ip", "link", "set", "lo", "up")
+            self.etc.mkdir(parents=True, exist_ok=True)
+            self.write_hosts(self.hosts)
+            # A resolver nobody answers on: any name not in hosts fails fast, in the namespace.
+            (self.etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        except BaseException:
+            self.delete()
+            raise
+        return self
+
+    def write_hosts(self, hosts: dict[str, str]) -> None:
+        self.hosts = dict(hosts)
+        lines = ["127.0.0.1 localhost"] + [f"{ip} {name}" for name, ip in hosts.items()]
+        (self.etc / "hosts").write_text("\n".join(lines) + "\n")
+
+    def argv(self, command: Sequence[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.name, *command]
+
+    def popen(self, command: Sequence[str], **kw: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.argv(command), **kw)
+
+    def delete(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True, check=False)
+        shutil.rmtree(self.etc, ignore_errors=True)

@@ -1,0 +1,293 @@
+"""The manifests, rendered by kustomize and applied to a real API server: least privilege, proven."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import Forbidden
+from core.lease import lease_path, leases_path
+from testenv import netns
+from testenv.apply import apply, kustomize_build
+from testenv.client import Client
+from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
+from testenv.pytest_plugin import EXTERNAL_NAMES
+from testenv.standins import wait_for
+from testenv.tcpproxy import TcpProxy
+
+pytestmark = pytest.mark.integration
+
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+NS = "dwd-node-lease"
+AGENT = "system:serviceaccount:dwd-node-lease:dwd-lease-agent"
+SEED_AGGREGATOR = "system:serviceaccount:garden:dwd-lease-aggregator"
+SHOOT_AGGREGATOR = "system:serviceaccount:kube-system:dwd-lease-aggregator"
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    """A control plane of its own: the admission policy must not leak into other tests."""
+    with ControlPlane(extra_sans=EXTERNAL_NAMES).running() as cp:
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def installed(plane: ControlPlane) -> dict[str, list[dict[str, Any]]]:
+    rendered = {
+        "shoot": kustomize_build(MANIFESTS / "shoot" / "overlays" / "example"),
+        "shoot-access": kustomize_build(MANIFESTS / "shoot-access"),
+        "seed": kustomize_build(MANIFESTS / "seed"),
+    }
+    with plane.admin_client() as admin:
+        ensure_namespace(admin, "garden")
+        ensure_namespace(admin, "kube-system")
+        for docs in rendered.values():
+            apply(admin, docs)  # raises ApplyWarning on any warning
+    return rendered
+
+
+def test_every_manifest_applies_without_warnings(installed: dict[str, list[dict[str, Any]]]) -> None:
+    kinds = {d["kind"] for docs in installed.values() for d in docs}
+    assert {
+        "Namespace",
+        "DaemonSet",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "FlowSchema",
+        "PriorityLevelConfiguration",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Service",
+    } <= kinds
+    ds = next(d for d in installed["shoot"] if d["kind"] == "DaemonSet")
+    spec = ds["spec"]["template"]["spec"]
+    assert (spec["hostNetwork"], spec["dnsPolicy"], spec["priorityClassName"]) == (
+        True,
+        "Default",
+        "system-node-critical",
+    )
+    container = spec["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+
+
+def _agent_client(plane: ControlPlane, node: str) -> Client:
+    with plane.admin_client() as admin:
+        ensure_node(admin, node)
+        admin.ensure(leases_path(NS), {"metadata": {"name": node}, "spec": {}})
+    return plane.token_client(plane.node_token(node))
+
+
+def test_agent_may_renew_only_its_own_lease(plane: ControlPlane, installed: object) -> None:
+    with _agent_client(plane, "node-a") as agent, plane.admin_client() as admin:
+        admin.ensure(leases_path(NS), {"metadata": {"name": "node-b"}, "spec": {}})
+        renewed = wait_for(
+            lambda: _try(
+                lambda: agent.merge_patch(lease_path(NS, "node-a"), {"spec": {"holderIdentity": "node-a"}})
+            ),
+            10,
+            "RBAC to allow the agent",
+        )
+        assert renewed["spec"]["holderIdentity"] == "node-a"
+        # The admission plugin loads new policies within about a second.
+        denied = wait_for(
+            lambda: _denial(
+                lambda: agent.merge_patch(lease_path(NS, "node-b"), {"spec": {"holderIdentity": "x"}})
+            ),
+            10,
+            "the admission policy to deny another node's lease",
+        )
+        assert "dwd-lease-agent on node node-a may only renew its own lease, not node-b" in denied
+        before = admin.get(lease_path(NS, "node-b"))["spec"].get("holderIdentity")
+        with pytest.raises(Forbidden):
+            agent.merge_patch(lease_path(NS, "node-b"), {"spec": {"holderIdentity": "node-a-again"}})
+        assert admin.get(lease_path(NS, "node-b"))["spec"].get("holderIdentity") == before
+        for forbidden in (
+            lambda: agent.create(leases_path(NS), {"metadata": {"name": "node-a2"}}),
+            lambda: agent.delete(lease_path(NS, "node-a")),
+            lambda: agent.get(leases_path(NS)),
+            lambda: agent.get("/api/v1/namespaces/dwd-node-lease/secrets"),
+            lambda: agent.get("/api/v1/nodes"),
+            lambda: agent.merge_patch(lease_path("kube-node-lease", "node-a"), {}),
+        ):
+            with pytest.raises(Forbidden) as e:
+                forbidden()
+            assert "is forbidden" in str(e.value)
+
+
+def _denial(call: Any) -> str:
+    """The message of a Forbidden answer, "" when the call was allowed."""
+    try:
+        call()
+    except Forbidden as e:
+        return str(e)
+    return ""
+
+
+def _try(call: Any) -> Any:
+    try:
+        return call()
+    except Forbidden:
+        return None
+
+
+def test_agent_requests_get_their_own_priority_level(plane: ControlPlane, installed: object) -> None:
+    with _agent_client(plane, "node-f") as agent, plane.admin_client() as admin:
+        schema = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/dwd-lease-agent")
+        level = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/dwd-lease-agent")
+        wait_for(lambda: _try(lambda: agent.merge_patch(lease_path(NS, "node-f"), {})), 10, "RBAC")
+        assert agent.last_headers["X-Kubernetes-PF-FlowSchema-UID"] == schema["metadata"]["uid"]
+        assert agent.last_headers["X-Kubernetes-PF-PriorityLevel-UID"] == level["metadata"]["uid"]
+
+
+def _can(admin: Client, user: str, check: tuple[str, ...]) -> bool:
+    verb, resource, namespace, name, sub = check
+    group, _, res = resource.rpartition("/") if "/" in resource else ("", "", resource)
+    attrs = {
+        "verb": verb,
+        "group": group,
+        "resource": res,
+        "namespace": namespace,
+        "name": name,
+        "subresource": sub,
+    }
+    review = admin.create(
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", "system:authenticated"],
+                "resourceAttributes": attrs,
+            },
+        },
+    )
+    return bool(review["status"].get("allowed"))
+
+
+SEED_MAY = [
+    ("get", "apps/deployments", "shoot--p--a", "kube-controller-manager", ""),
+    ("patch", "apps/deployments", "shoot--p--a", "machine-controller-manager", ""),
+    ("patch", "apps/deployments", "shoot--p--a", "cluster-autoscaler", "scale"),
+    ("get", "apps/deployments", "shoot--p--a", "kube-controller-manager", "scale"),
+    ("create", "events", "shoot--p--a", "", ""),
+    ("get", "secrets", "shoot--p--a", "shoot-access-dwd-lease-aggregator", ""),
+    ("list", "extensions.gardener.cloud/clusters", "", "", ""),
+    ("watch", "extensions.gardener.cloud/clusters", "", "", ""),
+    ("create", "coordination.k8s.io/leases", "garden", "", ""),
+    ("update", "coordination.k8s.io/leases", "garden", "dwd-lease-aggregator", ""),
+]
+SEED_MUST_NOT = [
+    ("delete", "apps/deployments", "shoot--p--a", "kube-controller-manager", ""),
+    ("create", "apps/deployments", "shoot--p--a", "", ""),
+    ("get", "secrets", "shoot--p--a", "ca", ""),
+    ("list", "secrets", "shoot--p--a", "", ""),
+    ("create", "pods", "shoot--p--a", "", ""),
+    ("patch", "apps/statefulsets", "shoot--p--a", "etcd-main", ""),
+    ("update", "extensions.gardener.cloud/clusters", "", "shoot--p--a", ""),
+    ("update", "coordination.k8s.io/leases", "garden", "gardenlet-leader-election", ""),
+    ("patch", "nodes", "", "n1", ""),
+]
+SHOOT_MAY = [
+    ("create", "coordination.k8s.io/leases", NS, "", ""),
+    ("patch", "coordination.k8s.io/leases", NS, "n1", ""),
+    ("delete", "coordination.k8s.io/leases", NS, "n1", ""),
+    ("watch", "coordination.k8s.io/leases", NS, "", ""),
+    ("list", "nodes", "", "", ""),
+    ("watch", "nodes", "", "", ""),
+]
+SHOOT_MUST_NOT = [
+    ("patch", "coordination.k8s.io/leases", "kube-node-lease", "n1", ""),
+    ("patch", "nodes", "", "n1", ""),
+    ("delete", "nodes", "", "n1", ""),
+    ("get", "secrets", "kube-system", "", ""),
+    ("create", "pods", "default", "", ""),
+]
+
+
+@pytest.mark.parametrize(
+    ("user", "may", "must_not"),
+    [
+        (SEED_AGGREGATOR, SEED_MAY, SEED_MUST_NOT),
+        (SHOOT_AGGREGATOR, SHOOT_MAY, SHOOT_MUST_NOT),
+    ],
+)
+def test_aggregator_rbac_is_exactly_enough(
+    plane: ControlPlane,
+    installed: object,
+    user: str,
+    may: list[tuple[str, ...]],
+    must_not: list[tuple[str, ...]],
+) -> None:
+    with plane.admin_client() as admin:
+        denied = [a for a in may if not _can(admin, user, a)]
+        allowed = [a for a in must_not if _can(admin, user, a)]
+    assert denied == [], f"{user} lacks what it needs"
+    assert allowed == [], f"{user} may do more than it needs"
+
+
+def test_agent_from_the_daemonset_environment_renews(
+    plane: ControlPlane, installed: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """The DaemonSet's own environment, in a network namespace where the external name resolves
+    to a load balancer in front of the API server."""
+    why = netns.available()
+    if why:
+        pytest.skip(why)
+    ds = next(d for d in installed["shoot"] if d["kind"] == "DaemonSet")
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    node = "node-ds"
+    client = _agent_client(plane, node)
+    client.close()
+    # What kubelet would put into the projected volume: the bound token and the CA.
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "token").write_text(plane.node_token(node))
+    (creds / "ca.crt").write_bytes(plane.ca_file.read_bytes())
+    env: dict[str, str] = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for var in container["env"]:
+        if "valueFrom" in var:
+            assert var["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+            env[var["name"]] = node
+        else:
+            env[var["name"]] = var["value"].replace(mounts["credentials"], str(creds))
+    url = env["DWD_APISERVER_URL"]
+    host = url.removeprefix("https://").split(":")[0]
+    assert host in EXTERNAL_NAMES
+    ns = netns.NetNs().create()
+    lb = None
+    agent = None
+    try:
+        ns.write_hosts({host: ns.host_ip})
+        kapi_port = int(plane.url.rsplit(":", 1)[1])
+        lb = TcpProxy(upstream=("127.0.0.1", kapi_port), listen=(ns.host_ip, 443)).open()
+        with open(tmp_path / "agent.log", "wb") as log:
+            agent = ns.popen([sys.executable, "-m", "agent"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        with plane.admin_client() as admin:
+            renewed = wait_for(
+                lambda: admin.get(lease_path(NS, node))["spec"].get("renewTime"),
+                20,
+                "a renewal from the namespace",
+            )
+            time.sleep(2.5)
+            assert admin.get(lease_path(NS, node))["spec"]["renewTime"] != renewed
+        assert lb.connections >= 1
+        assert b"lease_renewing" in (tmp_path / "agent.log").read_bytes()
+    finally:
+        if agent is not None:
+            agent.send_signal(signal.SIGTERM)
+            agent.wait(10)
+        if lb is not None:
+            lb.shutdown()
+        ns.delete()
