@@ -42,7 +42,8 @@ def test_cluster_skip_reason(c: dict[str, Any], why: str) -> None:
 async def test_file_source(tmp_path: Path) -> None:
     p = tmp_path / "targets.yaml"
     p.write_text(
-        "targets:\n  - namespace: a\n  - namespace: b\n    kubeconfigSecret: s\n  - namespace: c\n    kubeconfig: /k\n"
+        "targets:\n  - namespace: a\n  - namespace: b\n    kubeconfigSecret: s\n"
+        "  - namespace: c\n    kubeconfig: /k\n"
     )
     got = await FileSource(str(p), "default-secret").desired()
     assert got == {
