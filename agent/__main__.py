@@ -14,7 +14,6 @@ from agent.renewer import Renewer
 from agent.settings import Settings
 from core import logs
 from core.config import ConfigError
-from core.credentials import TokenFile
 from core.metrics import Registry, serve_metrics
 
 
@@ -24,13 +23,7 @@ async def run(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     registry = Registry()
-    client = LeaseClient(
-        settings.apiserver_url,
-        settings.lease_namespace,
-        settings.node_name,
-        TokenFile(settings.token_file),
-        settings.ca_file,
-    )
+    client = LeaseClient.for_settings(settings)
     renewer = Renewer(settings, client, registry)
     server = None
     if settings.metrics_addr is not None:

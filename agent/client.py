@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from agent.settings import Settings
 from core.credentials import TokenFile
 from core.errors import BadResponse, KubeError, TransportError, TransportKind, api_error
 from core.lease import lease_path
@@ -70,6 +71,16 @@ class LeaseClient:
         self._client: httpx.AsyncClient | None = None
         self._born = 0.0
         self.connections_opened = 0
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> LeaseClient:
+        return cls(
+            settings.apiserver_url,
+            settings.lease_namespace,
+            settings.node_name,
+            TokenFile(settings.token_file),
+            settings.ca_file,
+        )
 
     def _new_client(self) -> httpx.AsyncClient:
         self.connections_opened += 1

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 from core.config import EnvReader
 from core.credentials import DEFAULT_TOKEN_FILE
 from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label, is_dns_subdomain
-from core.logs import LEVELS, LogFormat
+from core.logs import LogFormat
 
 # An interval the aggregator hands out through the renew-interval annotation is
 # clamped to this range: a typo there must neither hammer KAPI nor silence a node.
@@ -61,8 +61,7 @@ class Settings:
         if ca_file and not os.access(ca_file, os.R_OK):
             r.problem("DWD_CA_FILE", f"{ca_file} is not a readable file")
         metrics = r.address("DWD_METRICS_ADDR")
-        log_format: LogFormat = r.choice("DWD_LOG_FORMAT", "auto", ("json", "console", "auto"))
-        log_level = r.choice("DWD_LOG_LEVEL", "info", LEVELS)
+        log_format, log_level = r.logging()
         r.finish()
         return cls(
             apiserver_url=url,

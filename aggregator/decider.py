@@ -54,13 +54,13 @@ class LeaseObs:
 
 @dataclass(frozen=True)
 class Params:
-    lease_duration_s: float = 8.0
-    node_grace_s: float = 60.0
-    failure_fraction: float = 0.6
-    recovery_fraction: float = 0.4
-    confirm_period_s: float = 4.0
-    recovery_period_s: float = 10.0
-    min_candidates: int = 2
+    lease_duration_s: float
+    node_grace_s: float
+    failure_fraction: float
+    recovery_fraction: float
+    confirm_period_s: float
+    recovery_period_s: float
+    min_candidates: int
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,14 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from core.credentials import TokenFile
-from core.errors import BadResponse, KubeError, TransportError, TransportKind, api_error
+from core.errors import (
+    BadResponse,
+    KubeError,
+    TransportError,
+    TransportKind,
+    api_error,
+    raise_for_watch_event,
+)
 
 IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 RETIRED_SESSION_S = 60.0
@@ -286,9 +293,7 @@ class KubeClient:
                     if not line.strip():
                         continue
                     event = json.loads(line)
-                    if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
-                        raise api_error(int(status.get("code") or 500), json.dumps(status))
+                    raise_for_watch_event(event)
                     yield event
         except _TRANSPORT_ERRORS as e:
             raise TransportError(classify(e), f"WATCH {path}: {e or type(e).__name__}") from e

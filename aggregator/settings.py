@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from aggregator.decider import Params
 from core.config import EnvReader
 from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label
-from core.logs import LEVELS, LogFormat
+from core.logs import LogFormat
 
 TargetsMode = Literal["env", "file", "gardener"]
 
@@ -54,6 +55,17 @@ class Settings:
     leader_retry_period_s: float = 2.0
     log_format: LogFormat = "auto"
     log_level: str = "info"
+
+    def decider_params(self) -> Params:
+        return Params(
+            lease_duration_s=self.lease_duration_s,
+            node_grace_s=self.node_grace_s,
+            failure_fraction=self.failure_fraction,
+            recovery_fraction=self.recovery_fraction,
+            confirm_period_s=self.confirm_period_s,
+            recovery_period_s=self.recovery_period_s,
+            min_candidates=self.min_candidates,
+        )
 
     @property
     def tick_s(self) -> float:
@@ -123,8 +135,7 @@ class Settings:
                 "DWD_LEADER_RENEW_DEADLINE",
                 "needs DWD_LEADER_LEASE_DURATION > DWD_LEADER_RENEW_DEADLINE > DWD_LEADER_RETRY_PERIOD",
             )
-        log_format: LogFormat = r.choice("DWD_LOG_FORMAT", "auto", ("json", "console", "auto"))
-        log_level = r.choice("DWD_LOG_LEVEL", "info", LEVELS)
+        log_format, log_level = r.logging()
         r.finish()
         return cls(
             shoot_kubeconfig=shoot_kubeconfig,

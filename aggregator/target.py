@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aggregator.decider import Action, Memory, Params, Phase, Verdict, decide
+from aggregator.decider import Action, Memory, Phase, Verdict, decide
 from aggregator.dependents import Dependent
 from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
 from aggregator.metrics import AggregatorMetrics
@@ -72,15 +72,7 @@ class Target:
         self.is_leader = is_leader
         self.clock = clock
         self.log = log.bind(target=name)
-        self.params = Params(
-            lease_duration_s=settings.lease_duration_s,
-            node_grace_s=settings.node_grace_s,
-            failure_fraction=settings.failure_fraction,
-            recovery_fraction=settings.recovery_fraction,
-            confirm_period_s=settings.confirm_period_s,
-            recovery_period_s=settings.recovery_period_s,
-            min_candidates=settings.min_candidates,
-        )
+        self.params = settings.decider_params()
         self.observed = Observed(clock=clock)
         self.nodes = Informer(
             shoot,

@@ -20,7 +20,6 @@ from agent.client import LeaseClient
 from agent.renewer import Renewer
 from agent.settings import Settings
 from core import logs
-from core.credentials import TokenFile
 
 
 def rss_mib() -> float:
@@ -35,13 +34,7 @@ def cpu_s() -> float:
 async def main(n: int) -> dict[str, float]:
     settings = Settings.from_env(os.environ)
     logs.configure(settings.log_format, settings.log_level)
-    client = LeaseClient(
-        settings.apiserver_url,
-        settings.lease_namespace,
-        settings.node_name,
-        TokenFile(settings.token_file),
-        settings.ca_file,
-    )
+    client = LeaseClient.for_settings(settings)
     renewer = Renewer(settings, client)
     await renewer.renew_once(time.monotonic() + 5)  # warm: connection, imports, first TLS handshake
     rss_start, cpu0, wall0 = rss_mib(), cpu_s(), time.perf_counter()

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from core.durations import format_duration, parse_duration
+from core.logs import LEVELS, LogFormat
 
 T = TypeVar("T", bound=str)
 
@@ -128,6 +129,11 @@ class EnvReader:
             self.problem(name, f"{text!r} is not host:port")
             return None
         return (host.strip("[]") or "0.0.0.0", int(port))
+
+    def logging(self) -> tuple[LogFormat, str]:
+        """DWD_LOG_FORMAT and DWD_LOG_LEVEL, the same on both sides."""
+        fmt: LogFormat = self.choice("DWD_LOG_FORMAT", "auto", ("json", "console", "auto"))
+        return fmt, self.choice("DWD_LOG_LEVEL", "info", LEVELS)
 
     def finish(self) -> None:
         if self.problems:

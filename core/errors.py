@@ -138,6 +138,16 @@ def api_error(status: int, body: bytes | str, headers: Mapping[str, str] | None 
     return _BY_STATUS.get(status, ApiError)(status, reason, message)
 
 
+def raise_for_watch_event(event: Mapping[str, object]) -> None:
+    """A watch that cannot be served (e.g. 410 Gone) still answers 200 and reports the
+    failure as an ERROR event carrying a Status: raise it as its ApiError."""
+    if event.get("type") != "ERROR":
+        return
+    status = event.get("object")
+    status = status if isinstance(status, dict) else {}
+    raise api_error(int(status.get("code") or 500), json.dumps(status))
+
+
 def _reason_phrase(status: int) -> str:
     try:
         return HTTPStatus(status).phrase.replace(" ", "")

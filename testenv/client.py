@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from core.errors import Conflict, api_error
+from core.errors import Conflict, api_error, raise_for_watch_event
 
 
 class Client:
@@ -96,9 +96,5 @@ class Client:
                 if not line:
                     continue
                 event = json.loads(line)
-                # A watch that cannot be served (e.g. 410 Gone) still answers 200 and
-                # reports the failure as an ERROR event carrying a Status.
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    raise api_error(int(status.get("code") or 500), json.dumps(status))
+                raise_for_watch_event(event)
                 yield event

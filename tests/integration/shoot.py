@@ -67,56 +67,6 @@ class Aggregator:
     popen: subprocess.Popen[bytes]
     log_path: Path
 
-    def aggregator_access(self, bound_to: str) -> dict[str, Any]:
-        """A token kubeconfig for the aggregator's service account, bound to Secret ``bound_to``
-        in the shoot: deleting that Secret revokes the token."""
-        apply(self.shoot_admin, load_docs(AGGREGATOR_RBAC.read_text()))
-        secret = self.shoot_admin.ensure(
-            "/api/v1/namespaces/kube-system/secrets", {"metadata": {"name": bound_to}}
-        )
-        token = self.shoot_admin.create(
-            "/api/v1/namespaces/kube-system/serviceaccounts/dwd-lease-aggregator/token",
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "expirationSeconds": 3600,
-                    "boundObjectRef": {
-                        "apiVersion": "v1",
-                        "kind": "Secret",
-                        "name": bound_to,
-                        "uid": secret["metadata"]["uid"],
-                    },
-                },
-            },
-        )["status"]["token"]
-        ca = base64.b64encode(self.shoot.ca_file.read_bytes()).decode()
-        return {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "shoot",
-            "clusters": [
-                {"name": "shoot", "cluster": {"server": self.shoot.url, "certificate-authority-data": ca}}
-            ],
-            "contexts": [{"name": "shoot", "context": {"cluster": "shoot", "user": "aggregator"}}],
-            "users": [{"name": "aggregator", "user": {"token": token}}],
-        }
-
-    def store_access(self, kubeconfig: dict[str, Any] | str, name: str = ACCESS_SECRET) -> None:
-        """The kubeconfig secret in the shoot's control-plane namespace of the seed."""
-        text = kubeconfig if isinstance(kubeconfig, str) else yaml.safe_dump(kubeconfig)
-        apply(
-            self.seed_admin,
-            [
-                {
-                    "apiVersion": "v1",
-                    "kind": "Secret",
-                    "metadata": {"name": name, "namespace": self.namespace},
-                    "data": {"kubeconfig": base64.b64encode(text.encode()).decode()},
-                }
-            ],
-        )
-
     def events(self) -> list[dict[str, Any]]:
         out = []
         for line in self.log_path.read_text(errors="replace").splitlines():
