@@ -21,7 +21,7 @@ import httpx
 
 from agent.settings import Settings
 from core.credentials import TokenFile
-from core.errors import BadResponse, KubeError, TransportError, TransportKind, api_error
+from core.errors import BadResponse, TransportError, TransportKind, api_error
 from core.lease import lease_path
 
 MAX_CONNECTION_AGE_S = 60.0
@@ -143,6 +143,3 @@ class LeaseClient:
             # A broken connection may fail to close; it is dropped either way.
             with contextlib.suppress(httpx.HTTPError, OSError, RuntimeError):
                 await client.aclose()
-
-
-__all__ = ["MAX_CONNECTION_AGE_S", "KubeError", "LeaseClient", "classify", "ssl_context"]

@@ -119,7 +119,7 @@ class Renewer:
                 self.settings.node_name,
                 now,
                 clear_released=self._clear_released,
-                last_outage=self._outage_so_far(now),
+                last_outage=self._outage_so_far(),
             )
             try:
                 lease = await self.client.patch(patch, timeout_s=self.attempt_timeout_s, fresh=fresh)
@@ -146,7 +146,7 @@ class Renewer:
             self._succeeded(lease)
             return self.interval_s
 
-    def _outage_so_far(self, now: datetime) -> Outage | None:
+    def _outage_so_far(self) -> Outage | None:
         if self._outage_start is None:
             return None
         start_wall, start_mono = self._outage_start
@@ -170,9 +170,8 @@ class Renewer:
         self.metrics.renewals.inc()
         self.last_success = self.clock()
         self._clear_released = False
-        if self._outage_start is not None:
-            outage = self._outage_so_far(self.wall())
-            assert outage is not None
+        outage = self._outage_so_far()
+        if outage is not None:
             self.log.info(
                 "renew_recovered", failure=outage.failure_class, outage_s=round(outage.duration_s, 3)
             )
