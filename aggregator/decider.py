@@ -15,7 +15,7 @@ Zero candidates: nothing can be judged, so make sure the controllers run (action
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -50,6 +50,10 @@ class LeaseObs:
     # Our own monotonic time when renew_time was last seen to change (or first seen).
     seen_renewed_mono: float
     released: bool = False
+    # When its renew-interval annotation was last seen to change: until the agent
+    # has renewed since, it may still be on its old, slower pace.
+    paced_since_mono: float = float("-inf")
+    interval: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,15 +90,25 @@ class Verdict:
 
 
 def candidates(
-    nodes: Mapping[str, NodeObs], leases: Mapping[str, LeaseObs], now: float, p: Params
+    nodes: Mapping[str, NodeObs],
+    leases: Mapping[str, LeaseObs],
+    now: float,
+    p: Params,
+    sample: Collection[str] | None = None,
 ) -> dict[str, LeaseObs]:
-    """The leases that count: of live, old-enough, not ignored nodes, renewed at least once, not released."""
+    """The leases that count: of live, old-enough, not ignored nodes (in the fast-renewing
+    sample, when there is one), renewed at least once and since their pace last changed,
+    not released."""
     out = {}
     for name, node in nodes.items():
         if node.deleting or node.ignored or node.unhealthy or now - node.created_mono < p.node_grace_s:
             continue
+        if sample is not None and name not in sample:
+            continue
         lease = leases.get(name)
         if lease is None or lease.renew_time is None or lease.released:
+            continue
+        if lease.seen_renewed_mono < lease.paced_since_mono:
             continue
         out[name] = lease
     return out
@@ -110,8 +124,10 @@ def decide(
     now: float,
     p: Params,
     memory: Memory,
+    *,
+    sample: Collection[str] | None = None,
 ) -> Verdict:
-    counted = candidates(nodes, leases, now, p)
+    counted = candidates(nodes, leases, now, p, sample)
     stale = tuple(sorted(n for n, lease in counted.items() if is_stale(lease, now, p)))
     n, s = len(counted), len(stale)
     fraction = s / n if n else 0.0

@@ -19,6 +19,16 @@ class AggregatorMetrics:
             "1 for the phase the target is in (starting, healthy, confirming, scaled-down, recovering).",
             ["target", "phase"],
         )
+        self.fast_nodes = r.gauge(
+            "dwd_target_fast_nodes",
+            "Nodes renewing at the fast interval (the sample when over budget).",
+            ["target"],
+        )
+        self.heartbeat_writes = r.gauge(
+            "dwd_target_heartbeat_writes_per_second",
+            "Lease writes per second the intervals handed out add up to.",
+            ["target"],
+        )
         self.synced = r.gauge(
             "dwd_target_synced", "1 when both watches have listed and are fresh.", ["target"]
         )
@@ -49,5 +59,13 @@ class AggregatorMetrics:
             self.phase.set(1.0 if p is phase else 0.0, target=target, phase=str(p))
 
     def forget(self, target: str) -> None:
-        for g in (self.candidates, self.stale, self.fraction, self.phase, self.synced):
+        for g in (
+            self.candidates,
+            self.stale,
+            self.fraction,
+            self.phase,
+            self.synced,
+            self.fast_nodes,
+            self.heartbeat_writes,
+        ):
             g.remove_matching(target=target)

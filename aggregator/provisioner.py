@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from aggregator.budget import Pacing
 from aggregator.kube import KubeClient
 from aggregator.watcher import Observed
 from core import logs
@@ -29,7 +30,7 @@ class Provisioner:
         namespace: str,
         *,
         lease_duration_s: float,
-        renew_interval: Callable[[str], float],
+        pacing: Callable[[], Pacing],
         writes_per_s: float = 50.0,
         target: str = "",
     ) -> None:
@@ -37,25 +38,26 @@ class Provisioner:
         self.observed = observed
         self.namespace = namespace
         self.lease_duration_s = lease_duration_s
-        self.renew_interval = renew_interval
+        self.pacing = pacing
         self.min_gap_s = 1.0 / writes_per_s
         self.log = log.bind(target=target)
         self.writes = 0
 
-    def desired(self, node: str) -> dict[str, Any]:
-        return {
-            "duration": max(1, round(self.lease_duration_s)),
-            "interval": format_duration(self.renew_interval(node)),
-        }
+    def desired(self, node: str, pacing: Pacing) -> dict[str, Any]:
+        # A slow node's lease says how long it may be quiet: four of its intervals.
+        fast = node in pacing.fast
+        duration = self.lease_duration_s if fast else 4 * pacing.slow_interval_s
+        return {"duration": max(1, round(duration)), "interval": format_duration(pacing.interval_s(node))}
 
     def plan(self) -> tuple[list[str], list[str], list[str]]:
         """(create, update, delete) lease names that bring the leases in line with the nodes."""
         nodes, leases = self.observed.node_uids, self.observed.lease_objects
+        pacing = self.pacing()
         create = sorted(n for n in nodes if n not in leases)
         delete = sorted(n for n in leases if n not in nodes)
         update = []
         for name in sorted(set(nodes) & set(leases)):
-            obj, want = leases[name], self.desired(name)
+            obj, want = leases[name], self.desired(name, pacing)
             have_duration = (obj.get("spec") or {}).get("leaseDurationSeconds")
             have_interval = ((obj.get("metadata") or {}).get("annotations") or {}).get(RENEW_INTERVAL)
             owners = [r.get("uid") for r in (obj.get("metadata") or {}).get("ownerReferences") or []]
@@ -96,7 +98,7 @@ class Provisioner:
         }
 
     async def _create(self, name: str) -> None:
-        want = self.desired(name)
+        want = self.desired(name, self.pacing())
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -114,7 +116,7 @@ class Provisioner:
             pass  # created meanwhile (by an earlier pass or a previous leader)
 
     async def _update(self, name: str) -> None:
-        want = self.desired(name)
+        want = self.desired(name, self.pacing())
         await self.shoot.merge_patch(
             lease_path(self.namespace, name),
             {

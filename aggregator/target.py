@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aggregator import budget
+from aggregator.budget import Pacing
 from aggregator.decider import Action, Memory, Phase, Verdict, decide
 from aggregator.dependents import Dependent
 from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
@@ -103,7 +105,7 @@ class Target:
             self.observed,
             settings.lease_namespace,
             lease_duration_s=settings.lease_duration_s,
-            renew_interval=lambda _node: settings.renew_interval_s,
+            pacing=self.pacing,
             target=name,
         )
         self.scaler = Scaler(seed, namespace, dependents, dry_run=settings.dry_run, target=name)
@@ -111,6 +113,8 @@ class Target:
         self.status = TargetStatus()
         self._converge = False
         self._was_leader = False
+        self._pacing: Pacing | None = None
+        self._pacing_for: frozenset[str] = frozenset()
         self.metrics = metrics or AggregatorMetrics()
         self.metrics.set_phase(name, Phase.STARTING)
         self.metrics.synced.set(0, target=name)
@@ -119,6 +123,24 @@ class Target:
 
     def _watch_restarted(self, resource: str, reason: str) -> None:
         self.metrics.watch_restarts.inc(target=self.name, resource=resource, reason=reason)
+
+    def pacing(self) -> Pacing:
+        """Who renews fast and who slowly, to keep heartbeats within DWD_WRITE_BUDGET."""
+        names = frozenset(self.observed.node_uids)
+        if self._pacing is None or self._pacing_for != names:
+            self._pacing = budget.plan(names, self.settings.renew_interval_s, self.settings.write_budget)
+            self._pacing_for = names
+            writes = self._pacing.writes_per_s(len(names))
+            self.metrics.fast_nodes.set(len(self._pacing.fast), target=self.name)
+            self.metrics.heartbeat_writes.set(writes, target=self.name)
+            if writes > self.settings.write_budget * 1.01:
+                self.log.warning(
+                    "write_budget_exceeded",
+                    planned=round(writes, 1),
+                    budget=self.settings.write_budget,
+                    why=f"a sample smaller than {budget.MIN_SAMPLE} nodes would make the verdict a guess",
+                )
+        return self._pacing
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:
@@ -179,7 +201,14 @@ class Target:
                 Memory(Phase.DOWN if protected else Phase.HEALTHY, now), f"resumed; protected: {protected}"
             )
             self._converge = bool(protected)
-        verdict = decide(self.observed.nodes, self.observed.leases, now, self.params, self.memory)
+        verdict = decide(
+            self.observed.nodes,
+            self.observed.leases,
+            now,
+            self.params,
+            self.memory,
+            sample=self.pacing().fast,
+        )
         self._record(verdict)
         if not leader:
             # A standby judges too (its status page and metrics stay true) but never acts.
@@ -217,7 +246,14 @@ class Target:
             await self.leases.list_now()
         except KubeError as e:
             return f"list_failed: {e}"
-        confirm = decide(self.observed.nodes, self.observed.leases, self.clock(), self.params, self.memory)
+        confirm = decide(
+            self.observed.nodes,
+            self.observed.leases,
+            self.clock(),
+            self.params,
+            self.memory,
+            sample=self.pacing().fast,
+        )
         if confirm.action is not Action.SCALE_DOWN:
             return f"list_disagrees: a fresh LIST shows {confirm.stale}/{confirm.candidates} stale"
         return ""
@@ -280,6 +316,8 @@ class Target:
             "error": s.error,
             "dry_run": self.settings.dry_run,
             "leader": self.is_leader(),
+            "fast_nodes": len(self.pacing().fast),
+            "heartbeat_writes_per_s": round(self.pacing().writes_per_s(len(self.observed.node_uids)), 2),
             "lease_ages": {k: round(v, 2) for k, v in sorted(self.observed.lease_ages().items())},
             "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],
         }

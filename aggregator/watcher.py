@@ -25,7 +25,7 @@ from aggregator.decider import LeaseObs, NodeObs
 from aggregator.kube import KubeClient
 from core import logs
 from core.errors import BadResponse, Gone, KubeError, TransportError
-from core.lease import IGNORE_NODE, RELEASED
+from core.lease import IGNORE_NODE, RELEASED, RENEW_INTERVAL
 
 log = logs.get("watcher")
 
@@ -208,14 +208,20 @@ class Observed:
         # First sight or a changed renewTime: renewed "now" as far as we can tell.
         # First sight is generous on purpose: a just-started aggregator must not
         # call a lease stale before it has watched it for a whole lease duration.
-        seen = (
-            self.clock() if previous is None or previous.renew_time != renew else previous.seen_renewed_mono
-        )
+        now = self.clock()
+        seen = now if previous is None or previous.renew_time != renew else previous.seen_renewed_mono
+        annotations = meta.get("annotations") or {}
+        interval = annotations.get(RENEW_INTERVAL)
+        paced = previous.paced_since_mono if previous is not None else now
+        if previous is not None and previous.interval != interval:
+            paced = now
         return LeaseObs(
             name=name,
             renew_time=renew,
             seen_renewed_mono=seen,
-            released=(meta.get("annotations") or {}).get(RELEASED) == "true",
+            released=annotations.get(RELEASED) == "true",
+            paced_since_mono=paced,
+            interval=interval,
         )
 
     def leases_listed(self, items: list[dict[str, Any]]) -> None:

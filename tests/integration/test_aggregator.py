@@ -162,3 +162,45 @@ def test_watch_gone_relists_without_a_wrong_verdict(shoot: Shoot) -> None:
     # And the watch works after the re-list: a real outage is still seen.
     shoot.driver.alive -= {f"node-{i}" for i in range(7)}
     wait_for(lambda: shoot.replicas() == DOWN, 30, "the scale-down after the re-list", every_s=0.1)
+
+
+def test_write_budget_paces_a_sample_and_judges_only_it(shoot: Shoot) -> None:
+    import httpx
+
+    from testenv.controlplane import free_port
+
+    shoot.setup(nodes=40)
+    port = free_port()
+    # 40 nodes at 500ms would be 80 writes/s; the budget allows 50.
+    agg = shoot.start_aggregator(DWD_WRITE_BUDGET="50", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    shoot.wait_leases_renewed()
+    wait_for(
+        lambda: (
+            sorted(
+                lease["metadata"]["annotations"]["dependency-watchdog.gardener.cloud/renew-interval"]
+                for lease in shoot.leases().values()
+            ).count("500ms")
+            == 24
+        ),
+        20,
+        "24 fast leases",
+    )
+    leases = shoot.leases()
+    fast = sorted(n for n, lease in leases.items() if lease["spec"]["leaseDurationSeconds"] == 2)
+    slow = sorted(n for n, lease in leases.items() if lease["spec"]["leaseDurationSeconds"] == 240)
+    assert (len(fast), len(slow)) == (24, 16)
+    assert {
+        leases[n]["metadata"]["annotations"]["dependency-watchdog.gardener.cloud/renew-interval"]
+        for n in slow
+    } == {"1m0s"}
+    time.sleep(3)
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", trust_env=False).text
+    assert f'dwd_target_heartbeat_writes_per_second{{target="{shoot.namespace}"}} 48.2' in text
+
+    # All slow nodes and 10 fast ones go quiet: 26/40 would be a quorum, 10/24 of the sample is not.
+    shoot.driver.alive -= {*slow, *fast[:10]}
+    time.sleep(5)
+    assert shoot.replicas() == CONTROLLERS
+    assert "target_scale_down" not in agg.names()
+    shoot.driver.alive -= set(fast[10:15])  # 15/24 of the sample
+    wait_for(lambda: shoot.replicas() == DOWN, 30, "the scale-down on the sample's verdict", every_s=0.1)

@@ -144,3 +144,18 @@ def test_reason_says_what_and_why() -> None:
     v = decide(nodes, leases, NOW, P, Memory(Phase.CONFIRMING, NOW - 5))
     assert v.reason == "7/10 stale (70%) for 5.0s: quorum lost"
     assert v.fraction == pytest.approx(0.7)
+
+
+def test_only_the_fast_sample_is_judged() -> None:
+    nodes, leases = cluster(10, 7)
+    v = decide(nodes, leases, NOW, P, healthy(), sample={"n5", "n6", "n7", "n8", "n9"})
+    assert (v.candidates, v.stale) == (5, 2)
+    assert decide(nodes, leases, NOW, P, healthy(), sample=None).candidates == 10
+
+
+def test_a_node_whose_pace_just_changed_counts_once_it_renewed_since() -> None:
+    nodes, leases = cluster(3, 0)
+    leases["n0"] = replace(leases["n0"], seen_renewed_mono=NOW - 30, paced_since_mono=NOW - 1)
+    assert "n0" not in candidates(nodes, leases, NOW, P)
+    leases["n0"] = replace(leases["n0"], seen_renewed_mono=NOW)
+    assert "n0" in candidates(nodes, leases, NOW, P)

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import pytest
+
+from aggregator.budget import MIN_SAMPLE, plan
+
+
+def nodes(n: int) -> list[str]:
+    return [f"shoot-worker-{i:05d}" for i in range(n)]
+
+
+def test_small_cluster_renews_fast_everywhere() -> None:
+    p = plan(nodes(200), fast_interval_s=2.0, budget_per_s=100)
+    assert len(p.fast) == 200
+    assert p.slow_interval_s == 2.0
+    assert p.writes_per_s(200) == pytest.approx(100)
+
+
+@pytest.mark.parametrize("n", [201, 1000, 5000, 20000])
+def test_large_clusters_stay_within_the_budget_with_a_fast_sample(n: int) -> None:
+    p = plan(nodes(n), fast_interval_s=2.0, budget_per_s=100)
+    assert p.writes_per_s(n) <= 100 + 1e-9
+    assert len(p.fast) >= MIN_SAMPLE
+    assert p.fast_interval_s == 2.0  # detection time does not grow with the cluster
+    assert p.slow_interval_s >= 60.0
+
+
+def test_5000_nodes() -> None:
+    p = plan(nodes(5000), fast_interval_s=2.0, budget_per_s=100)
+    assert (len(p.fast), p.slow_interval_s) == (102, 100.0)
+
+
+def test_sample_is_stable_and_moves_little() -> None:
+    a = plan(nodes(5000), 2.0, 100)
+    assert a == plan(list(reversed(nodes(5000))), 2.0, 100)
+    b = plan([*nodes(5000), "new-node"], 2.0, 100)
+    assert len(a.fast ^ b.fast) <= 2
+
+
+def test_a_tiny_budget_still_keeps_a_useful_sample() -> None:
+    p = plan(nodes(1000), fast_interval_s=2.0, budget_per_s=5)
+    assert len(p.fast) == MIN_SAMPLE
+    assert p.slow_interval_s == 300.0  # the longest interval an agent accepts
+    assert p.writes_per_s(1000) > 5  # a useful sample wins over the budget; the target warns
