@@ -59,12 +59,12 @@ async def run(settings: Settings) -> None:
         else None
     )
     is_leader = elector.is_leader if elector is not None else (lambda: True)
+    metrics.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
     fleet = Fleet(settings, seed, dependents, metrics, is_leader=is_leader)
     source = source_for(settings, seed)
     identity = elector.identity if elector is not None else os.uname().nodename
 
     def status() -> dict[str, Any]:
-        metrics.leader.set(1 if is_leader() else 0)
         return {
             "identity": identity,
             "leader": is_leader(),

@@ -91,6 +91,10 @@ class Gauge(_Metric):
     def set(self, value: float, **labels: str) -> None:
         self._values[self._key(labels)] = float(value)
 
+    def set_function(self, fn: Callable[[], float]) -> None:
+        """Read the value at scrape time (an unlabelled gauge)."""
+        self._fn = fn
+
     def samples(self) -> list[tuple[tuple[str, ...], float]]:
         if self._fn is not None:
             return [((), self._fn())]

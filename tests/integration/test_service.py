@@ -282,6 +282,7 @@ def test_dry_run_reports_and_scales_nothing(shoot: Shoot) -> None:
     m = metrics(port)
     assert m[f'dwd_target_phase{{target="{shoot.namespace}",phase="scaled-down"}}'] == 1
     assert m["dwd_dry_run"] == 1
+    assert m["dwd_leader"] == 1  # no election: the only replica leads
     assert status(port)["dry_run"] is True
     dry = [e for e in agg.events() if e["event"] == "dry_run_scale"]
     assert {e["resource"] for e in dry} == set(CONTROLLERS)

@@ -33,3 +33,13 @@ def test_remove_matching() -> None:
     g.set(1, target="b", node="1")
     g.remove_matching(target="a")
     assert [k for k, _ in g.samples()] == [("b", "1")]
+
+
+def test_gauge_function_is_read_at_scrape_time() -> None:
+    reg = Registry()
+    g = reg.gauge("leader", "L.")
+    state = {"v": 0.0}
+    g.set_function(lambda: state["v"])
+    assert "leader 0" in reg.render()
+    state["v"] = 1.0
+    assert "leader 1" in reg.render()
