@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from bench import agent_footprint, detection
+from bench import agent_footprint, aggregator_scale, detection
 
 if __name__ == "__main__":
     agent_footprint.run()
+    aggregator_scale.run()
     detection.run()
