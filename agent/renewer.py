@@ -75,7 +75,10 @@ class Renewer:
         self.last_success: float | None = None
         # A released flag left by a previous run is cleared by the first renewal.
         self._clear_released = True
-        self._outage_start: tuple[datetime, float] | None = None
+        # Wall and monotonic start of the current outage, and the class that began it:
+        # what broke first is the cause; later classes are often its echoes (a resolver
+        # slowed by the same fault times out).
+        self._outage_start: tuple[datetime, float, str] | None = None
         self._bad_interval = ""
         self.metrics = AgentMetrics(registry or Registry(), self._last_success_age)
         self.metrics.interval.set(self.interval_s)
@@ -149,8 +152,8 @@ class Renewer:
     def _outage_so_far(self) -> Outage | None:
         if self._outage_start is None:
             return None
-        start_wall, start_mono = self._outage_start
-        return Outage(start_wall, self.clock() - start_mono, self.failure_class)
+        start_wall, start_mono, first_class = self._outage_start
+        return Outage(start_wall, self.clock() - start_mono, first_class)
 
     def _enter(self, state: str, event: str, *, level: str = "info", **kw: Any) -> None:
         if state != self.state:
@@ -160,7 +163,7 @@ class Renewer:
     def _failed(self, e: KubeError) -> None:
         self.metrics.failures.inc(**{"class": e.failure_class})
         if self._outage_start is None:
-            self._outage_start = (self.wall(), self.clock())
+            self._outage_start = (self.wall(), self.clock(), e.failure_class)
         if self.state != "failing" or self.failure_class != e.failure_class:
             self.log.warning("renew_failing", failure=e.failure_class, error=str(e))
         self.failure_class = e.failure_class

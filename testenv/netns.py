@@ -31,7 +31,8 @@ def _ip(*args: str) -> None:
 
 
 class NetNs:
-    def __init__(self, hosts: dict[str, str] | None = None) -> None:
+    def __init__(self, hosts: dict[str, str] | None = None, *, resolver: bool = False) -> None:
+        """``resolver``: resolve names through a DNS server on the host side of the veth."""
         tag = f"{os.getpid() % 10000:04d}{random.randrange(1000):03d}"
         self.name = f"dwd-{tag}"
         self.host_if, self.ns_if = f"dwdh{tag}", f"dwdn{tag}"
@@ -40,6 +41,7 @@ class NetNs:
         self.ns_ip = self.host_ip.rsplit(".", 1)[0] + f".{subnet + 2}"
         self.etc = Path("/etc/netns") / self.name
         self.hosts = hosts or {}
+        self.resolver = resolver
 
     def create(self) -> NetNs:
         _ip("netns", "add", self.name)
@@ -53,8 +55,9 @@ class NetNs:
             _ip("netns", "exec", self.name, "ip", "link", "set", "lo", "up")
             self.etc.mkdir(parents=True, exist_ok=True)
             self.write_hosts(self.hosts)
-            # A resolver nobody answers on: any name not in hosts fails fast, in the namespace.
-            (self.etc / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+            # The test's DNS server on the host side, or nobody: a name not in hosts fails fast.
+            nameserver = self.host_ip if self.resolver else "127.0.0.1"
+            (self.etc / "resolv.conf").write_text(f"nameserver {nameserver}\noptions timeout:1 attempts:1\n")
         except BaseException:
             self.delete()
             raise

@@ -143,7 +143,7 @@ async def test_outage_logged_once_per_state_change_and_reported_after_recovery(
     assert [e.get("failure") for e in logs if e["event"] == "renew_failing"] == ["connect", "http-503"]
     recovering_patch = client.calls[-1][0]
     outage = Outage.from_annotation(recovering_patch["metadata"]["annotations"][LAST_OUTAGE])
-    assert outage.failure_class == "http-503"
+    assert outage.failure_class == "connect"  # what began the outage
     assert outage.start == T0 + timedelta(seconds=102)
     assert outage.duration_s == pytest.approx(6.5)
     # Reported once: the next renewal is plain again.

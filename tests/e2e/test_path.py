@@ -1,0 +1,110 @@
+"""Real agents in network namespaces: real DNS, a load balancer, and faults made by iptables,
+by stopping DNS and by tampering with its answers. Every failure gets its class; every outage
+is reported on the lease after recovery."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.lease import DEFAULT_LEASE_NAMESPACE, LAST_OUTAGE, Outage, lease_path, leases_path
+from testenv.controlplane import ControlPlane, ensure_node
+from testenv.standins import grant_agent_rbac, wait_for
+from tests.e2e.world import Node, World
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def world(control_plane: ControlPlane, tmp_path: Path) -> Iterator[World]:
+    with control_plane.admin_client() as admin:
+        grant_agent_rbac(admin)
+    w = World(control_plane, tmp_path)
+    try:
+        yield w
+    finally:
+        w.close()
+
+
+def renew_time(cp: ControlPlane, node: str) -> str | None:
+    with cp.admin_client() as admin:
+        value = admin.get(lease_path(DEFAULT_LEASE_NAMESPACE, node))["spec"].get("renewTime")
+        return None if value is None else str(value)
+
+
+def outage_then_recovery(world: World, node: Node, expected: str, fault: object, fix: object) -> Outage:
+    before = len(node.events())
+    fault()  # type: ignore[operator]
+    wait_for(
+        lambda: any(e["event"] == "renew_failing" for e in node.events()[before:]),
+        20,
+        f"a {expected} failure",
+    )
+    failing = next(e for e in node.events()[before:] if e["event"] == "renew_failing")
+    assert failing["failure"] == expected, failing
+    time.sleep(1.0)
+    fix()  # type: ignore[operator]
+    wait_for(lambda: any(e["event"] == "renew_recovered" for e in node.events()[before:]), 20, "recovery")
+    recovered = [e["event"] for e in node.events()[before:]]
+    assert recovered.count("renew_failing") <= 2, recovered  # once per state change, not per attempt
+    with world.cp.admin_client() as admin:
+        lease = admin.get(lease_path(DEFAULT_LEASE_NAMESPACE, node.name))
+    return Outage.from_annotation(lease["metadata"]["annotations"][LAST_OUTAGE])
+
+
+def cut_connections(node: Node) -> None:
+    """The load balancer drops every open connection (and keeps listening)."""
+    node.lb.close()
+    node.lb.open()
+
+
+def test_each_fault_on_the_path_is_classified(world: World) -> None:
+    cp = world.cp
+    node = world.add_node("e2e-faults")
+    world.start_dns()
+    with cp.admin_client() as admin:
+        ensure_node(admin, node.name)
+        admin.ensure(leases_path(DEFAULT_LEASE_NAMESPACE), {"metadata": {"name": node.name}, "spec": {}})
+    world.start_agent(node)
+    wait_for(lambda: renew_time(cp, node.name), 20, "renewals through DNS and the load balancer")
+    assert world.dns is not None and world.dns.queries >= 1
+    assert node.lb.connections >= 1
+
+    # Packets to the load balancer vanish.
+    o = outage_then_recovery(
+        world,
+        node,
+        "timeout",
+        lambda: node.iptables("-I", "-j", "DROP"),
+        lambda: node.iptables("-D", "-j", "DROP"),
+    )
+    assert o.failure_class == "timeout"
+
+    # The load balancer refuses.
+    reject = ("-j", "REJECT", "--reject-with", "tcp-reset")
+    o = outage_then_recovery(
+        world, node, "connect", lambda: node.iptables("-I", *reject), lambda: node.iptables("-D", *reject)
+    )
+    assert o.failure_class == "connect"
+
+    # DNS is down: a kept-alive connection does not care...
+    dns = world.dns
+    dns.stop()
+    first = renew_time(cp, node.name)
+    time.sleep(1.5)
+    assert renew_time(cp, node.name) != first
+    # ...until the connection is gone and a new one needs a lookup.
+    o = outage_then_recovery(world, node, "dns", lambda: cut_connections(node), dns.start)
+    assert o.failure_class == "dns"
+
+    # DNS answers with an impostor's address: its certificate is not signed by the shoot's CA.
+    def tamper() -> None:
+        world.tampered.add(node.name)
+        cut_connections(node)
+
+    o = outage_then_recovery(world, node, "tls", tamper, lambda: world.tampered.discard(node.name))
+    assert o.failure_class == "tls"
+    assert node.agent is not None and node.agent.poll() is None

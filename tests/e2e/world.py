@@ -1,0 +1,150 @@
+"""A node in its own network namespace, reaching KAPI the way a shoot node does: its own
+resolver (a real DNS server on the host side), the external name, a load balancer."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from testenv.controlplane import ControlPlane
+from testenv.dns import DnsServer
+from testenv.netns import NetNs, _ip
+from testenv.pki import CertificateAuthority
+from testenv.pytest_plugin import EXTERNAL_NAMES
+from testenv.tcpproxy import TcpProxy
+
+API = EXTERNAL_NAMES[0]
+
+
+class ImpostorTls:
+    """A TLS server with a certificate from a CA nobody trusts: where tampered DNS sends a node."""
+
+    def __init__(self, address: str, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        pair = CertificateAuthority(directory, "impostor").issue(
+            "impostor", API, dns_names=[API], server=True
+        )
+        self.ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.ctx.load_cert_chain(pair.cert, pair.key)
+        self.sock = socket.create_server((address, 443))
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = self.sock.accept()
+                with contextlib.suppress(OSError, ssl.SSLError):
+                    self.ctx.wrap_socket(conn, server_side=True).close()
+                conn.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@dataclass
+class Node:
+    name: str
+    ns: NetNs
+    lb: TcpProxy
+    impostor_ip: str
+    agent: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        assert self.log is not None
+        for line in self.log.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def iptables(self, action: str, *rule: str) -> None:
+        subprocess.run(
+            ["iptables", action, "INPUT", "-i", self.ns.host_if, "-p", "tcp", "--dport", "443", *rule],
+            check=True,
+            capture_output=True,
+        )
+
+
+@dataclass
+class World:
+    cp: ControlPlane
+    tmp: Path
+    nodes: dict[str, Node] = field(default_factory=dict)
+    tampered: set[str] = field(default_factory=set)
+    dns: DnsServer | None = None
+    impostors: list[ImpostorTls] = field(default_factory=list)
+
+    def resolve(self, name: str, address: str) -> str | None:
+        if name != API:
+            return None
+        node = next(n for n in self.nodes.values() if n.ns.host_ip == address)
+        return node.impostor_ip if node.name in self.tampered else address
+
+    def add_node(self, name: str) -> Node:
+        ns = NetNs(resolver=True).create()
+        impostor_ip = f"10.214.{random.randrange(256)}.{random.randrange(1, 255)}"
+        _ip("addr", "add", f"{impostor_ip}/32", "dev", ns.host_if)
+        _ip("netns", "exec", ns.name, "ip", "route", "add", f"{impostor_ip}/32", "via", ns.host_ip)
+        kapi_port = int(self.cp.url.rsplit(":", 1)[1])
+        lb = TcpProxy(upstream=("127.0.0.1", kapi_port), listen=(ns.host_ip, 443)).open()
+        self.impostors.append(ImpostorTls(impostor_ip, self.tmp / f"impostor-{name}"))
+        node = Node(name, ns, lb, impostor_ip)
+        self.nodes[name] = node
+        return node
+
+    def start_dns(self) -> None:
+        self.dns = DnsServer(self.resolve, [n.ns.host_ip for n in self.nodes.values()]).start()
+
+    def start_agent(self, node: Node, **env: str) -> None:
+        token = self.tmp / f"{node.name}.token"
+        token.write_text(self.cp.node_token(node.name))
+        node.log = self.tmp / f"agent-{node.name}.log"
+        full_env = {
+            "PATH": "/usr/bin:/bin",
+            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "DWD_APISERVER_URL": f"https://{API}",
+            "NODE_NAME": node.name,
+            "DWD_TOKEN_FILE": str(token),
+            "DWD_CA_FILE": str(self.cp.ca_file),
+            "DWD_RENEW_INTERVAL": "500ms",
+            "DWD_REQUEST_TIMEOUT": "200ms",
+            "DWD_LOG_FORMAT": "json",
+            **env,
+        }
+        with open(node.log, "wb") as log:
+            node.agent = node.ns.popen([sys.executable, "-m", "agent"], env=full_env, stdout=log, stderr=log)
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            if node.agent is not None and node.agent.poll() is None:
+                node.agent.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    node.agent.wait(5)
+                if node.agent.poll() is None:
+                    node.agent.kill()
+            # Rules may still be in place after a failed test.
+            for action in ("DROP", "REJECT"):
+                with contextlib.suppress(subprocess.CalledProcessError):
+                    while True:
+                        node.iptables(
+                            "-D",
+                            "-j",
+                            action,
+                            *(["--reject-with", "tcp-reset"] if action == "REJECT" else []),
+                        )
+            node.lb.shutdown()
+            node.ns.delete()
+        if self.dns is not None:
+            self.dns.stop()
+        for imp in self.impostors:
+            imp.close()
