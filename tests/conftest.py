@@ -1,11 +1,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from testenv.controlplane import ControlPlane
+
 pytest_plugins = ["testenv.pytest_plugin"]
+
+
+@pytest.fixture(scope="session")
+def seed_plane() -> Iterator[ControlPlane]:
+    """The seed: a second API server, so the shoot's can fail while the seed's keeps working."""
+    with ControlPlane().running() as cp:
+        yield cp
 
 
 @pytest.fixture(autouse=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, LAST_OUTAGE, Outage, lease_path, leases_path
 from testenv.controlplane import ControlPlane, ensure_node
 from testenv.standins import grant_agent_rbac, wait_for
@@ -31,7 +32,10 @@ def world(control_plane: ControlPlane, tmp_path: Path) -> Iterator[World]:
 
 def renew_time(cp: ControlPlane, node: str) -> str | None:
     with cp.admin_client() as admin:
-        value = admin.get(lease_path(DEFAULT_LEASE_NAMESPACE, node))["spec"].get("renewTime")
+        try:
+            value = admin.get(lease_path(DEFAULT_LEASE_NAMESPACE, node))["spec"].get("renewTime")
+        except NotFound:
+            return None  # not provisioned yet
         return None if value is None else str(value)
 
 
@@ -108,3 +112,38 @@ def test_each_fault_on_the_path_is_classified(world: World) -> None:
     o = outage_then_recovery(world, node, "tls", tamper, lambda: world.tampered.discard(node.name))
     assert o.failure_class == "tls"
     assert node.agent is not None and node.agent.poll() is None
+
+
+def test_a_broken_path_for_most_nodes_protects_the_shoot(seed_plane: ControlPlane, tmp_path: Path) -> None:
+    """The whole chain: agents in their namespaces, the aggregator on the internal address, the
+    controllers in the seed. The path breaks for 3 of 5 nodes (their packets to the load balancer
+    are dropped), KAPI itself stays up: the controllers go down, and come back when it heals."""
+    from testenv.pytest_plugin import EXTERNAL_NAMES
+    from tests.integration.shoot import CONTROLLERS, shoot_for
+
+    with shoot_for(seed_plane, "shoot--e2e--chain", tmp_path / "shoot", EXTERNAL_NAMES) as shoot:
+        (tmp_path / "shoot").mkdir(exist_ok=True)
+        shoot.setup(nodes=5)
+        shoot.driver.alive.clear()  # real agents renew here, not the driver
+        with shoot.shoot.admin_client() as admin:
+            grant_agent_rbac(admin)
+        world = World(shoot.shoot, tmp_path)
+        try:
+            nodes = [world.add_node(f"node-{i}") for i in range(5)]
+            world.start_dns()
+            for node in nodes:
+                world.start_agent(node)
+            agg = shoot.start_aggregator()
+            wait_for(lambda: all(renew_time(shoot.shoot, n.name) for n in nodes), 30, "every agent renewing")
+            time.sleep(3)
+            for node in nodes[:3]:
+                node.iptables("-I", "-j", "DROP")
+            wait_for(
+                lambda: shoot.replicas() == dict.fromkeys(CONTROLLERS, 0), 30, "the scale-down", every_s=0.1
+            )
+            assert "scale_down_blocked" not in agg.names()  # KAPI answered the internal probe
+            for node in nodes[:3]:
+                node.iptables("-D", "-j", "DROP")
+            wait_for(lambda: shoot.replicas() == CONTROLLERS, 30, "the controllers back", every_s=0.1)
+        finally:
+            world.close()

@@ -16,13 +16,6 @@ def agents(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Agents]:
         yield a
 
 
-@pytest.fixture(scope="session")
-def seed_plane() -> Iterator[ControlPlane]:
-    """The seed: a second API server, so the shoot's can fail while the seed's keeps working."""
-    with ControlPlane().running() as cp:
-        yield cp
-
-
 @pytest.fixture
 def shoot(seed_plane: ControlPlane, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Shoot]:
     namespace = "shoot--t--" + request.node.name.lower().replace("_", "-")[5:40].strip("-")

@@ -243,8 +243,10 @@ class Shoot:
 
 
 @contextlib.contextmanager
-def shoot_for(seed: ControlPlane, namespace: str, tmp: Path) -> Iterator[Shoot]:
-    with ControlPlane().running() as shoot_plane:
+def shoot_for(
+    seed: ControlPlane, namespace: str, tmp: Path, extra_sans: tuple[str, ...] = ()
+) -> Iterator[Shoot]:
+    with ControlPlane(extra_sans=extra_sans).running() as shoot_plane:
         s = Shoot(shoot_plane, seed, namespace, tmp)
         try:
             yield s
