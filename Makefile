@@ -31,7 +31,7 @@ unit: install
 integration: deps install testenv
 	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
-e2e: install testenv
+e2e: deps install testenv
 	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
 lint: install
