@@ -25,7 +25,14 @@ from typing import Any, TextIO
 
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, DeploymentController, deployment, grant_agent_rbac
+from testenv.standins import (
+    CONTROLLERS,
+    DEPLOYMENTS,
+    DeploymentController,
+    deployment,
+    grant_agent_rbac,
+    json_log,
+)
 from testenv.tcpproxy import TcpProxy
 
 NAMESPACE = "shoot--demo--local"
@@ -241,7 +248,10 @@ def run(
         )
         show("every node renews its lease through the load balancer")
         wait(
-            lambda: any(e.get("phase") == "healthy" for e in _events(log_path)), 60, "a healthy verdict", tick
+            lambda: any(e.get("phase") == "healthy" for e in json_log(log_path)),
+            60,
+            "a healthy verdict",
+            tick,
         )
         hold(2, tick)
 
@@ -284,12 +294,3 @@ def run(
             "cut_to_all_down_s": tl.since("cut", "all_down"),
             "heal_to_all_up_s": tl.since("heal", "all_up"),
         }
-
-
-def _events(path: Path) -> list[dict[str, Any]]:
-    out = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text(errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-    return out

@@ -6,10 +6,12 @@ Used by the integration tests, the demo and the benchmarks.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -140,3 +142,14 @@ def grant_agent_rbac(c: Client, namespace: str = DEFAULT_LEASE_NAMESPACE) -> Non
             "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA, "namespace": namespace}],
         },
     )
+
+
+def json_log(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a process's log (structlog's json format); other lines are skipped."""
+    out = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+    return out

@@ -4,7 +4,6 @@ resolver (a real DNS server on the host side), the external name, a load balance
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import socket
 import ssl
@@ -20,6 +19,7 @@ from testenv.dns import DnsServer
 from testenv.netns import NetNs, _ip
 from testenv.pki import CertificateAuthority
 from testenv.pytest_plugin import EXTERNAL_NAMES
+from testenv.standins import json_log
 from testenv.tcpproxy import TcpProxy
 
 API = EXTERNAL_NAMES[0]
@@ -60,12 +60,8 @@ class Node:
     log: Path | None = None
 
     def events(self) -> list[dict[str, Any]]:
-        out = []
         assert self.log is not None
-        for line in self.log.read_text(errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-        return out
+        return json_log(self.log)
 
     def iptables(self, action: str, *rule: str) -> None:
         subprocess.run(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, lease_path, leases_path
 from testenv.client import Client
 from testenv.controlplane import ControlPlane
-from testenv.standins import grant_agent_rbac, wait_for
+from testenv.standins import grant_agent_rbac, json_log, wait_for
 
 NS = DEFAULT_LEASE_NAMESPACE
 
@@ -29,11 +28,7 @@ class AgentProcess:
     log_path: Path
 
     def events(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                out.append(json.loads(line))
-        return out
+        return json_log(self.log_path)
 
     def event_names(self) -> list[str]:
         return [e["event"] for e in self.events()]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -21,7 +20,7 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.apply import apply, load_docs
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, DeploymentController, LeaseDriver, deployment
+from testenv.standins import CONTROLLERS, DEPLOYMENTS, DeploymentController, LeaseDriver, deployment, json_log
 from tests.integration.agents import wait_for
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
@@ -68,12 +67,7 @@ class Aggregator:
     log_path: Path
 
     def events(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                if line.startswith("{"):
-                    out.append(json.loads(line))
-        return out
+        return json_log(self.log_path)
 
     def names(self) -> list[str]:
         return [e["event"] for e in self.events()]
