@@ -169,8 +169,9 @@ class SecretKubeconfig:
 
 @dataclass
 class Running:
+    """One supervised target: what it was started for, and what it reports."""
+
     spec: TargetSpec
-    task: asyncio.Task[None]
     target: Target | None = None
     error: str = ""
 
@@ -193,6 +194,7 @@ class Fleet:
         self.metrics = metrics
         self.is_leader = is_leader
         self.running: dict[str, Running] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
         self.source_error = ""
         self.reconciled = asyncio.Event()
 
@@ -210,21 +212,21 @@ class Fleet:
                 self.reconciled.set()
                 await asyncio.sleep(SOURCE_POLL_S)
         finally:
-            for r in self.running.values():
-                r.task.cancel()
-            await asyncio.gather(*(r.task for r in self.running.values()), return_exceptions=True)
+            for task in self.tasks.values():
+                task.cancel()
+            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
 
     def _reconcile(self, desired: dict[str, TargetSpec]) -> None:
         for name in [n for n, r in self.running.items() if n not in desired or desired[n] != r.spec]:
             log.info("target_stopped", target=name)
-            self.running.pop(name).task.cancel()
+            self.running.pop(name)
+            self.tasks.pop(name).cancel()
             self.metrics.forget(name)
         for name, spec in desired.items():
             if name not in self.running:
                 log.info("target_started", target=name, namespace=spec.namespace)
-                running = Running(spec, asyncio.create_task(asyncio.sleep(0)))
-                running.task = asyncio.create_task(self._supervise(running), name=f"target/{name}")
-                self.running[name] = running
+                running = self.running[name] = Running(spec)
+                self.tasks[name] = asyncio.create_task(self._supervise(running), name=f"target/{name}")
 
     async def _supervise(self, running: Running) -> None:
         """Run one target forever; crashes are reported and retried with back-off, never spread."""
