@@ -53,8 +53,6 @@ class LeaderElector:
         self._observed: tuple[str, str] = ("", "")  # (holder, renewTime) last seen
         self._observed_at = float("-inf")
         self.holder = ""
-        self.changed = asyncio.Event()
-        self.transitions = 0
 
     def is_leader(self) -> bool:
         return self.clock() - self._renewed_at < self.renew_deadline_s
@@ -68,10 +66,8 @@ class LeaderElector:
                 log.warning("leader_election_failed", error=str(e), identity=self.identity)
             leader = self.is_leader()
             if leader != was_leader:
-                self.transitions += 1
                 log.info("leader_changed", leader=leader, identity=self.identity, holder=self.holder)
                 was_leader = leader
-                self.changed.set()
             await asyncio.sleep(self.retry_period_s)
 
     def _spec(self, now_wall: str, transitions: int, acquire: str) -> dict[str, Any]:

@@ -41,7 +41,6 @@ class Provisioner:
         self.pacing = pacing
         self.min_gap_s = 1.0 / writes_per_s
         self.log = log.bind(target=target)
-        self.writes = 0
 
     def desired(self, node: str, pacing: Pacing) -> dict[str, Any]:
         # A slow node's lease says how long it may be quiet: four of its intervals.
@@ -84,7 +83,6 @@ class Provisioner:
             await coro
         except KubeError as e:
             self.log.warning("lease_write_failed", error=str(e))
-        self.writes += 1
         await asyncio.sleep(self.min_gap_s)
 
     def _owner(self, name: str) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from aggregator.decider import LeaseObs, NodeObs
 from aggregator.kube import KubeClient
 from core import logs
 from core.errors import BadResponse, Gone, KubeError, TransportError
-from core.lease import IGNORE_NODE, RELEASED, RENEW_INTERVAL
+from core.lease import IGNORE_NODE, LeaseView
 
 log = logs.get("watcher")
 
@@ -60,7 +60,6 @@ class Informer:
         self.clock = clock
         self.synced = asyncio.Event()
         self.last_activity = float("-inf")
-        self.restarts = 0
         self.resource_version = ""
         self.last_error = ""
         self.log = log.bind(target=target, resource=name)
@@ -94,7 +93,6 @@ class Informer:
                 backoff_s = 0.5  # a watch that ran to its timeout is healthy: resume at once
                 self.last_error = ""
             except Gone:
-                self.restarts += 1
                 self.on_restart("gone")
                 self.log.info("watch_expired_relisting", resource_version=self.resource_version)
                 need_list = True
@@ -104,7 +102,6 @@ class Informer:
                 # Like client-go's reflector: resume the watch from the last
                 # resourceVersion (cheap, served from the watch cache); only a
                 # 410 or a failed list costs a re-list.
-                self.restarts += 1
                 self.on_restart(e.failure_class)
                 if str(e) != self.last_error:
                     self.log.warning("watch_failed", error=str(e), retry_in=round(backoff_s, 2))
@@ -199,19 +196,17 @@ class Observed:
 
     # -- leases
     def _lease(self, obj: dict[str, Any]) -> LeaseObs | None:
-        meta = obj.get("metadata") or {}
-        name = meta.get("name")
-        if not name:
+        try:
+            view = LeaseView.from_object(obj)
+        except ValueError:
             return None
-        renew = (obj.get("spec") or {}).get("renewTime")
+        name, renew, interval = view.name, view.renew_time, view.renew_interval
         previous = self.leases.get(name)
         # First sight or a changed renewTime: renewed "now" as far as we can tell.
         # First sight is generous on purpose: a just-started aggregator must not
         # call a lease stale before it has watched it for a whole lease duration.
         now = self.clock()
         seen = now if previous is None or previous.renew_time != renew else previous.seen_renewed_mono
-        annotations = meta.get("annotations") or {}
-        interval = annotations.get(RENEW_INTERVAL)
         paced = previous.paced_since_mono if previous is not None else now
         if previous is not None and previous.interval != interval:
             paced = now
@@ -219,7 +214,7 @@ class Observed:
             name=name,
             renew_time=renew,
             seen_renewed_mono=seen,
-            released=annotations.get(RELEASED) == "true",
+            released=view.released,
             paced_since_mono=paced,
             interval=interval,
         )
