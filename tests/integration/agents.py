@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,31 +16,9 @@ from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, lease_path, leases_path
 from testenv.client import Client
 from testenv.controlplane import ControlPlane
-from testenv.standins import grant_agent_rbac, json_log, wait_for
+from testenv.standins import LoggedProcess, grant_agent_rbac, wait_for
 
 NS = DEFAULT_LEASE_NAMESPACE
-
-
-@dataclass
-class AgentProcess:
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    def events(self) -> list[dict[str, Any]]:
-        return json_log(self.log_path)
-
-    def event_names(self) -> list[str]:
-        return [e["event"] for e in self.events()]
-
-    def terminate(self, timeout_s: float = 5) -> int:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-        return self.popen.wait(timeout_s)
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-            self.popen.wait()
 
 
 @dataclass
@@ -51,7 +28,7 @@ class Agents:
     cp: ControlPlane
     tmp: Path
     admin: Client
-    procs: list[AgentProcess] = field(default_factory=list)
+    procs: list[LoggedProcess] = field(default_factory=list)
 
     def token_file(self, node: str, pod: str = "") -> Path:
         path = self.tmp / f"{node}.token"
@@ -76,11 +53,11 @@ class Agents:
         }
         return {**base, **overrides}
 
-    def start(self, env: dict[str, str]) -> AgentProcess:
+    def start(self, env: dict[str, str]) -> LoggedProcess:
         log_path = self.tmp / f"agent-{env['NODE_NAME']}-{len(self.procs)}.log"
         with open(log_path, "wb") as log:
             popen = subprocess.Popen([sys.executable, "-m", "agent"], env=env, stdout=log, stderr=log)
-        proc = AgentProcess(popen, log_path)
+        proc = LoggedProcess(popen, log_path)
         self.procs.append(proc)
         return proc
 
@@ -123,4 +100,4 @@ def agents_for(cp: ControlPlane, tmp: Path) -> Iterator[Agents]:
             agents.close()
 
 
-__all__ = ["NS", "AgentProcess", "Agents", "agents_for", "wait_for"]
+__all__ = ["NS", "Agents", "LoggedProcess", "agents_for", "wait_for"]

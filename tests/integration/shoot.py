@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +19,14 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.apply import apply, load_docs
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, DeploymentController, LeaseDriver, deployment, json_log
+from testenv.standins import (
+    CONTROLLERS,
+    DEPLOYMENTS,
+    DeploymentController,
+    LeaseDriver,
+    LoggedProcess,
+    deployment,
+)
 from tests.integration.agents import wait_for
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
@@ -62,31 +68,6 @@ FAST_DEPENDENTS = {
 
 
 @dataclass
-class Aggregator:
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    def events(self) -> list[dict[str, Any]]:
-        return json_log(self.log_path)
-
-    def names(self) -> list[str]:
-        return [e["event"] for e in self.events()]
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGKILL)
-            self.popen.wait()
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-@dataclass
 class Shoot:
     """A fresh shoot control plane, a namespace in the shared seed, drivers and aggregators."""
 
@@ -98,7 +79,7 @@ class Shoot:
     seed_admin: Client = field(init=False)
     driver: LeaseDriver = field(init=False)
     controller: DeploymentController = field(init=False)
-    aggregators: list[Aggregator] = field(default_factory=list)
+    aggregators: list[LoggedProcess] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.shoot_admin = self.shoot.admin_client()
@@ -132,13 +113,13 @@ class Shoot:
             **overrides,
         }
 
-    def start_aggregator(self, **overrides: str) -> Aggregator:
+    def start_aggregator(self, **overrides: str) -> LoggedProcess:
         log_path = self.tmp / f"aggregator-{len(self.aggregators)}.log"
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "aggregator"], env=self.env(**overrides), stdout=log, stderr=log
             )
-        agg = Aggregator(popen, log_path)
+        agg = LoggedProcess(popen, log_path)
         self.aggregators.append(agg)
         return agg
 

@@ -41,11 +41,11 @@ def test_renews_at_the_configured_interval(agents: Agents) -> None:
 
 def test_waits_quietly_for_its_lease_then_renews_without_restart(agents: Agents) -> None:
     agent = agents.start(agents.env("late-1"))
-    wait_for(lambda: "lease_missing" in agent.event_names(), 10, "the agent to notice its lease is missing")
+    wait_for(lambda: "lease_missing" in agent.names(), 10, "the agent to notice its lease is missing")
     time.sleep(1.2)
     assert agents.lease("late-1") is None
-    assert agent.event_names().count("lease_missing") == 1  # once, not every 500ms
-    assert "renew_failing" not in agent.event_names()  # a missing lease is not an outage
+    assert agent.names().count("lease_missing") == 1  # once, not every 500ms
+    assert "renew_failing" not in agent.names()  # a missing lease is not an outage
     agents.create_lease("late-1")
     wait_for(lambda: renewed(agents, "late-1"), 5, "renewals once the lease exists")
     assert agent.popen.poll() is None
@@ -62,7 +62,7 @@ def test_sigterm_releases_the_lease_and_restart_clears_it(agents: Agents) -> Non
     lease = agents.lease("term-1")
     assert lease is not None
     assert lease["metadata"]["annotations"][RELEASED] == "true"
-    assert "lease_released" in agent.event_names()
+    assert "lease_released" in agent.names()
 
     agents.start(env)
     wait_for(
@@ -88,7 +88,7 @@ def test_rotated_token_is_picked_up(agents: Agents) -> None:
         wait_for(lambda: _rejected(old), 10, "the old token to be rejected")
     seen = agents.renew_times("rot-1", 2.0)
     assert len(seen) >= 3, seen
-    assert "renew_failing" not in agent.event_names()
+    assert "renew_failing" not in agent.names()
 
 
 def _rejected(client: Client) -> bool:
@@ -152,13 +152,13 @@ def test_outage_is_classified_logged_once_and_reported(agents: Agents) -> None:
         proxy.close()
         agents.create_lease("out-1")
         agent = agents.start(agents.env("out-1", DWD_APISERVER_URL=f"https://localhost:{port}"))
-        wait_for(lambda: "renew_failing" in agent.event_names(), 10, "the outage to be noticed")
+        wait_for(lambda: "renew_failing" in agent.names(), 10, "the outage to be noticed")
         time.sleep(2.0)  # four more failed renewals
         proxy.open()
         wait_for(lambda: renewed(agents, "out-1"), 10, "recovery")
     finally:
         proxy.shutdown()
-    names = agent.event_names()
+    names = agent.names()
     assert names.count("renew_failing") == 1
     assert names.count("renew_recovered") == 1
     failing = next(e for e in agent.events() if e["event"] == "renew_failing")

@@ -13,8 +13,9 @@ import yaml
 from aggregator.scaler import MELTDOWN, REPLICAS
 from testenv.apply import apply
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port
+from testenv.standins import LoggedProcess
 from tests.integration.agents import wait_for
-from tests.integration.shoot import CONTROLLERS, Aggregator, Shoot, shoot_for
+from tests.integration.shoot import CONTROLLERS, Shoot, shoot_for
 
 pytestmark = pytest.mark.integration
 
@@ -221,7 +222,7 @@ def test_rotated_kubeconfig_secret_keeps_working(shoot: Shoot, tmp_path: Path) -
     assert target(port, shoot.namespace)["error"] == ""
 
 
-def _leader(aggs: list[Aggregator]) -> Aggregator | None:
+def _leader(aggs: list[LoggedProcess]) -> LoggedProcess | None:
     for a in aggs:
         changes = [e for e in a.events() if e["event"] == "leader_changed"]
         if changes and changes[-1]["leader"]:
