@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import sys
@@ -59,8 +60,9 @@ async def run(settings: Settings) -> None:
         else None
     )
     is_leader = elector.is_leader if elector is not None else (lambda: True)
+    term_end = elector.term_end if elector is not None else (lambda: math.inf)
     metrics.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
-    fleet = Fleet(settings, seed, dependents, metrics, is_leader=is_leader)
+    fleet = Fleet(settings, seed, dependents, metrics, is_leader=is_leader, term_end=term_end)
     source = source_for(settings, seed)
     identity = elector.identity if elector is not None else os.uname().nodename
 

@@ -18,10 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 MIN_SAMPLE = 20
-# A slow node still renews at least this often: its lease must show it is alive.
-MIN_SLOW_INTERVAL_S = 60.0
-# The agent clamps any interval it is handed to at most this (agent/settings.py).
-MAX_SLOW_INTERVAL_S = 300.0
+# The slow intervals handed out: at least a minute (a slow lease must still show the
+# node is alive), at most the 5 minutes the agent accepts (agent/settings.py).
+SLOW_INTERVALS_S = (60.0, 120.0, 300.0)
 
 
 @dataclass(frozen=True)
@@ -47,8 +46,9 @@ def plan(nodes: Iterable[str], fast_interval_s: float, budget_per_s: float) -> P
     n = len(names)
     if n <= budget_per_s * fast_interval_s:
         return Pacing(frozenset(names), fast_interval_s, fast_interval_s)
-    # Slow nodes take at most half the budget, the sample gets the rest.
-    slow_s = min(MAX_SLOW_INTERVAL_S, max(MIN_SLOW_INTERVAL_S, 2 * n / budget_per_s))
+    # Slow nodes take at most half the budget (the longest interval when even that is
+    # not enough), the sample gets the rest.
+    slow_s = next((s for s in SLOW_INTERVALS_S if n / s <= budget_per_s / 2), SLOW_INTERVALS_S[-1])
     k = int((budget_per_s - n / slow_s) / (1 / fast_interval_s - 1 / slow_s))
     k = max(min(n, MIN_SAMPLE), min(k, n))
     return Pacing(frozenset(names[:k]), fast_interval_s, slow_s)

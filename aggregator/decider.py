@@ -1,22 +1,31 @@
-"""The decision: a pure function of what was observed and ``now`` (monotonic seconds).
+"""The decision: a pure function of what was observed, what the aggregator could see, and ``now``.
 
-No I/O and no clock reads, so every rule is testable to the millisecond.
+No I/O and no clock reads, so every rule is testable to the millisecond. The
+phase alone says what the dependents should be (``Verdict.desired``); an
+actuator converges the seed towards that, so the phase never waits for, nor
+depends on, a scale having worked.
 
-Phases:
-  healthy     -> confirming  when stale/candidates >= failure fraction
-  confirming  -> down        after confirm period still at or above it  (action: scale_down)
-  confirming  -> healthy     when it drops below
-  down        -> recovering  when stale/candidates < recovery fraction
-  recovering  -> down        when it rises to the recovery fraction again
-  recovering  -> healthy     after recovery period still below it       (action: scale_up)
-Fewer than min_candidates (but some): hold the phase, do nothing.
-Zero candidates: nothing can be judged, so make sure the controllers run (action: scale_up).
+Phases (see docs/design.md, "The decision"):
+  starting    -> healthy | scaled-down   from the record in the annotations, once read
+  healthy     -> confirming   stale/candidates >= failure fraction
+  confirming  -> scaled-down  still there after the confirm period (the interlocks must agree)
+  confirming  -> healthy      below it again, no verdict, or the view is not trusted
+  scaled-down -> recovering   below the recovery fraction, or no verdict is possible
+  recovering  -> scaled-down  at the recovery fraction again
+  recovering  -> healthy      after the recovery period
+  scaled-down -> healthy      nothing could be seen for the blind limit
+
+"No verdict" (fewer than min candidates) never holds the controllers at 0: it
+counts towards recovery. A view the aggregator cannot trust (its watches are
+not current, KAPI did not answer, its own process stalled) is not staleness of
+the leases: nothing is judged until the view has been fresh for a whole lease
+duration, exactly as after a start.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 
@@ -28,10 +37,11 @@ class Phase(StrEnum):
     RECOVERING = "recovering"
 
 
-class Action(StrEnum):
-    NONE = "none"
-    SCALE_DOWN = "scale_down"
-    SCALE_UP = "scale_up"
+class Desired(StrEnum):
+    """What the dependents should be: the actuator's goal."""
+
+    RUNNING = "running"
+    SCALED_DOWN = "scaled-down"
 
 
 @dataclass(frozen=True)
@@ -50,10 +60,11 @@ class LeaseObs:
     # Our own monotonic time when renew_time was last seen to change (or first seen).
     seen_renewed_mono: float
     released: bool = False
-    # When its renew-interval annotation was last seen to change: until the agent
-    # has renewed since, it may still be on its old, slower pace.
+    # The interval its annotation asks for (None: none, or unreadable), and when the
+    # aggregator first saw that interval there. A renewal seen after that moment is
+    # one made at that pace: the agent adopts the interval from its PATCH response.
+    interval_s: float | None = None
     paced_since_mono: float = float("-inf")
-    interval: str | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,8 @@ class Params:
     confirm_period_s: float
     recovery_period_s: float
     min_candidates: int
+    fast_interval_s: float = 2.0
+    blind_limit_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -73,20 +86,36 @@ class Memory:
 
     phase: Phase
     since: float
+    # Scaled down and unable to see anything since then (None: can see).
+    blind_since: float | None = None
 
 
 @dataclass(frozen=True)
 class Verdict:
-    action: Action
     memory: Memory
     candidates: int
     stale: int
     reason: str
-    stale_nodes: tuple[str, ...] = field(default=())
+    # A quorum was judged this tick (False: starting, blind, or too few candidates).
+    judged: bool = False
+    # This tick enters scaled-down: the interlocks run first and may refuse (``blocked``).
+    scale_down: bool = False
 
     @property
     def fraction(self) -> float:
         return self.stale / self.candidates if self.candidates else 0.0
+
+    @property
+    def desired(self) -> Desired | None:
+        return desired_for(self.memory.phase)
+
+
+def desired_for(phase: Phase) -> Desired | None:
+    if phase is Phase.STARTING:
+        return None  # not known until the record in the annotations has been read
+    if phase in (Phase.DOWN, Phase.RECOVERING):
+        return Desired.SCALED_DOWN
+    return Desired.RUNNING
 
 
 def candidates(
@@ -97,8 +126,8 @@ def candidates(
     sample: Collection[str] | None = None,
 ) -> dict[str, LeaseObs]:
     """The leases that count: of live, old-enough, not ignored nodes (in the fast-renewing
-    sample, when there is one), renewed at least once and since their pace last changed,
-    not released."""
+    sample, when there is one), not released, asked to renew at the fast interval and seen
+    renewed since they were asked."""
     out = {}
     for name, node in nodes.items():
         if node.deleting or node.ignored or node.unhealthy or now - node.created_mono < p.node_grace_s:
@@ -108,7 +137,9 @@ def candidates(
         lease = leases.get(name)
         if lease is None or lease.renew_time is None or lease.released:
             continue
-        if lease.seen_renewed_mono < lease.paced_since_mono:
+        if lease.interval_s is None or lease.interval_s > p.fast_interval_s:
+            continue
+        if lease.seen_renewed_mono <= lease.paced_since_mono:
             continue
         out[name] = lease
     return out
@@ -125,53 +156,108 @@ def decide(
     p: Params,
     memory: Memory,
     *,
+    view_since: float | None,
+    records: bool | None = None,
     sample: Collection[str] | None = None,
 ) -> Verdict:
+    """One tick.
+
+    ``view_since``: since when the aggregator's view of the shoot has been fresh without a
+    gap (None: it is not fresh now). ``records``: whether a dependent carries the record of
+    a scale-down (read while starting; None: not read yet).
+    """
+
+    def to(phase: Phase, reason: str, *, n: int = 0, s: int = 0, judged: bool = False) -> Verdict:
+        mem = Memory(phase, memory.since if phase is memory.phase else now)
+        return Verdict(mem, n, s, reason, judged=judged)
+
     counted = candidates(nodes, leases, now, p, sample)
-    stale = tuple(sorted(n for n, lease in counted.items() if is_stale(lease, now, p)))
-    n, s = len(counted), len(stale)
-    fraction = s / n if n else 0.0
-
-    def verdict(action: Action, phase: Phase, reason: str) -> Verdict:
-        mem = memory if phase == memory.phase else Memory(phase, now)
-        return Verdict(action, mem, n, s, reason, stale)
-
+    n = len(counted)
+    s = sum(1 for lease in counted.values() if is_stale(lease, now, p))
     phase = memory.phase
     if phase is Phase.STARTING:
-        return verdict(Action.NONE, phase, "starting: waiting one lease duration before judging")
-    if n == 0:
-        if phase in (Phase.DOWN, Phase.RECOVERING):
-            return verdict(
-                Action.SCALE_UP, Phase.HEALTHY, "no candidates: nothing to judge, controllers must run"
-            )
-        return verdict(Action.NONE, Phase.HEALTHY, "no candidates")
-    if n < p.min_candidates:
-        return Verdict(
-            Action.NONE, memory, n, s, f"{n} candidate(s), fewer than {p.min_candidates}: no verdict", stale
+        # The record is the state a start continues from; the view rule below still
+        # keeps any verdict back until the view has been fresh for a lease duration.
+        if records is None:
+            return to(Phase.STARTING, "starting: reading the scale-down record", n=n, s=s)
+        if not records:
+            memory, phase = Memory(Phase.HEALTHY, now), Phase.HEALTHY
+        else:
+            memory, phase = Memory(Phase.DOWN, now), Phase.DOWN
+    view_ready = view_since is not None and now - view_since >= p.lease_duration_s
+    if not view_ready:
+        why = (
+            "the view of the shoot is not current"
+            if view_since is None
+            else f"view fresh for {now - view_since:.1f}s, judging after {p.lease_duration_s:g}s"
         )
+        return replace(_blind(memory, now, p, why), candidates=n, stale=s)
 
+    if n < p.min_candidates:
+        why = f"no verdict: {n} candidate(s), fewer than {p.min_candidates}"
+        if phase in (Phase.HEALTHY, Phase.CONFIRMING):
+            return to(Phase.HEALTHY, why, n=n, s=s)
+        # Holding the controllers at 0 on no evidence is never the default.
+        return _recover(memory, now, p, why, n=n, s=s, judged=False)
+
+    fraction = s / n
+    ratio = f"{s}/{n} stale ({fraction:.0%})"
     at_failure = fraction >= p.failure_fraction
     below_recovery = fraction < p.recovery_fraction
-    ratio = f"{s}/{n} stale ({fraction:.0%})"
     if phase is Phase.HEALTHY:
         if at_failure:
-            return verdict(Action.NONE, Phase.CONFIRMING, f"{ratio} >= {p.failure_fraction:.0%}: confirming")
-        return verdict(Action.NONE, Phase.HEALTHY, ratio)
+            return to(
+                Phase.CONFIRMING, f"{ratio} >= {p.failure_fraction:.0%}: confirming", n=n, s=s, judged=True
+            )
+        return to(Phase.HEALTHY, ratio, n=n, s=s, judged=True)
     if phase is Phase.CONFIRMING:
         if not at_failure:
-            return verdict(Action.NONE, Phase.HEALTHY, f"{ratio}: below the failure fraction again")
+            return to(Phase.HEALTHY, f"{ratio}: below the failure fraction again", n=n, s=s, judged=True)
         if now - memory.since >= p.confirm_period_s:
-            return verdict(
-                Action.SCALE_DOWN, Phase.DOWN, f"{ratio} for {now - memory.since:.1f}s: quorum lost"
-            )
-        return verdict(Action.NONE, Phase.CONFIRMING, f"{ratio}: confirming")
-    if phase is Phase.DOWN:
-        if below_recovery:
-            return verdict(Action.NONE, Phase.RECOVERING, f"{ratio} < {p.recovery_fraction:.0%}: recovering")
-        return verdict(Action.NONE, Phase.DOWN, ratio)
-    # RECOVERING
-    if not below_recovery:
-        return verdict(Action.NONE, Phase.DOWN, f"{ratio}: at the recovery fraction again")
+            v = to(Phase.DOWN, f"{ratio} for {now - memory.since:.1f}s: quorum lost", n=n, s=s, judged=True)
+            return replace(v, scale_down=True)
+        return to(Phase.CONFIRMING, f"{ratio}: confirming", n=n, s=s, judged=True)
+    if below_recovery:
+        return _recover(memory, now, p, f"{ratio} < {p.recovery_fraction:.0%}", n=n, s=s, judged=True)
+    return to(Phase.DOWN, ratio, n=n, s=s, judged=True)
+
+
+def _blind(memory: Memory, now: float, p: Params, why: str) -> Verdict:
+    """Nothing can be judged: confirmation starts again; scaled down stays so, for a while."""
+    phase = memory.phase
+    if phase in (Phase.HEALTHY, Phase.CONFIRMING):
+        mem = memory if phase is Phase.HEALTHY else Memory(Phase.HEALTHY, now)
+        return Verdict(mem, 0, 0, f"not judging: {why}")
+    blind_since = now if memory.blind_since is None else memory.blind_since
+    if now - blind_since >= p.blind_limit_s:
+        return Verdict(
+            Memory(Phase.HEALTHY, now),
+            0,
+            0,
+            f"nothing seen for {now - blind_since:.0f}s while scaled down ({why}): restoring",
+        )
+    mem = memory if phase is Phase.DOWN else Memory(Phase.DOWN, now)
+    return Verdict(replace(mem, blind_since=blind_since), 0, 0, f"holding: {why}")
+
+
+def _recover(memory: Memory, now: float, p: Params, why: str, *, n: int, s: int, judged: bool) -> Verdict:
+    if memory.phase is not Phase.RECOVERING:
+        return Verdict(Memory(Phase.RECOVERING, now), n, s, f"{why}: recovering", judged=judged)
     if now - memory.since >= p.recovery_period_s:
-        return verdict(Action.SCALE_UP, Phase.HEALTHY, f"{ratio} for {now - memory.since:.1f}s: recovered")
-    return verdict(Action.NONE, Phase.RECOVERING, f"{ratio}: recovering")
+        return Verdict(
+            Memory(Phase.HEALTHY, now), n, s, f"{why} for {now - memory.since:.1f}s: recovered", judged=judged
+        )
+    return Verdict(Memory(Phase.RECOVERING, memory.since), n, s, f"{why}: recovering", judged=judged)
+
+
+def blocked(verdict: Verdict, now: float, why: str) -> Verdict:
+    """An interlock refused the scale-down: confirmation starts again from ``now``."""
+    return replace(
+        verdict, memory=Memory(Phase.CONFIRMING, now), reason=f"scale-down blocked: {why}", scale_down=False
+    )
+
+
+def take_over(now: float) -> Memory:
+    """A standby becomes leader: like a start, it resumes from the record in the annotations
+    (its view is already warm, so it judges as soon as that has been read)."""
+    return Memory(Phase.STARTING, now)

@@ -262,10 +262,18 @@ class KubeClient:
         return await self.request("DELETE", path, body=body)
 
     async def watch(
-        self, path: str, *, resource_version: str, timeout_s: float, accept: str | None = None, **params: str
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        timeout_s: float,
+        accept: str | None = None,
+        on_open: Callable[[], None] = lambda: None,
+        **params: str,
     ) -> AsyncIterator[dict[str, Any]]:
         """Watch events (BOOKMARK included) until the server ends the watch after ``timeout_s``.
 
+        ``on_open`` is called once the server has accepted the watch (status 200).
         An ERROR event (e.g. 410 Gone: the resourceVersion is too old) is raised as its ApiError.
         """
         endpoint = self.endpoint()
@@ -289,6 +297,7 @@ class KubeClient:
             ) as response:
                 if response.status >= 300:
                     raise api_error(response.status, await response.read(), response.headers)
+                on_open()
                 async for line in response.content:
                     if not line.strip():
                         continue

@@ -57,6 +57,11 @@ class LeaderElector:
     def is_leader(self) -> bool:
         return self.clock() - self._renewed_at < self.renew_deadline_s
 
+    def term_end(self) -> float:
+        """Until when (by ``clock``) this replica may write: its last renewal plus the renew
+        deadline, which ends before any standby may take over (client-go's rule)."""
+        return self._renewed_at + self.renew_deadline_s
+
     async def run(self) -> None:
         was_leader = False
         while True:

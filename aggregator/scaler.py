@@ -1,21 +1,37 @@
-"""Scaling the dependent controllers down and back up, through the scale subresource.
+"""Converging the dependent controllers towards what the phase wants, level by level.
 
-Nothing is ever lost: before a resource is scaled to zero its replicas are
-written to the ``replicas`` annotation (a crash in between leaves the record,
-never a zero without one); on the way up exactly that count is restored and
-only then are the annotations removed. Every step is idempotent, so a
-restarted aggregator simply runs the same direction again.
+Level-triggered: every tick reads each dependent of the current level and makes
+at most the writes that bring it closer to the desired state; any error is
+simply tried again on the next tick. A level starts only when the level it
+depends on has converged (dependency-watchdog's order: down MCM and CA, then
+KCM; up KCM, then MCM, then CA), so a seed that fails one write never runs the
+controllers out of order.
+
+Nothing is ever lost:
+- down: the replicas are recorded in the ``replicas`` annotation before the
+  scale to 0 (a crash in between leaves the record, never a zero without one);
+- up: exactly the recorded count is restored, and the record is removed only
+  once this leader has read the scale back done (ready, or its timeout spent);
+- every write carries the resourceVersion it was computed from, so a write of a
+  deposed leader that arrives late fails with a conflict instead of undoing
+  what the new leader did, and every write must finish within the leader's
+  term (``deadline``).
+The annotations alone are the state: a restarted aggregator, or a new leader,
+continues from them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from aggregator.decider import Desired
 from aggregator.dependents import Dependent, levels
 from aggregator.kube import KubeClient
 from core import logs
@@ -26,29 +42,71 @@ REPLICAS = PREFIX + "replicas"
 MELTDOWN = PREFIX + "meltdown-protection-active"
 IGNORE_SCALING = PREFIX + "ignore-scaling"
 COMPONENT = "dwd-lease-aggregator"
-ATTEMPTS = 3
+# Once converged while scaled down, look again this often: someone may scale a
+# protected controller back up by hand.
+REVERIFY_S = 10.0
+# A dependent that needs more writes than this in one tick continues next tick.
+STEPS_PER_TICK = 3
 
 log = logs.get("scaler")
 
 
-@dataclass(frozen=True)
-class Outcome:
-    name: str
-    result: str  # scaled, already, ignored, absent, not-ours, failed, dry-run
-    detail: str = ""
+class NotLeading(KubeError):
+    """This replica's leadership ended (or ends before the write could finish)."""
 
     @property
-    def ok(self) -> bool:
-        return self.result != "failed"
+    def failure_class(self) -> str:
+        return "not-leading"
 
 
-def _annotations(obj: dict[str, Any]) -> dict[str, str]:
-    return dict((obj.get("metadata") or {}).get("annotations") or {})
+@dataclass(frozen=True)
+class DependentState:
+    """One dependent as last read from the seed."""
 
+    name: str
+    exists: bool
+    replicas: int = 0  # spec
+    current: int = 0  # status.replicas
+    ready: int = 0  # status.readyReplicas
+    record: str | None = None
+    protected: bool = False
+    ignored: bool = False
+    resource_version: str = ""
 
-def _spec_replicas(obj: dict[str, Any]) -> int:
-    value = (obj.get("spec") or {}).get("replicas")
-    return 1 if value is None else int(value)
+    @classmethod
+    def read(cls, name: str, obj: dict[str, Any]) -> DependentState:
+        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+        ann = meta.get("annotations") or {}
+        replicas = spec.get("replicas")
+        return cls(
+            name=name,
+            exists=True,
+            replicas=1 if replicas is None else int(replicas),
+            current=int(status.get("replicas") or 0),
+            ready=int(status.get("readyReplicas") or 0),
+            record=ann.get(REPLICAS),
+            protected=MELTDOWN in ann,
+            ignored=ann.get(IGNORE_SCALING) == "true",
+            resource_version=str(meta.get("resourceVersion") or ""),
+        )
+
+    def restore_to(self) -> int:
+        """The replicas to restore: the record, or 1 when it is unusable (dependency-watchdog's rule)."""
+        try:
+            value = int(self.record or "")
+        except ValueError:
+            return 1
+        return value if value >= 0 else 1
+
+    def to_status(self) -> dict[str, Any]:
+        return {
+            "exists": self.exists,
+            "replicas": self.replicas,
+            "ready": self.ready,
+            "record": self.record,
+            "protected": self.protected,
+            "ignored": self.ignored,
+        }
 
 
 class Scaler:
@@ -60,169 +118,212 @@ class Scaler:
         *,
         dry_run: bool = False,
         target: str = "",
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        poll_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        deadline: Callable[[], float] = lambda: math.inf,
+        on_action: Callable[[str, str, str], None] = lambda _name, _direction, _result: None,
     ) -> None:
         self.seed = seed
         self.namespace = namespace
         self.dependents = tuple(dependents)
         self.dry_run = dry_run
-        self.sleep = sleep
-        self.poll_s = poll_s
+        self.clock = clock
+        # Until when (by ``clock``) this replica may write: the end of its leadership term.
+        self.deadline = deadline
+        # Told (resource, direction, result) of every scale written or failed: for metrics.
+        self.on_action = on_action
         self.log = log.bind(target=target or namespace)
+        self.state: dict[str, DependentState] = {}
+        self.errors: dict[str, str] = {}
+        self.desired: Desired | None = None
+        self.converged = False
+        self._direction_since = 0.0
+        self._level_done_at: dict[int, float] = {}
+        self._at_target_since: dict[str, float] = {}
+        self._verified_at = -math.inf
+        self._reported: set[tuple[str, str]] = set()
 
-    async def protected(self) -> list[str]:
-        """Dependents that carry our record of a scale-down: the state a restart continues from."""
-        out = []
+    @property
+    def holds_records(self) -> bool:
+        """Whether a dependent carried our record when last read."""
+        return any(s.record is not None or s.protected for s in self.state.values())
+
+    async def records(self) -> bool:
+        """Whether any dependent carries our record of a scale-down: the state a start continues from."""
+        found = False
         for d in self.dependents:
-            try:
-                obj = await self.seed.get(d.path(self.namespace))
-            except NotFound:
-                continue
-            if REPLICAS in _annotations(obj) or MELTDOWN in _annotations(obj):
-                out.append(d.name)
-        return out
+            state = await self._read(d)
+            found = found or state.record is not None or state.protected
+        return found
 
-    async def scale_down(self, reason: str) -> list[Outcome]:
-        return await self._run("down", reason)
-
-    async def scale_up(self, reason: str) -> list[Outcome]:
-        return await self._run("up", reason)
-
-    async def _run(self, direction: str, reason: str) -> list[Outcome]:
-        outcomes: list[Outcome] = []
-        for level in levels(self.dependents, direction):
-            # A failure at one level does not stop the next: protection (down) and
-            # availability (up) are worth more than strict order once attempts are spent.
-            outcomes += await asyncio.gather(*(self._one(d, direction, reason) for d in level))
-        return outcomes
-
-    async def _one(self, d: Dependent, direction: str, reason: str) -> Outcome:
-        step = d.scale_up if direction == "up" else d.scale_down
-        if step.initial_delay_s:
-            await self.sleep(step.initial_delay_s)
-        error: KubeError | None = None
-        for attempt in range(ATTEMPTS):
-            try:
-                if direction == "down":
-                    return await self._down(d, reason, step.timeout_s)
-                return await self._up(d, reason, step.timeout_s)
-            except KubeError as e:
-                error = e
-                self.log.warning(
-                    "scale_attempt_failed",
-                    resource=d.name,
-                    direction=direction,
-                    attempt=attempt + 1,
-                    error=str(e),
-                )
-                await self.sleep(min(1.0 * 2**attempt, 5.0))
-        return Outcome(d.name, "failed", str(error))
-
-    async def _down(self, d: Dependent, reason: str, timeout_s: float) -> Outcome:
-        path = d.path(self.namespace)
-        try:
-            obj = await self.seed.get(path)
-        except NotFound:
-            if d.optional:
-                return Outcome(d.name, "absent")
-            raise
-        ann = _annotations(obj)
-        if ann.get(IGNORE_SCALING) == "true":
-            self.log.info("scale_skipped", resource=d.name, direction="down", why=IGNORE_SCALING)
-            return Outcome(d.name, "ignored")
-        replicas = _spec_replicas(obj)
-        if replicas == 0 and REPLICAS in ann and MELTDOWN in ann:
-            return Outcome(d.name, "already")
-        if self.dry_run:
-            self.log.info(
-                "dry_run_scale", resource=d.name, direction="down", replicas=replicas, reason=reason
-            )
-            return Outcome(d.name, "dry-run", f"{replicas} -> 0")
-        # Record first: a crash after this line leaves the count, never a zero without it.
-        record = {MELTDOWN: ""}
-        if REPLICAS not in ann:
-            record[REPLICAS] = str(replicas)
-        await self.seed.merge_patch(path, {"metadata": {"annotations": record}})
-        recorded = ann.get(REPLICAS, str(replicas))
-        if replicas != 0:
-            await self.seed.merge_patch(path + "/scale", {"spec": {"replicas": 0}})
-        await self._wait(
-            path, lambda o: int((o.get("status") or {}).get("replicas") or 0) == 0, timeout_s, d.name
-        )
-        self.log.info("resource_scaled_down", resource=d.name, replicas_before=recorded, reason=reason)
-        await self._event(
-            obj, "ScaledDown", f"Scaled {d.name} from {recorded} to 0 replicas: {reason}", "Warning"
-        )
-        return Outcome(d.name, "scaled", f"{recorded} -> 0")
-
-    async def _up(self, d: Dependent, reason: str, timeout_s: float) -> Outcome:
-        path = d.path(self.namespace)
-        try:
-            obj = await self.seed.get(path)
-        except NotFound:
-            return Outcome(d.name, "absent")
-        ann = _annotations(obj)
-        if ann.get(IGNORE_SCALING) == "true":
-            self.log.info("scale_skipped", resource=d.name, direction="up", why=IGNORE_SCALING)
-            return Outcome(d.name, "ignored")
-        if REPLICAS not in ann:
-            if MELTDOWN in ann and not self.dry_run:
-                await self.seed.merge_patch(path, {"metadata": {"annotations": {MELTDOWN: None}}})
-            return Outcome(d.name, "not-ours")
-        try:
-            target = int(ann[REPLICAS])
-            if target < 0:
-                raise ValueError(target)
-        except ValueError:
-            # dependency-watchdog restores 1 when the record is unusable; say so loudly.
-            self.log.error("replicas_annotation_invalid", resource=d.name, value=ann[REPLICAS], restoring=1)
-            target = 1
-        current = _spec_replicas(obj)
-        if self.dry_run:
-            self.log.info("dry_run_scale", resource=d.name, direction="up", replicas=target, reason=reason)
-            return Outcome(d.name, "dry-run", f"{current} -> {target}")
-        if current < target:
-            await self.seed.merge_patch(path + "/scale", {"spec": {"replicas": target}})
-        ready = await self._wait(
-            path,
-            lambda o: int((o.get("status") or {}).get("readyReplicas") or 0) >= target,
-            timeout_s,
-            d.name,
-        )
-        # Only now is the record dropped: the scale above is done.
-        await self.seed.merge_patch(path, {"metadata": {"annotations": {REPLICAS: None, MELTDOWN: None}}})
-        self.log.info("resource_scaled_up", resource=d.name, replicas=target, ready=ready, reason=reason)
-        await self._event(
-            obj, "ScaledUp", f"Scaled {d.name} from {current} to {target} replicas: {reason}", "Normal"
-        )
-        return Outcome(d.name, "scaled", f"{current} -> {target}")
-
-    async def _wait(
-        self, path: str, done: Callable[[dict[str, Any]], bool], timeout_s: float, name: str
-    ) -> bool:
-        """Poll until ``done`` holds; False (and a warning) after the timeout, never an exception."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            if done(await self.seed.get(path)):
-                return True
-            if loop.time() >= deadline:
-                self.log.warning("scale_not_observed", resource=name, timeout_s=timeout_s)
+    async def converge(self, desired: Desired, reason: str) -> bool:
+        """One step towards ``desired``; True once every dependent is there."""
+        now = self.clock()
+        if desired is not self.desired:
+            self.desired, self.converged = desired, False
+            self._direction_since, self._level_done_at = now, {}
+            self._at_target_since.clear()
+            self._reported.clear()
+        if self.converged and (desired is Desired.RUNNING or now - self._verified_at < REVERIFY_S):
+            return True
+        direction = "down" if desired is Desired.SCALED_DOWN else "up"
+        base = self._direction_since
+        for i, level in enumerate(levels(self.dependents, direction)):
+            done = await asyncio.gather(*(self._one(d, direction, base, reason) for d in level))
+            if not all(done):
+                self.converged = False
                 return False
-            await self.sleep(self.poll_s)
+            base = self._level_done_at.setdefault(i, now)
+        self.converged, self._verified_at = True, now
+        return True
 
-    async def _event(self, obj: dict[str, Any], reason: str, message: str, kind: str) -> None:
-        meta = obj.get("metadata") or {}
+    async def _one(self, d: Dependent, direction: str, base: float, reason: str) -> bool:
+        step = d.scale_down if direction == "down" else d.scale_up
+        try:
+            for _ in range(STEPS_PER_TICK):
+                state = await self._read(d)
+                write = self._next_write(d, state, direction, self.clock() >= base + step.initial_delay_s)
+                if write is None:
+                    done = self._settled(d, state, direction, step.timeout_s)
+                    if done and direction == "up" and state.record is not None:
+                        await self._write(d, {REPLICAS: None, MELTDOWN: None}, None, state, None)
+                        self._report_done(d, state, reason)
+                    elif done and direction == "down" and state.exists and not state.ignored:
+                        self._report_done(d, state, reason)
+                    self.errors.pop(d.name, None)
+                    return done
+                await self._write(d, *write, state, reason)
+            return False
+        except KubeError as e:
+            self.on_action(d.name, direction, "failed")
+            if self.errors.get(d.name) != str(e):
+                self.log.warning("scale_step_failed", resource=d.name, direction=direction, error=str(e))
+            self.errors[d.name] = str(e)
+            return False
+
+    def _next_write(
+        self, d: Dependent, s: DependentState, direction: str, may_start: bool
+    ) -> tuple[dict[str, str | None] | None, int | None] | None:
+        """(annotations, replicas) to write next; None when nothing is to be written now
+        (done, or waiting for the initial delay: ``_settled`` tells which)."""
+        if not s.exists or s.ignored:
+            return None
+        if direction == "down":
+            if self.dry_run:
+                self._once(d.name, "dry-run", "dry_run_scale", direction="down", replicas=s.replicas)
+                return None
+            if s.record is None or not s.protected:
+                # The record first: a zero is never written without it.
+                return ({REPLICAS: s.record or str(s.replicas), MELTDOWN: ""}, None) if may_start else None
+            return (None, 0) if s.replicas != 0 else None
+        if s.record is None:
+            # Not ours to restore; a protection mark without a record is a leftover.
+            return ({MELTDOWN: None}, None) if s.protected else None
+        target = s.restore_to()
+        if target != _as_int(s.record):
+            self._once(d.name, "invalid", "replicas_annotation_invalid", value=s.record, restoring=target)
+        if s.replicas < target:
+            return (None, target) if may_start else None
+        return None
+
+    def _settled(self, d: Dependent, s: DependentState, direction: str, timeout_s: float) -> bool:
+        """At the target spec, and the controller has followed (or its timeout is spent)."""
+        if not s.exists or s.ignored or (direction == "down" and self.dry_run):
+            if not s.exists:
+                self._once(d.name, "absent", "scale_skipped", why="absent")
+            return True
+        if direction == "up" and s.record is None:
+            return True
+        if direction == "down" and (s.record is None or not s.protected or s.replicas != 0):
+            return False  # waiting for its initial delay
+        if direction == "up" and s.replicas < s.restore_to():
+            return False
+        followed = s.current == 0 if direction == "down" else s.ready >= s.restore_to()
+        since = self._at_target_since.setdefault(d.name, self.clock())
+        if followed:
+            return True
+        if self.clock() - since >= timeout_s:
+            self._once(d.name, "timeout", "scale_not_observed", timeout_s=timeout_s)
+            return True
+        return False
+
+    async def _read(self, d: Dependent) -> DependentState:
+        try:
+            state = DependentState.read(d.name, await self.seed.get(d.path(self.namespace)))
+        except NotFound:
+            state = DependentState(d.name, exists=False)
+        self.state[d.name] = state
+        return state
+
+    async def _write(
+        self,
+        d: Dependent,
+        annotations: dict[str, str | None] | None,
+        replicas: int | None,
+        state: DependentState,
+        reason: str | None,
+    ) -> None:
+        """One write, conditional on the resourceVersion read, within the leader's term."""
+        path = d.path(self.namespace)
+        precondition = {"resourceVersion": state.resource_version}
+        if annotations is not None:
+            body: dict[str, Any] = {"metadata": {**precondition, "annotations": annotations}}
+        else:
+            path += "/scale"
+            body = {"metadata": precondition, "spec": {"replicas": replicas}}
+        remaining = self.deadline() - self.clock()
+        if remaining <= 0:
+            raise NotLeading("not the leader: no writes")
+        try:
+            async with asyncio.timeout(remaining):
+                await self.seed.merge_patch(path, body)
+        except TimeoutError as e:
+            raise NotLeading(f"leadership ended during a write to {d.name}") from e
+        if replicas is not None and reason is not None:
+            down = replicas == 0
+            self.on_action(d.name, "down" if down else "up", "scaled")
+            self.log.info(
+                "resource_scaling", resource=d.name, replicas_from=state.replicas, replicas_to=replicas
+            )
+            await self._event(
+                d,
+                state,
+                "ScaledDown" if down else "ScaledUp",
+                f"Scaled {d.name} from {state.replicas} to {replicas} replicas: {reason}",
+                "Warning" if down else "Normal",
+            )
+
+    def _report_done(self, d: Dependent, s: DependentState, reason: str) -> None:
+        if self.desired is Desired.SCALED_DOWN:
+            self._once(
+                d.name,
+                "done",
+                "resource_scaled_down",
+                resource=d.name,
+                replicas_before=s.record,
+                reason=reason,
+            )
+        else:
+            self._once(
+                d.name, "done", "resource_scaled_up", resource=d.name, replicas=s.replicas, reason=reason
+            )
+
+    def _once(self, name: str, what: str, event: str, **kw: Any) -> None:
+        """Log a fact once per direction and dependent, not once per tick."""
+        if (name, what) not in self._reported:
+            self._reported.add((name, what))
+            level = "warning" if what in ("timeout", "invalid", "absent") else "info"
+            getattr(self.log, level)(event, **({"resource": name} | kw))
+
+    async def _event(self, d: Dependent, s: DependentState, reason: str, message: str, kind: str) -> None:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
-            "metadata": {"generateName": f"{meta.get('name', 'dwd')}.", "namespace": self.namespace},
+            "metadata": {"generateName": f"{d.name}.", "namespace": self.namespace},
             "involvedObject": {
-                "apiVersion": obj.get("apiVersion", "apps/v1"),
-                "kind": obj.get("kind", "Deployment"),
-                "name": meta.get("name"),
+                "apiVersion": d.api_version,
+                "kind": d.kind,
+                "name": d.name,
                 "namespace": self.namespace,
-                "uid": meta.get("uid"),
+                "resourceVersion": s.resource_version,
             },
             "reason": reason,
             "message": message[:1024],
@@ -239,3 +340,16 @@ class Scaler:
         except KubeError as e:
             # An Event is a report, not part of the action: never fail a scale for it.
             self.log.warning("event_failed", reason=reason, error=str(e))
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            name: {**s.to_status(), "error": self.errors.get(name, "")}
+            for name, s in sorted(self.state.items())
+        }
+
+
+def _as_int(text: str | None) -> int | None:
+    try:
+        return int(text or "")
+    except ValueError:
+        return None

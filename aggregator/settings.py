@@ -10,6 +10,10 @@ Defaults, and why:
   quorum that wobbles around 0.6 does not flap the controllers.
 - DWD_NODE_GRACE 60s: a new node's agent needs time to start; until then it
   is not a candidate.
+- DWD_BLIND_LIMIT 2m: scaled down and unable to see the shoot at all (its KAPI
+  unreachable from the seed, credentials revoked) for this long, the
+  controllers are restored: holding them at 0 on no evidence is never the
+  default, but a KAPI restart of a minute must not flap them either.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class Settings:
     confirm_period_s: float = 4.0
     recovery_period_s: float = 10.0
     min_candidates: int = 2
+    blind_limit_s: float = 120.0
     dependents_file: str = ""
     targets: TargetsMode = "env"
     targets_file: str = ""
@@ -65,6 +70,8 @@ class Settings:
             confirm_period_s=self.confirm_period_s,
             recovery_period_s=self.recovery_period_s,
             min_candidates=self.min_candidates,
+            fast_interval_s=self.renew_interval_s,
+            blind_limit_s=self.blind_limit_s,
         )
 
     @property
@@ -115,6 +122,9 @@ class Settings:
         confirm = r.duration("DWD_CONFIRM_PERIOD", "4s")
         recovery_period = r.duration("DWD_RECOVERY_PERIOD", "10s")
         min_candidates = r.integer("DWD_MIN_CANDIDATES", 2, min_value=1)
+        blind_limit = r.duration("DWD_BLIND_LIMIT", "2m", min_s=1)
+        if blind_limit < lease_duration:
+            r.problem("DWD_BLIND_LIMIT", "must be at least DWD_LEASE_DURATION")
         dependents = r.string("DWD_DEPENDENTS_FILE", "")
         if dependents and not os.access(dependents, os.R_OK):
             r.problem("DWD_DEPENDENTS_FILE", f"{dependents} is not a readable file")
@@ -150,6 +160,7 @@ class Settings:
             confirm_period_s=confirm,
             recovery_period_s=recovery_period,
             min_candidates=min_candidates,
+            blind_limit_s=blind_limit,
             dependents_file=dependents,
             targets=targets,
             targets_file=targets_file,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -12,12 +13,12 @@ from typing import Any
 
 from aggregator import budget
 from aggregator.budget import Pacing
-from aggregator.decider import Action, Memory, Phase, Verdict, decide
+from aggregator.decider import Desired, Memory, Phase, Verdict, blocked, decide, take_over
 from aggregator.dependents import Dependent
 from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
 from aggregator.metrics import AggregatorMetrics
 from aggregator.provisioner import Provisioner
-from aggregator.scaler import Outcome, Scaler
+from aggregator.scaler import Scaler
 from aggregator.settings import Settings
 from aggregator.watcher import Informer, Observed
 from core import logs
@@ -39,8 +40,11 @@ class TargetStatus:
     candidates: int = 0
     stale: int = 0
     reason: str = "starting"
+    # The reason the current phase was entered: what the actuator's Events say.
+    phase_reason: str = "starting"
     blocked: str = ""
-    last_action: str = ""
+    # Why the view of the shoot is not trusted now ("" when it is).
+    view: str = "not listed yet"
     error: str = ""
     history: collections.deque[tuple[float, float]] = field(
         default_factory=lambda: collections.deque(maxlen=600)
@@ -62,6 +66,7 @@ class Target:
         settings: Settings,
         dependents: Sequence[Dependent],
         is_leader: Callable[[], bool] = lambda: True,
+        term_end: Callable[[], float] = lambda: math.inf,
         clock: Callable[[], float] = time.monotonic,
         skip_unhealthy_nodes: bool = False,
         metrics: AggregatorMetrics | None = None,
@@ -108,10 +113,26 @@ class Target:
             pacing=self.pacing,
             target=name,
         )
-        self.scaler = Scaler(seed, namespace, dependents, dry_run=settings.dry_run, target=name)
+        self.scaler = Scaler(
+            seed,
+            namespace,
+            dependents,
+            dry_run=settings.dry_run,
+            target=name,
+            clock=clock,
+            deadline=term_end,
+            on_action=lambda resource, direction, result: self.metrics.scale_actions.inc(
+                target=name, resource=resource, direction=direction, result=result
+            ),
+        )
         self.memory = Memory(Phase.STARTING, clock())
         self.status = TargetStatus()
-        self._converge = False
+        # Since when the view of the shoot has been fresh without a gap (None: not now).
+        self.view_since: float | None = None
+        # A tick later than this past its due time means our own process stalled.
+        self.stall_s = min(2.0, settings.lease_duration_s / 4)
+        self._last_tick: float | None = None
+        self._started = clock()
         self._was_leader = False
         self._pacing: Pacing | None = None
         self._pacing_for: frozenset[str] = frozenset()
@@ -169,82 +190,107 @@ class Target:
             self.status.error = self.leases.last_error or self.nodes.last_error
             await asyncio.sleep(self.settings.tick_s)
         self.status.error = ""
-        # Every lease was first seen just now: judge nothing for one lease duration.
-        self.memory = Memory(Phase.STARTING, self.clock())
         self.log.info("target_observing", wait_s=self.params.lease_duration_s)
         while True:
             await asyncio.sleep(self.settings.tick_s)
-            try:
-                await self.tick()
-            except KubeError as e:
-                self.status.error = str(e)
-                self.log.warning("tick_failed", error=str(e))
+            await self.tick()
 
-    async def tick(self) -> Verdict | None:
+    def _see(self, now: float) -> None:
+        """Keep ``view_since``: since when the view of the shoot has been fresh without a gap."""
+        why = ""
+        if not (self.nodes.synced.is_set() and self.leases.synced.is_set()):
+            why = "not listed yet"
+        elif not (self.leases.fresh(WATCH_FRESH_S) and self.nodes.fresh(WATCH_FRESH_S)):
+            why = "no data from the watches"
+        elif self._last_tick is not None and now - self._last_tick > self.settings.tick_s + self.stall_s:
+            # Our own process did not run (SIGSTOP, a long GC, CPU starvation): whatever
+            # the watches delivered meanwhile is still queued, the leases only look old.
+            why = f"the aggregator itself stalled for {now - self._last_tick:.1f}s"
+        self._last_tick = now
+        if why:
+            self._gap(why)
+            if why.startswith("the aggregator itself"):
+                self.view_since = now  # the watches are fine: the gap is over already
+        elif self.view_since is None:
+            self.view_since = now
+            self.log.info("view_fresh", judging_in_s=self.params.lease_duration_s)
+
+    def _gap(self, why: str) -> None:
+        if self.view_since is not None:
+            self.log.warning("view_gap", why=why)
+        self.view_since = None
+        self.status.view = why
+
+    async def tick(self) -> Verdict:
         now = self.clock()
         leader = self.is_leader()
         if leader and not self._was_leader and self.memory.phase is not Phase.STARTING:
             # A standby judged without acting; as the new leader it resumes from the
             # annotations, like a restart, but its observations are already warm.
             self.log.info("target_leading", phase=str(self.memory.phase))
-            self.memory = Memory(Phase.STARTING, now - self.params.lease_duration_s)
+            self.memory = take_over(now)
         self._was_leader = leader
-        synced = self.leases.fresh(WATCH_FRESH_S) and self.nodes.fresh(WATCH_FRESH_S)
+        self._see(now)
+        if self.view_since is not None:
+            self.status.view = ""
+        synced = self.view_since is not None
         self.metrics.synced.set(1 if synced else 0, target=self.name)
         self.status.error = self.leases.last_error or self.nodes.last_error
+        records = None
         if self.memory.phase is Phase.STARTING:
-            if now - self.memory.since < self.params.lease_duration_s:
-                return None
-            protected = await self.scaler.protected()
-            # The record in the annotations is the state: a scale-down was under way or done.
-            self._set_memory(
-                Memory(Phase.DOWN if protected else Phase.HEALTHY, now), f"resumed; protected: {protected}"
-            )
-            self._converge = bool(protected)
+            try:
+                records = await self.scaler.records()
+            except KubeError as e:
+                self.status.error = f"reading the scale-down record: {e}"
         verdict = decide(
             self.observed.nodes,
             self.observed.leases,
             now,
             self.params,
             self.memory,
+            view_since=self.view_since,
+            records=records,
             sample=self.pacing().fast,
         )
+        if verdict.scale_down and leader:
+            why = await self.interlocks()
+            if why:
+                verdict = blocked(verdict, now, why)
+                self._block(why)
         self._record(verdict)
-        if not leader:
-            # A standby judges too (its status page and metrics stay true) but never acts.
-            self._set_memory(verdict.memory, verdict.reason)
-            return verdict
-        if verdict.action is Action.SCALE_DOWN:
-            blocked = await self.interlocks()
-            if blocked:
-                self._block(blocked)
-                return verdict
-            outcomes = await self.scaler.scale_down(verdict.reason)
-            self._acted("scale_down", outcomes, verdict)
-        elif verdict.action is Action.SCALE_UP:
-            outcomes = await self.scaler.scale_up(verdict.reason)
-            self._converge = False
-            self._acted("scale_up", outcomes, verdict)
-        else:
-            self._set_memory(verdict.memory, verdict.reason)
-            if self._converge and self.memory.phase is Phase.DOWN:
-                # Restarted in the middle of a scale-down: finish it (idempotent).
-                outcomes = await self.scaler.scale_down("resuming the scale-down after a restart")
-                self._converge = not all(o.ok for o in outcomes)
+        if verdict.scale_down or (verdict.judged and verdict.memory.phase is Phase.HEALTHY):
+            self.status.blocked = ""  # the last refusal is history once a verdict moved on
+        self._set_memory(verdict.memory, verdict.reason)
+        desired = verdict.desired
+        if (
+            self.settings.dry_run
+            and desired is Desired.SCALED_DOWN
+            and self.scaler.holds_records
+            and now - self._started >= self.params.recovery_period_s
+        ):
+            # Dry-run never writes a scale-down, and never holds controllers at 0: what an
+            # earlier run took away comes back after the recovery period.
+            desired = Desired.RUNNING
+        if leader and desired is not None:
+            await self.scaler.converge(desired, self.status.phase_reason)
         return verdict
 
     async def interlocks(self) -> str:
-        """Why a scale-down must not happen now; "" when every check passes."""
+        """Why a scale-down must not happen now; "" when every check passes. A failed probe
+        or LIST is a gap in the view: nothing is judged again for a lease duration."""
         try:
             await self.shoot.probe()
         except KubeError as e:
             self.metrics.probe_failures.inc(target=self.name)
+            self._gap("the shoot KAPI did not answer the probe")
             return f"kapi_probe_failed: {e}"
         if not self.leases.fresh(WATCH_FRESH_S) or not self.nodes.fresh(WATCH_FRESH_S):
-            return "watch_stale: no watch activity recently, our view may be frozen"
+            self._gap("no data from the watches")
+            return "watch_stale: no data from the watches recently, our view may be frozen"
         try:
             await self.leases.list_now()
         except KubeError as e:
+            self._gap("the confirming LIST failed")
             return f"list_failed: {e}"
         confirm = decide(
             self.observed.nodes,
@@ -252,26 +298,12 @@ class Target:
             self.clock(),
             self.params,
             self.memory,
+            view_since=self.view_since,
             sample=self.pacing().fast,
         )
-        if confirm.action is not Action.SCALE_DOWN:
+        if not confirm.scale_down:
             return f"list_disagrees: a fresh LIST shows {confirm.stale}/{confirm.candidates} stale"
         return ""
-
-    def _acted(self, what: str, outcomes: list[Outcome], verdict: Verdict) -> None:
-        summary = ", ".join(f"{o.name}={o.result}" for o in outcomes)
-        for o in outcomes:
-            self.metrics.scale_actions.inc(
-                target=self.name, resource=o.name, direction=what.removeprefix("scale_"), result=o.result
-            )
-        self.status.last_action = f"{what}: {summary}"
-        if all(o.ok for o in outcomes):
-            self.status.blocked = ""
-            self.log.info(f"target_{what}", outcomes=summary, reason=verdict.reason)
-            self._set_memory(verdict.memory, verdict.reason)
-        else:
-            # Memory stays: the same verdict comes again next tick and the idempotent action is retried.
-            self.log.error(f"target_{what}_incomplete", outcomes=summary)
 
     def _block(self, why: str) -> None:
         kind = why.split(":", 1)[0]
@@ -288,15 +320,14 @@ class Target:
         self.metrics.fraction.set(v.fraction, target=self.name)
 
     def _set_memory(self, memory: Memory, reason: str) -> None:
-        if memory.phase is not self.memory.phase:
+        if memory.phase is not self.memory.phase or self.status.phase is not memory.phase:
             self.log.info(
                 "target_phase", phase=str(memory.phase), previous=str(self.memory.phase), reason=reason
             )
             self.status.phase = memory.phase
+            self.status.phase_reason = reason
             self.status.since_wall = time.time()
             self.metrics.set_phase(self.name, memory.phase)
-            if memory.phase is not Phase.CONFIRMING:
-                self.status.blocked = ""
         self.status.reason = reason
         self.memory = memory
 
@@ -311,8 +342,12 @@ class Target:
             "stale": s.stale,
             "fraction": round(s.fraction, 4),
             "reason": s.reason,
+            "phase_reason": s.phase_reason,
             "blocked": s.blocked,
-            "last_action": s.last_action,
+            "view": s.view,
+            "desired": str(self.scaler.desired or ""),
+            "converged": self.scaler.converged,
+            "dependents": self.scaler.snapshot(),
             "error": s.error,
             "dry_run": self.settings.dry_run,
             "leader": self.is_leader(),

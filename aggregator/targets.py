@@ -13,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +21,11 @@ from typing import Any, Protocol
 
 import yaml
 
+from aggregator.decider import Desired
 from aggregator.dependents import Dependent
 from aggregator.kube import Endpoint, KubeClient, KubeconfigError, KubeconfigSource, load_kubeconfig_dict
 from aggregator.metrics import AggregatorMetrics
+from aggregator.scaler import Scaler
 from aggregator.settings import Settings
 from aggregator.target import Target
 from core import logs
@@ -32,6 +35,7 @@ log = logs.get("fleet")
 
 SECRET_REFRESH_S = 10.0
 SOURCE_POLL_S = 5.0
+RETIRE_RETRY_S = 2.0
 CLUSTERS = "/apis/extensions.gardener.cloud/v1alpha1/clusters"
 
 
@@ -187,14 +191,18 @@ class Fleet:
         metrics: AggregatorMetrics,
         *,
         is_leader: Callable[[], bool] = lambda: True,
+        term_end: Callable[[], float] = lambda: math.inf,
     ) -> None:
         self.settings = settings
         self.seed = seed
         self.dependents = dependents
         self.metrics = metrics
         self.is_leader = is_leader
+        self.term_end = term_end
         self.running: dict[str, Running] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        # Targets no longer wanted: what they scaled down is restored (retire()).
+        self.retiring: dict[str, asyncio.Task[None]] = {}
         self.source_error = ""
         self.reconciled = asyncio.Event()
 
@@ -212,21 +220,39 @@ class Fleet:
                 self.reconciled.set()
                 await asyncio.sleep(SOURCE_POLL_S)
         finally:
-            for task in self.tasks.values():
+            tasks = [*self.tasks.values(), *self.retiring.values()]
+            for task in tasks:
                 task.cancel()
-            await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     def _reconcile(self, desired: dict[str, TargetSpec]) -> None:
         for name in [n for n, r in self.running.items() if n not in desired or desired[n] != r.spec]:
             log.info("target_stopped", target=name)
-            self.running.pop(name)
+            spec = self.running.pop(name).spec
             self.tasks.pop(name).cancel()
             self.metrics.forget(name)
+            if name not in desired:
+                self.retiring[name] = asyncio.create_task(self.retire(spec), name=f"retire/{name}")
         for name, spec in desired.items():
+            if name in self.retiring:
+                self.retiring.pop(name).cancel()  # wanted again: its own target takes over
             if name not in self.running:
                 log.info("target_started", target=name, namespace=spec.namespace)
                 running = self.running[name] = Running(spec)
                 self.tasks[name] = asyncio.create_task(self._supervise(running), name=f"target/{name}")
+
+    async def retire(self, spec: TargetSpec) -> None:
+        """A target that is no longer wanted must not leave its controllers at 0: after the
+        recovery period, restore whatever carries its record, until that is done."""
+        await asyncio.sleep(self.settings.recovery_period_s)
+        scaler = Scaler(self.seed, spec.namespace, self.dependents, target=spec.name, deadline=self.term_end)
+        reason = "the target was removed from the aggregator: restoring what it scaled down"
+        while True:
+            if self.is_leader() and await scaler.converge(Desired.RUNNING, reason):
+                break
+            await asyncio.sleep(RETIRE_RETRY_S)
+        log.info("target_retired", target=spec.name)
+        self.retiring.pop(spec.name, None)
 
     async def _supervise(self, running: Running) -> None:
         """Run one target forever; crashes are reported and retried with back-off, never spread."""
@@ -244,6 +270,7 @@ class Fleet:
                     settings=self.settings,
                     dependents=self.dependents,
                     is_leader=self.is_leader,
+                    term_end=self.term_end,
                     metrics=self.metrics,
                 )
                 running.target, running.error = target, ""

@@ -2,9 +2,9 @@
 
 An Informer lists a collection, then watches it from the list's
 resourceVersion with bookmarks on; a 410 Gone means re-list, any other failure
-a jittered back-off and a re-list. Every event, bookmark and (re)started watch
-is recorded as activity: a watch that has shown none for too long is not
-trusted with a scale-down.
+a jittered back-off and a resumed watch. Freshness means data received from the
+server (a LIST, a watch the server accepted, an event or a bookmark), never an
+attempt: a watch that keeps failing is not fresh, however often it is retried.
 
 The observed state stamps the local monotonic clock when a lease's renewTime
 is seen to change: staleness is measured where it is observed, never from the
@@ -24,13 +24,15 @@ from typing import Any
 from aggregator.decider import LeaseObs, NodeObs
 from aggregator.kube import KubeClient
 from core import logs
+from core.durations import parse_duration
 from core.errors import BadResponse, Gone, KubeError, TransportError
-from core.lease import IGNORE_NODE, LeaseView
+from core.lease import IGNORE_NODE, RENEW_INTERVAL, LeaseView
 
 log = logs.get("watcher")
 
 # dependency-watchdog's list of conditions that make a node's silence meaningless.
 WATCH_GRACE_S = 15.0
+RENEW_INTERVAL_FIELD = "f:" + RENEW_INTERVAL
 UNHEALTHY_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "DiskPressure", "NetworkUnavailable")
 
 
@@ -59,7 +61,10 @@ class Informer:
         self.watch_timeout_s = watch_timeout_s
         self.clock = clock
         self.synced = asyncio.Event()
-        self.last_activity = float("-inf")
+        # Our clock when the server last answered with data; -inf: never.
+        self.last_data = float("-inf")
+        # The watch is failing now (cleared by the next answer from the server).
+        self.failing = False
         self.resource_version = ""
         self.last_error = ""
         self.log = log.bind(target=target, resource=name)
@@ -67,12 +72,16 @@ class Informer:
 
     async def list_now(self) -> list[dict[str, Any]]:
         """A consistent LIST (read from etcd, not the watch cache) fed through on_list."""
-        result = await self.client.request("GET", self.path, accept=self.list_accept)
-        items = result.get("items")
-        if not isinstance(items, list):
-            raise BadResponse(f"LIST {self.path}: no items")
+        try:
+            result = await self.client.request("GET", self.path, accept=self.list_accept)
+            items = result.get("items")
+            if not isinstance(items, list):
+                raise BadResponse(f"LIST {self.path}: no items")
+        except KubeError:
+            self.failing = True
+            raise
         self.resource_version = str((result.get("metadata") or {}).get("resourceVersion") or "")
-        self.last_activity = self.clock()
+        self._received()
         self.on_list(items)
         return items
 
@@ -85,7 +94,6 @@ class Informer:
                     await self.list_now()
                     self.synced.set()
                     need_list = False
-                self.last_activity = self.clock()
                 # The server ends every watch after watch_timeout_s; one that runs far
                 # longer sits on a dead connection that no read timeout noticed.
                 async with asyncio.timeout(self.watch_timeout_s + WATCH_GRACE_S):
@@ -102,6 +110,7 @@ class Informer:
                 # Like client-go's reflector: resume the watch from the last
                 # resourceVersion (cheap, served from the watch cache); only a
                 # 410 or a failed list costs a re-list.
+                self.failing = True
                 self.on_restart(e.failure_class)
                 if str(e) != self.last_error:
                     self.log.warning("watch_failed", error=str(e), retry_in=round(backoff_s, 2))
@@ -115,8 +124,9 @@ class Informer:
             resource_version=self.resource_version,
             timeout_s=self.watch_timeout_s,
             accept=self.accept,
+            on_open=self._received,
         ):
-            self.last_activity = self.clock()
+            self._received()
             obj = event.get("object") or {}
             rv = (obj.get("metadata") or {}).get("resourceVersion")
             if rv:
@@ -124,8 +134,13 @@ class Informer:
             if event.get("type") != "BOOKMARK":
                 self.on_event(str(event.get("type")), obj)
 
+    def _received(self) -> None:
+        self.last_data = self.clock()
+        self.failing = False
+
     def fresh(self, max_age_s: float) -> bool:
-        return self.clock() - self.last_activity <= max_age_s
+        """The server answered with data within ``max_age_s`` and the watch is not failing now."""
+        return not self.failing and self.clock() - self.last_data <= max_age_s
 
 
 def _parse_time(text: str | None) -> datetime | None:
@@ -135,6 +150,35 @@ def _parse_time(text: str | None) -> datetime | None:
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
     except ValueError:
         return None
+
+
+def _interval_s(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError:
+        return None
+
+
+def renewed_after_interval(obj: dict[str, Any]) -> bool:
+    """Whether the lease's renewTime was last written after its renew-interval annotation.
+
+    Read from ``metadata.managedFields``: the server stamps, per writer, when that writer
+    last changed one of its fields (second resolution). The same second, or an entry that
+    is missing, is not "after".
+    """
+    interval_at = renew_at = None
+    for entry in (obj.get("metadata") or {}).get("managedFields") or ():
+        fields = entry.get("fieldsV1") or {}
+        when = _parse_time(entry.get("time"))
+        if when is None:
+            continue
+        if RENEW_INTERVAL_FIELD in ((fields.get("f:metadata") or {}).get("f:annotations") or {}):
+            interval_at = when if interval_at is None else max(interval_at, when)
+        if "f:renewTime" in (fields.get("f:spec") or {}):
+            renew_at = when if renew_at is None else max(renew_at, when)
+    return interval_at is not None and renew_at is not None and renew_at > interval_at
 
 
 @dataclass
@@ -207,16 +251,21 @@ class Observed:
         # call a lease stale before it has watched it for a whole lease duration.
         now = self.clock()
         seen = now if previous is None or previous.renew_time != renew else previous.seen_renewed_mono
-        paced = previous.paced_since_mono if previous is not None else now
-        if previous is not None and previous.interval != interval:
+        if previous is None:
+            # Only a renewal made after the interval was set proves the agent renews at
+            # that pace. At first sight the server's own record of who wrote last says so.
+            paced = float("-inf") if renewed_after_interval(obj) else now
+        elif previous.interval_s != _interval_s(interval):
             paced = now
+        else:
+            paced = previous.paced_since_mono
         return LeaseObs(
             name=name,
             renew_time=renew,
             seen_renewed_mono=seen,
             released=view.released,
+            interval_s=_interval_s(interval),
             paced_since_mono=paced,
-            interval=interval,
         )
 
     def leases_listed(self, items: list[dict[str, Any]]) -> None:

@@ -6,7 +6,20 @@ from dataclasses import replace
 
 import pytest
 
-from aggregator.decider import Action, LeaseObs, Memory, NodeObs, Params, Phase, candidates, decide
+from aggregator.decider import (
+    Desired,
+    LeaseObs,
+    Memory,
+    NodeObs,
+    Params,
+    Phase,
+    Verdict,
+    blocked,
+    candidates,
+    decide,
+    is_stale,
+    take_over,
+)
 
 P = Params(
     lease_duration_s=8.0,
@@ -16,15 +29,32 @@ P = Params(
     confirm_period_s=4.0,
     recovery_period_s=10.0,
     min_candidates=2,
+    fast_interval_s=2.0,
+    blind_limit_s=120.0,
 )
 NOW = 1000.0
+# The view has been fresh for longer than a lease duration: verdicts are possible.
+WARM = NOW - 100.0
+
+
+def judge(
+    nodes: dict[str, NodeObs],
+    leases: dict[str, LeaseObs],
+    now: float,
+    p: Params,
+    memory: Memory,
+    **kw: object,
+) -> Verdict:
+    return decide(nodes, leases, now, p, memory, **{"view_since": WARM, **kw})  # type: ignore[arg-type]
 
 
 def cluster(n: int, stale: int, **node_kw: bool) -> tuple[dict[str, NodeObs], dict[str, LeaseObs]]:
     """n old nodes; the first ``stale`` were last seen renewed 9 s ago (> 8 s), the rest 1 s ago."""
     nodes = {f"n{i}": NodeObs(f"n{i}", created_mono=0.0, **node_kw) for i in range(n)}
     leases = {
-        f"n{i}": LeaseObs(f"n{i}", renew_time="t", seen_renewed_mono=NOW - (9.0 if i < stale else 1.0))
+        f"n{i}": LeaseObs(
+            f"n{i}", renew_time="t", seen_renewed_mono=NOW - (9.0 if i < stale else 1.0), interval_s=2.0
+        )
         for i in range(n)
     }
     return nodes, leases
@@ -35,60 +65,144 @@ def healthy() -> Memory:
 
 
 @pytest.mark.parametrize(
-    ("n", "stale", "phase", "since", "action", "next_phase"),
+    ("n", "stale", "phase", "since", "scale_down", "next_phase"),
     [
         # healthy -> confirming exactly at the threshold, not below it
-        (10, 6, Phase.HEALTHY, 0, Action.NONE, Phase.CONFIRMING),
-        (10, 5, Phase.HEALTHY, 0, Action.NONE, Phase.HEALTHY),
-        (5, 3, Phase.HEALTHY, 0, Action.NONE, Phase.CONFIRMING),  # 0.6 exactly
+        (10, 6, Phase.HEALTHY, 0, False, Phase.CONFIRMING),
+        (10, 5, Phase.HEALTHY, 0, False, Phase.HEALTHY),
+        (5, 3, Phase.HEALTHY, 0, False, Phase.CONFIRMING),  # 0.6 exactly
         # confirming: act only after the full confirm period
-        (10, 7, Phase.CONFIRMING, NOW - 3.999, Action.NONE, Phase.CONFIRMING),
-        (10, 7, Phase.CONFIRMING, NOW - 4.0, Action.SCALE_DOWN, Phase.DOWN),
-        (10, 5, Phase.CONFIRMING, NOW - 100, Action.NONE, Phase.HEALTHY),
+        (10, 7, Phase.CONFIRMING, NOW - 3.999, False, Phase.CONFIRMING),
+        (10, 7, Phase.CONFIRMING, NOW - 4.0, True, Phase.DOWN),
+        (10, 5, Phase.CONFIRMING, NOW - 100, False, Phase.HEALTHY),
         # hysteresis: 0.5 is below the failure fraction but not below the recovery fraction
-        (10, 5, Phase.DOWN, 0, Action.NONE, Phase.DOWN),
-        (10, 4, Phase.DOWN, 0, Action.NONE, Phase.DOWN),  # 0.4 is not < 0.4
-        (10, 3, Phase.DOWN, 0, Action.NONE, Phase.RECOVERING),
-        (10, 3, Phase.RECOVERING, NOW - 9.999, Action.NONE, Phase.RECOVERING),
-        (10, 3, Phase.RECOVERING, NOW - 10.0, Action.SCALE_UP, Phase.HEALTHY),
-        (10, 4, Phase.RECOVERING, NOW - 100, Action.NONE, Phase.DOWN),
-        # single candidate: never a verdict, whatever the phase
-        (1, 1, Phase.HEALTHY, 0, Action.NONE, Phase.HEALTHY),
-        (1, 1, Phase.CONFIRMING, NOW - 100, Action.NONE, Phase.CONFIRMING),
-        (1, 0, Phase.DOWN, 0, Action.NONE, Phase.DOWN),
-        # zero candidates: make sure the controllers run
-        (0, 0, Phase.DOWN, 0, Action.SCALE_UP, Phase.HEALTHY),
-        (0, 0, Phase.RECOVERING, 0, Action.SCALE_UP, Phase.HEALTHY),
-        (0, 0, Phase.HEALTHY, 0, Action.NONE, Phase.HEALTHY),
-        # starting: nothing is judged
-        (10, 10, Phase.STARTING, 0, Action.NONE, Phase.STARTING),
+        (10, 5, Phase.DOWN, 0, False, Phase.DOWN),
+        (10, 4, Phase.DOWN, 0, False, Phase.DOWN),  # 0.4 is not < 0.4
+        (10, 3, Phase.DOWN, 0, False, Phase.RECOVERING),
+        (10, 3, Phase.RECOVERING, NOW - 9.999, False, Phase.RECOVERING),
+        (10, 3, Phase.RECOVERING, NOW - 10.0, False, Phase.HEALTHY),
+        (10, 4, Phase.RECOVERING, NOW - 100, False, Phase.DOWN),
+        # too few candidates: no verdict; confirmation restarts, scaled down recovers
+        (1, 1, Phase.HEALTHY, 0, False, Phase.HEALTHY),
+        (1, 1, Phase.CONFIRMING, NOW - 100, False, Phase.HEALTHY),
+        (1, 1, Phase.DOWN, 0, False, Phase.RECOVERING),
+        (1, 1, Phase.RECOVERING, NOW - 9.999, False, Phase.RECOVERING),
+        (1, 1, Phase.RECOVERING, NOW - 10.0, False, Phase.HEALTHY),
+        (0, 0, Phase.DOWN, 0, False, Phase.RECOVERING),
+        (0, 0, Phase.RECOVERING, NOW - 10.0, False, Phase.HEALTHY),
+        (0, 0, Phase.HEALTHY, 0, False, Phase.HEALTHY),
+        # starting: nothing happens until the record has been read
+        (10, 10, Phase.STARTING, 0, False, Phase.STARTING),
     ],
 )
 def test_transitions(  # noqa: PLR0917 - one argument per table column
-    n: int, stale: int, phase: Phase, since: float, action: Action, next_phase: Phase
+    n: int, stale: int, phase: Phase, since: float, scale_down: bool, next_phase: Phase
 ) -> None:
     nodes, leases = cluster(n, stale)
-    v = decide(nodes, leases, NOW, P, Memory(phase, since))
-    assert (v.action, v.memory.phase) == (action, next_phase), v.reason
-    assert (v.candidates, v.stale) == (n, stale)
+    v = judge(nodes, leases, NOW, P, Memory(phase, since))
+    assert (v.scale_down, v.memory.phase) == (scale_down, next_phase), v.reason
+    if phase is not Phase.STARTING:
+        assert (v.candidates, v.stale) == (n, stale)
+
+
+@pytest.mark.parametrize(
+    ("records", "phase", "desired"),
+    [
+        (None, Phase.STARTING, None),
+        (False, Phase.HEALTHY, Desired.RUNNING),
+        (True, Phase.DOWN, Desired.SCALED_DOWN),
+    ],
+)
+def test_a_start_resumes_from_the_record(records: bool | None, phase: Phase, desired: Desired | None) -> None:
+    nodes, leases = cluster(10, 0)
+    v = decide(nodes, leases, NOW, P, Memory(Phase.STARTING, NOW), view_since=None, records=records)
+    assert (v.memory.phase, v.desired, v.judged) == (phase, desired, False)
+
+
+@pytest.mark.parametrize("view_since", [None, NOW - 7.999])
+@pytest.mark.parametrize(
+    ("phase", "next_phase"),
+    [
+        (Phase.HEALTHY, Phase.HEALTHY),
+        (Phase.CONFIRMING, Phase.HEALTHY),  # confirmation starts again once the view is back
+        (Phase.DOWN, Phase.DOWN),  # a KAPI restart does not flap the controllers
+        (Phase.RECOVERING, Phase.DOWN),  # nor does recovery count on what it cannot see
+    ],
+)
+def test_nothing_is_judged_without_a_lease_duration_of_fresh_view(
+    view_since: float | None, phase: Phase, next_phase: Phase
+) -> None:
+    nodes, leases = cluster(10, 10)  # every lease looks stale: the view is what is wrong
+    v = judge(nodes, leases, NOW, P, Memory(phase, NOW - 50), view_since=view_since)
+    assert (v.memory.phase, v.scale_down, v.judged) == (next_phase, False, False), v.reason
+
+
+def test_judging_starts_exactly_a_lease_duration_after_the_view_is_back() -> None:
+    nodes, leases = cluster(10, 10)
+    v = judge(nodes, leases, NOW, P, Memory(Phase.HEALTHY, 0), view_since=NOW - 8.0)
+    assert (v.judged, v.memory.phase) == (True, Phase.CONFIRMING)
+
+
+def test_blind_while_scaled_down_restores_after_the_blind_limit() -> None:
+    nodes, leases = cluster(10, 10)
+    memory = Memory(Phase.DOWN, NOW - 300)
+    v = judge(nodes, leases, NOW, P, memory, view_since=None)
+    assert (v.memory.phase, v.memory.blind_since) == (Phase.DOWN, NOW)
+    v = judge(nodes, leases, NOW + 119.9, P, v.memory, view_since=None)
+    assert v.memory.phase is Phase.DOWN
+    v = judge(nodes, leases, NOW + 120, P, v.memory, view_since=None)
+    assert (v.memory.phase, v.desired) == (Phase.HEALTHY, Desired.RUNNING)
+    assert "restoring" in v.reason
+
+
+def test_the_blind_clock_restarts_once_the_view_is_back() -> None:
+    nodes, leases = cluster(10, 10)
+    v = judge(nodes, leases, NOW, P, Memory(Phase.DOWN, 0), view_since=None)
+    v = judge(nodes, leases, NOW + 100, P, v.memory)
+    assert (v.memory.phase, v.memory.blind_since) == (Phase.DOWN, None)
+    v = judge(nodes, leases, NOW + 101, P, v.memory, view_since=None)
+    assert v.memory.blind_since == NOW + 101
+
+
+def test_a_blocked_scale_down_confirms_again_from_now() -> None:
+    nodes, leases = cluster(10, 7)
+    v = judge(nodes, leases, NOW, P, Memory(Phase.CONFIRMING, NOW - 4))
+    assert v.scale_down
+    b = blocked(v, NOW, "kapi_probe_failed")
+    assert (b.memory, b.scale_down, b.desired) == (Memory(Phase.CONFIRMING, NOW), False, Desired.RUNNING)
+    assert not judge(nodes, leases, NOW + 3.9, P, b.memory).scale_down
+    assert judge(nodes, leases, NOW + 4, P, b.memory).scale_down
+
+
+def test_a_new_leader_starts_from_the_record() -> None:
+    assert take_over(NOW) == Memory(Phase.STARTING, NOW)
+
+
+@pytest.mark.parametrize(
+    ("phase", "desired"),
+    [
+        (Phase.STARTING, None),
+        (Phase.HEALTHY, Desired.RUNNING),
+        (Phase.CONFIRMING, Desired.RUNNING),
+        (Phase.DOWN, Desired.SCALED_DOWN),
+        (Phase.RECOVERING, Desired.SCALED_DOWN),
+    ],
+)
+def test_the_phase_alone_says_what_the_dependents_should_be(phase: Phase, desired: Desired | None) -> None:
+    assert Verdict(Memory(phase, 0), 0, 0, "").desired is desired
 
 
 def test_memory_keeps_its_since_while_the_phase_holds() -> None:
     nodes, leases = cluster(10, 7)
-    v1 = decide(nodes, leases, NOW, P, healthy())
+    v1 = judge(nodes, leases, NOW, P, healthy())
     assert v1.memory == Memory(Phase.CONFIRMING, NOW)
-    v2 = decide(nodes, leases, NOW + 1, P, v1.memory)
-    assert v2.memory is v1.memory
+    v2 = judge(nodes, leases, NOW + 1, P, v1.memory)
+    assert v2.memory == v1.memory
 
 
 def test_staleness_is_exactly_the_lease_duration() -> None:
-    nodes = {"a": NodeObs("a", 0.0), "b": NodeObs("b", 0.0)}
-    leases = {
-        "a": LeaseObs("a", "t", seen_renewed_mono=NOW - 8.0),
-        "b": LeaseObs("b", "t", seen_renewed_mono=NOW - 7.999),
-    }
-    v = decide(nodes, leases, NOW, P, healthy())
-    assert v.stale_nodes == ("a",)
+    assert is_stale(LeaseObs("a", "t", seen_renewed_mono=NOW - 8.0), NOW, P)
+    assert not is_stale(LeaseObs("b", "t", seen_renewed_mono=NOW - 7.999), NOW, P)
 
 
 @pytest.mark.parametrize(
@@ -118,44 +232,56 @@ def test_lease_filters() -> None:
 def test_all_agents_released_means_no_verdict_and_controllers_up() -> None:
     nodes, leases = cluster(10, 10)
     leases = {k: replace(v, released=True) for k, v in leases.items()}
-    assert decide(nodes, leases, NOW, P, healthy()).action is Action.NONE
-    assert decide(nodes, leases, NOW, P, Memory(Phase.DOWN, 0)).action is Action.SCALE_UP
+    assert judge(nodes, leases, NOW, P, healthy()).memory.phase is Phase.HEALTHY
+    v = judge(nodes, leases, NOW, P, Memory(Phase.DOWN, 0))
+    v = judge(nodes, leases, NOW + 10, P, v.memory)
+    assert (v.memory.phase, v.desired) == (Phase.HEALTHY, Desired.RUNNING)
+    assert "no verdict" in v.reason
 
 
 def test_a_node_that_leaves_during_an_outage_changes_the_fraction() -> None:
     nodes, leases = cluster(10, 6)
-    confirming = decide(nodes, leases, NOW, P, healthy()).memory
+    confirming = judge(nodes, leases, NOW, P, healthy()).memory
     del nodes["n0"]  # 5/9 < 0.6: no longer a quorum
-    v = decide(nodes, leases, NOW + 5, P, confirming)
-    assert (v.action, v.memory.phase, v.stale, v.candidates) == (Action.NONE, Phase.HEALTHY, 5, 9)
+    v = judge(nodes, leases, NOW + 5, P, confirming)
+    assert (v.scale_down, v.memory.phase, v.stale, v.candidates) == (False, Phase.HEALTHY, 5, 9)
 
 
 def test_a_node_that_joins_during_an_outage_is_not_counted_until_it_is_old_enough() -> None:
     nodes, leases = cluster(10, 7)
     down = Memory(Phase.DOWN, NOW - 30)
     nodes["new"] = NodeObs("new", created_mono=NOW - 5)
-    leases["new"] = LeaseObs("new", "t", seen_renewed_mono=NOW)
-    v = decide(nodes, leases, NOW, P, down)
+    leases["new"] = LeaseObs("new", "t", seen_renewed_mono=NOW, interval_s=2.0)
+    v = judge(nodes, leases, NOW, P, down)
     assert (v.candidates, v.stale, v.memory.phase) == (10, 7, Phase.DOWN)
 
 
 def test_reason_says_what_and_why() -> None:
     nodes, leases = cluster(10, 7)
-    v = decide(nodes, leases, NOW, P, Memory(Phase.CONFIRMING, NOW - 5))
+    v = judge(nodes, leases, NOW, P, Memory(Phase.CONFIRMING, NOW - 5))
     assert v.reason == "7/10 stale (70%) for 5.0s: quorum lost"
     assert v.fraction == pytest.approx(0.7)
 
 
 def test_only_the_fast_sample_is_judged() -> None:
     nodes, leases = cluster(10, 7)
-    v = decide(nodes, leases, NOW, P, healthy(), sample={"n5", "n6", "n7", "n8", "n9"})
+    v = judge(nodes, leases, NOW, P, healthy(), sample={"n5", "n6", "n7", "n8", "n9"})
     assert (v.candidates, v.stale) == (5, 2)
-    assert decide(nodes, leases, NOW, P, healthy(), sample=None).candidates == 10
+    assert judge(nodes, leases, NOW, P, healthy(), sample=None).candidates == 10
 
 
 def test_a_node_whose_pace_just_changed_counts_once_it_renewed_since() -> None:
     nodes, leases = cluster(3, 0)
     leases["n0"] = replace(leases["n0"], seen_renewed_mono=NOW - 30, paced_since_mono=NOW - 1)
     assert "n0" not in candidates(nodes, leases, NOW, P)
+    leases["n0"] = replace(leases["n0"], seen_renewed_mono=NOW - 1)  # the same moment is not "since"
+    assert "n0" not in candidates(nodes, leases, NOW, P)
     leases["n0"] = replace(leases["n0"], seen_renewed_mono=NOW)
     assert "n0" in candidates(nodes, leases, NOW, P)
+
+
+@pytest.mark.parametrize(("interval_s", "counted"), [(None, False), (60.0, False), (2.0, True), (1.0, True)])
+def test_only_leases_asked_to_renew_fast_are_judged(interval_s: float | None, counted: bool) -> None:
+    nodes, leases = cluster(3, 0)
+    leases["n0"] = replace(leases["n0"], interval_s=interval_s)
+    assert ("n0" in candidates(nodes, leases, NOW, P)) is counted

@@ -1,0 +1,238 @@
+"""A small dict-backed stand-in for a Kubernetes API server, for unit tests of the aggregator's I/O.
+
+It speaks the subset KubeClient's callers use (GET of objects and collections,
+POST, merge PATCH with a resourceVersion precondition, the scale subresource,
+DELETE, probe, watch) and lets a test script failures per request. Its deployment
+"controller" makes status follow spec at once, unless told not to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import Conflict, KubeError, NotFound, TransportError, api_error
+
+Fault = Callable[[str, str], KubeError | None]
+
+
+@dataclass
+class Rule:
+    method: str | None
+    path: str | None
+    error: Callable[[], KubeError]
+    hits: int = 0
+
+    def matches(self, method: str, path: str) -> bool:
+        return (self.method is None or self.method == method) and (
+            self.path is None or re.search(self.path, path) is not None
+        )
+
+
+def server_error(message: str = "injected") -> KubeError:
+    return api_error(500, f'{{"reason":"InternalError","message":"{message}"}}')
+
+
+def transport_error() -> KubeError:
+    return TransportError("connect", "injected: connection refused")
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.rules: list[Rule] = []
+        self.down = False
+        self.hang: Rule | None = None
+        self.controller = True
+        self.writes: list[tuple[str, str, Any]] = []
+        self._rv = 0
+        # The server's wall clock, for metadata.managedFields times.
+        self.wall: Callable[[], str] = lambda: "2026-11-30T12:00:00Z"
+
+    # -- test controls
+    def fail(
+        self,
+        method: str | None = None,
+        path: str | None = None,
+        error: Callable[[], KubeError] = server_error,
+    ) -> Rule:
+        rule = Rule(method, path, error)
+        self.rules.append(rule)
+        return rule
+
+    def clear(self) -> None:
+        self.rules.clear()
+
+    def put(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(obj)
+        meta = obj.setdefault("metadata", {})
+        meta["name"] = path.rsplit("/", 1)[1]
+        meta["resourceVersion"] = self._next_rv()
+        self.objects[path] = obj
+        return obj
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    # -- the API
+    def _check(self, method: str, path: str) -> None:
+        if self.down:
+            raise transport_error()
+        for rule in self.rules:
+            if rule.matches(method, path):
+                rule.hits += 1
+                raise rule.error()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Any = None,
+        content_type: str = "application/json",
+        accept: str | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]:
+        del params, content_type, accept, timeout_s
+        if self.hang is not None and self.hang.matches(method, path):
+            self.hang.hits += 1
+            await asyncio.Event().wait()  # held until the caller gives up
+        self._check(method, path)
+        await asyncio.sleep(0)
+        if method == "GET":
+            return self._get(path)
+        if method == "POST":
+            return self._create(path, body)
+        if method == "PATCH":
+            return self._patch(path, body)
+        if method == "DELETE":
+            if self.objects.pop(path, None) is None:
+                raise NotFound(404, "NotFound", path)
+            return {}
+        raise AssertionError(f"unexpected {method} {path}")
+
+    async def get(self, path: str, **params: str) -> dict[str, Any]:
+        return await self.request("GET", path)
+
+    async def create(self, path: str, body: Any) -> dict[str, Any]:
+        return await self.request("POST", path, body=body)
+
+    async def merge_patch(self, path: str, body: Any) -> dict[str, Any]:
+        return await self.request("PATCH", path, body=body)
+
+    async def delete(self, path: str, body: Any = None) -> dict[str, Any]:
+        return await self.request("DELETE", path)
+
+    async def probe(self, path: str = "/readyz", timeout_s: float = 3.0) -> None:
+        self._check("GET", path)
+
+    async def watch(
+        self, path: str, *, resource_version: str, timeout_s: float, accept: str | None = None, **kw: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        self._check("GET", path + "?watch")
+        on_open = kw.get("on_open")
+        if on_open is not None:
+            on_open()
+        await asyncio.sleep(0.01)
+        return
+        yield  # an async generator that ends without events, as a quiet watch does
+
+    async def close(self) -> None:
+        pass
+
+    def _get(self, path: str) -> dict[str, Any]:
+        if path in self.objects:
+            return copy.deepcopy(self.objects[path])
+        if path.endswith("/scale") and path[:-6] in self.objects:
+            obj = self.objects[path[:-6]]
+            return {"metadata": dict(obj["metadata"]), "spec": {"replicas": obj["spec"].get("replicas", 1)}}
+        prefix = path + "/"
+        items = [
+            copy.deepcopy(o)
+            for p, o in sorted(self.objects.items())
+            if p.startswith(prefix) and "/" not in p[len(prefix) :]
+        ]
+        if (
+            items
+            or any(p.startswith(prefix) for p in self.objects)
+            or path.endswith(("/leases", "/nodes", "/events"))
+        ):
+            return {"items": items, "metadata": {"resourceVersion": str(self._rv)}}
+        raise NotFound(404, "NotFound", path)
+
+    def _create(self, collection: str, body: dict[str, Any]) -> dict[str, Any]:
+        meta = body.setdefault("metadata", {})
+        name = meta.get("name") or f"{meta.get('generateName', 'obj-')}{self._rv}"
+        path = f"{collection}/{name}"
+        if path in self.objects:
+            raise Conflict(409, "AlreadyExists", path)
+        self.writes.append(("POST", collection, body))
+        self._manage(body, body)
+        return self.put(path, body)
+
+    def _patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        scale = path.endswith("/scale")
+        target = path[:-6] if scale else path
+        obj = self.objects.get(target)
+        if obj is None:
+            raise NotFound(404, "NotFound", path)
+        want_rv = (body.get("metadata") or {}).get("resourceVersion")
+        if want_rv is not None and want_rv != obj["metadata"]["resourceVersion"]:
+            raise Conflict(409, "Conflict", f"{path}: the object has been modified")
+        self.writes.append(("PATCH", path, copy.deepcopy(body)))
+        if scale:
+            obj["spec"]["replicas"] = body["spec"]["replicas"]
+            if self.controller:
+                self.follow(target)
+        else:
+            _merge(obj, body)
+            self._manage(obj, body)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+        return copy.deepcopy(obj)
+
+    def _manage(self, obj: dict[str, Any], body: dict[str, Any]) -> None:
+        """Stamp the writer's managedFields entry, as the server does (all requests here are the
+        aggregator's; a test's own writes stamp theirs with ``managed``)."""
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        if annotations:
+            managed(
+                obj,
+                "dwd-lease-aggregator",
+                self.wall(),
+                {"f:metadata": {"f:annotations": {f"f:{k}": {} for k in annotations}}},
+            )
+
+    def follow(self, path: str) -> None:
+        """What the deployment controller does: status follows spec."""
+        obj = self.objects[path]
+        want = obj["spec"].get("replicas", 1)
+        obj["status"] = {"replicas": want, "readyReplicas": want}
+        obj["metadata"]["resourceVersion"] = self._next_rv()
+
+
+def managed(obj: dict[str, Any], manager: str, when: str, fields: dict[str, Any]) -> None:
+    entries = obj.setdefault("metadata", {}).setdefault("managedFields", [])
+    for entry in entries:
+        if entry["manager"] == manager:
+            entry["time"], entry["fieldsV1"] = when, fields
+            return
+    entries.append({"manager": manager, "operation": "Update", "time": when, "fieldsV1": fields})
+
+
+def _merge(into: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 merge patch."""
+    for key, value in patch.items():
+        if key == "resourceVersion":
+            continue
+        if value is None:
+            into.pop(key, None)
+        elif isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = copy.deepcopy(value)

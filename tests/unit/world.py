@@ -1,0 +1,174 @@
+"""A shoot and its seed in memory, for driving the aggregator's Target tick by tick.
+
+Agents renew at the interval their lease asks for (adopted at each renewal, as
+the real agent does); the informers are fed by a LIST each tick; the clock is
+manual. The seed's deployments start as CONTROLLERS.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent
+from aggregator.scaler import MELTDOWN, REPLICAS
+from aggregator.settings import Settings
+from aggregator.target import Target
+from core.durations import parse_duration
+from core.errors import KubeError
+from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, format_micro_time, lease_path
+from testenv.standins import CONTROLLERS
+from tests.unit.fakekube import FakeKube, managed
+
+NS = "shoot--p--s"
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+INTERVAL_FIELDS = {"f:metadata": {"f:annotations": {f"f:{RENEW_INTERVAL}": {}}}}
+RENEW_FIELDS = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
+
+
+def deployment_path(name: str) -> str:
+    return f"/apis/apps/v1/namespaces/{NS}/deployments/{name}"
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class World:
+    def __init__(
+        self,
+        nodes: int = 10,
+        *,
+        dependents: Sequence[Dependent] = DEFAULT_DEPENDENTS,
+        interval: str = "2s",
+        **settings: Any,
+    ) -> None:
+        self.clock = Clock()
+        self.shoot, self.seed = FakeKube(), FakeKube()
+        self.shoot.wall = self.wall
+        self.settings = Settings(shoot_kubeconfig="-", namespace=NS, **settings)
+        self.dependents = tuple(dependents)
+        self.names = [f"node-{i:04d}" for i in range(nodes)]
+        self.alive = set(self.names)
+        self.due: dict[str, float] = {}
+        self.leader = True
+        self.term_end = math.inf
+        for i, name in enumerate(self.names):
+            node = self.shoot.put(
+                f"/api/v1/nodes/{name}",
+                {"metadata": {"uid": f"uid-{name}", "creationTimestamp": "2020-01-01T00:00:00Z"}},
+            )
+            lease = self.shoot.put(
+                lease_path(DEFAULT_LEASE_NAMESPACE, name),
+                {
+                    "metadata": {
+                        "annotations": {RENEW_INTERVAL: interval},
+                        "ownerReferences": [{"kind": "Node", "name": name, "uid": node["metadata"]["uid"]}],
+                    },
+                    "spec": {
+                        "holderIdentity": name,
+                        "leaseDurationSeconds": round(self.settings.lease_duration_s),
+                        "renewTime": format_micro_time(T0),
+                    },
+                },
+            )
+            managed(lease, "dwd-lease-aggregator", "2026-11-30T11:00:00Z", INTERVAL_FIELDS)
+            managed(lease, "dwd-lease-agent", "2026-11-30T11:59:00Z", RENEW_FIELDS)
+            # Spread the agents' phases over their interval, as real agents are.
+            self.due[name] = self.clock() + (i % 10) * parse_duration(interval) / 10
+        for name, replicas in CONTROLLERS.items():
+            self.seed.put(
+                deployment_path(name),
+                {"spec": {"replicas": replicas}, "status": {"replicas": replicas, "readyReplicas": replicas}},
+            )
+        self.target = self.new_target()
+        self.trace: list[tuple[float, dict[str, int]]] = []
+
+    def new_target(self, **settings: Any) -> Target:
+        if settings:
+            self.settings = Settings(**{**self.settings.__dict__, **settings})
+        target = Target(
+            "shoot",
+            NS,
+            self.shoot,
+            self.seed,
+            settings=self.settings,
+            dependents=self.dependents,
+            clock=self.clock,
+            is_leader=lambda: self.leader,
+            term_end=lambda: self.term_end,
+        )
+        target.provisioner.min_gap_s = 0.0
+        self.target = target
+        return target
+
+    # -- the agents
+    def renew(self) -> None:
+        """Every agent of ``alive`` whose time has come renews, if it can reach KAPI."""
+        if self.shoot.down:
+            return
+        now = self.clock()
+        for name in sorted(self.alive):
+            path = lease_path(DEFAULT_LEASE_NAMESPACE, name)
+            lease = self.shoot.objects.get(path)
+            if lease is None or self.due.get(name, now) > now:
+                continue
+            lease["spec"]["renewTime"] = format_micro_time(T0 + timedelta(seconds=now))
+            lease["metadata"]["resourceVersion"] = self.shoot._next_rv()
+            managed(lease, "dwd-lease-agent", self.wall(), RENEW_FIELDS)
+            # The agent adopts the interval its PATCH response carries.
+            interval = (lease["metadata"].get("annotations") or {}).get(RENEW_INTERVAL, "2s")
+            self.due[name] = now + parse_duration(interval)
+
+    def wall(self) -> str:
+        """The API server's wall clock, as managedFields stamp it (whole seconds)."""
+        return (T0 + timedelta(seconds=self.clock())).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    # -- one tick of everything
+    async def step(self, *, provision: bool = True) -> None:
+        self.clock.now += self.settings.tick_s
+        self.renew()
+        t = self.target
+        for informer in (t.nodes, t.leases):
+            try:
+                await informer.list_now()
+                informer.synced.set()
+            except KubeError:
+                pass
+        if provision and self.leader:
+            await t.provisioner.reconcile()
+        await t.tick()
+        self.trace.append((self.clock(), self.replicas()))
+
+    async def run(self, seconds: float, **kw: Any) -> None:
+        for _ in range(round(seconds / self.settings.tick_s)):
+            await self.step(**kw)
+
+    async def until(self, predicate: Any, seconds: float, what: str) -> float:
+        """Step until ``predicate()`` holds; the seconds it took."""
+        start = self.clock()
+        for _ in range(round(seconds / self.settings.tick_s)):
+            await self.step()
+            if predicate():
+                return self.clock() - start
+        raise AssertionError(f"not within {seconds}s: {what}; phase {self.target.memory.phase}")
+
+    # -- what the seed shows
+    def replicas(self) -> dict[str, int]:
+        return {n: int(self.seed.objects[deployment_path(n)]["spec"]["replicas"]) for n in CONTROLLERS}
+
+    def annotations(self, name: str) -> dict[str, str]:
+        ann = self.seed.objects[deployment_path(name)]["metadata"].get("annotations") or {}
+        return {k: v for k, v in ann.items() if k in (REPLICAS, MELTDOWN)}
+
+    def ever_scaled_down(self) -> bool:
+        return any(min(r.values()) == 0 for _, r in self.trace)
+
+    def restored(self) -> bool:
+        return self.replicas() == CONTROLLERS and not any(self.annotations(n) for n in CONTROLLERS)
