@@ -8,6 +8,7 @@ confirm 4 s, recovery 10 s, MCM brought back 30 s after KCM.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -366,3 +367,63 @@ async def test_a_failing_watch_is_not_fresh() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+# -- first sight: the server's record of who wrote last
+
+
+def _lease(interval_at: str | None, renew_at: str | None, same_writer: bool = False) -> dict[str, object]:
+    interval = {"f:metadata": {"f:annotations": {"f:dependency-watchdog.gardener.cloud/renew-interval": {}}}}
+    renew = {"f:spec": {"f:renewTime": {}}}
+    entries = []
+    if same_writer:
+        entries.append({"manager": "m", "time": renew_at, "fieldsV1": {**interval, **renew}})
+    else:
+        if interval_at:
+            entries.append({"manager": "aggregator", "time": interval_at, "fieldsV1": interval})
+        if renew_at:
+            entries.append({"manager": "agent", "time": renew_at, "fieldsV1": renew})
+    return {"metadata": {"name": "n", "managedFields": entries}}
+
+
+@pytest.mark.parametrize(
+    ("interval_at", "renew_at", "same_writer", "after"),
+    [
+        ("2026-11-30T12:00:00Z", "2026-11-30T12:00:01Z", False, True),
+        ("2026-11-30T12:00:01Z", "2026-11-30T12:00:01Z", False, False),  # the same second
+        ("2026-11-30T12:00:02Z", "2026-11-30T12:00:01Z", False, False),
+        (None, "2026-11-30T12:00:01Z", False, False),
+        ("2026-11-30T12:00:00Z", None, False, False),
+        (None, "2026-11-30T12:00:01Z", True, False),
+        ("2026-11-30T12:00:00Z", "garbage", False, False),
+    ],
+)
+def test_renewed_after_interval(
+    interval_at: str | None, renew_at: str | None, same_writer: bool, after: bool
+) -> None:
+    from aggregator.watcher import renewed_after_interval
+
+    assert renewed_after_interval(_lease(interval_at, renew_at, same_writer)) is after
+
+
+# -- a target removed while scaled down
+
+
+async def test_a_removed_target_restores_what_it_scaled_down(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aggregator import targets
+    from aggregator.metrics import AggregatorMetrics
+    from aggregator.targets import Fleet, TargetSpec
+
+    w = World()
+    await settle(w)
+    await outage(w)
+    monkeypatch.setattr(targets, "RETIRE_RETRY_S", 0.01)
+    # No delays: the retiring scaler runs on the real clock.
+    quick = [replace(d, scale_up=replace(d.scale_up, initial_delay_s=0.0)) for d in w.dependents]
+    fleet = Fleet(replace(w.settings, recovery_period_s=0.05), w.seed, quick, AggregatorMetrics())  # type: ignore[arg-type]
+    task = asyncio.create_task(fleet.retire(TargetSpec("shoot", w.target.namespace)))
+    try:
+        await asyncio.wait_for(task, 10)
+    finally:
+        task.cancel()
+    assert w.restored()
