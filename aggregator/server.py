@@ -83,6 +83,24 @@ def _sparkline(history: list[list[float]] | list[tuple[float, float]], threshold
     )
 
 
+def _why(t: dict[str, Any]) -> str:
+    return str(t.get("blocked") or t.get("error") or t.get("reason") or "")
+
+
+def _dependents(t: dict[str, Any]) -> str:
+    """What the actuator wants and what it last read: "running: kube-controller-manager 3/3, ..."."""
+    parts = []
+    for name, d in (t.get("dependents") or {}).items():
+        if not d.get("exists", True):
+            parts.append(f"{name} absent")
+            continue
+        record = f" (record {d['record']})" if d.get("record") is not None else ""
+        error = f" error: {d['error']}" if d.get("error") else ""
+        parts.append(f"{name} {d.get('ready', 0)}/{d.get('replicas', 0)}{record}{error}")
+    desired = t.get("desired") or "-"
+    return f"{desired}: {', '.join(parts)}" if parts else str(desired)
+
+
 def render_page(status: dict[str, Any]) -> str:
     e = html.escape
     rows, details = [], []
@@ -99,8 +117,8 @@ def render_page(status: dict[str, Any]) -> str:
             f"<td>{t.get('stale', 0)}/{t.get('candidates', 0)}</td>"
             f"<td>{float(t.get('fraction', 0)):.0%}</td>"
             f"<td>{_sparkline(t.get('history', []), threshold)}</td>"
-            f"<td>{e(t.get('blocked') or t.get('error') or t.get('reason') or '')}</td>"
-            f"<td>{e(t.get('last_action', ''))}</td>"
+            f"<td>{e(_why(t))}</td>"
+            f"<td>{e(_dependents(t))}</td>"
             "</tr>"
         )
         ages = t.get("lease_ages") or {}
@@ -128,7 +146,7 @@ table{{border-collapse:collapse}}td,th{{padding:.35em .7em;border-bottom:1px sol
 <p>{e(str(status.get("identity", "")))} · {leader}{e(dry)} · failure fraction {threshold:.0%} ·
 lease duration {lease_duration:g}s · {len(status.get("targets", []))} target(s)</p>
 <table><tr><th>target</th><th>state</th><th>since</th><th>stale</th><th>fraction</th>
-<th>stale fraction, last minutes</th><th>why</th><th>last action</th></tr>
+<th>stale fraction, last minutes</th><th>why</th><th>controllers: desired, observed</th></tr>
 {"".join(rows)}
 </table>
 {"".join(details)}
@@ -148,7 +166,7 @@ def render_table(status: dict[str, Any]) -> str:
                 _ago(t.get("since")),
                 f"{t.get('stale', 0)}/{t.get('candidates', 0)}",
                 f"{float(t.get('fraction', 0)):.0%}",
-                str(t.get("blocked") or t.get("error") or t.get("reason") or "")[:80],
+                _why(t)[:80],
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

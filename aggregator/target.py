@@ -260,6 +260,12 @@ class Target:
         self._record(verdict)
         if verdict.scale_down or (verdict.judged and verdict.memory.phase is Phase.HEALTHY):
             self.status.blocked = ""  # the last refusal is history once a verdict moved on
+        if leader and verdict.desired is not self.scaler.desired:
+            # The decision to act, once: the actuator converges on it over the next ticks.
+            if verdict.desired is Desired.SCALED_DOWN:
+                self.log.info("target_scale_down", reason=verdict.reason, dry_run=self.settings.dry_run)
+            elif self.scaler.desired is Desired.SCALED_DOWN:
+                self.log.info("target_scale_up", reason=verdict.reason)
         self._set_memory(verdict.memory, verdict.reason)
         desired = verdict.desired
         if (
