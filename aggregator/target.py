@@ -131,7 +131,7 @@ class Target:
         self.view_since: float | None = None
         # A tick later than this past its due time means our own process stalled.
         self.stall_s = min(2.0, settings.lease_duration_s / 4)
-        self._last_tick: float | None = None
+        self._tick_done: float | None = None
         self._started = clock()
         self._was_leader = False
         self._pacing: Pacing | None = None
@@ -202,11 +202,12 @@ class Target:
             why = "not listed yet"
         elif not (self.leases.fresh(WATCH_FRESH_S) and self.nodes.fresh(WATCH_FRESH_S)):
             why = "no data from the watches"
-        elif self._last_tick is not None and now - self._last_tick > self.settings.tick_s + self.stall_s:
+        elif self._tick_done is not None and now - self._tick_done > self.settings.tick_s + self.stall_s:
             # Our own process did not run (SIGSTOP, a long GC, CPU starvation): whatever
             # the watches delivered meanwhile is still queued, the leases only look old.
-            why = f"the aggregator itself stalled for {now - self._last_tick:.1f}s"
-        self._last_tick = now
+            # (Measured from the end of the last tick: a tick slowed by its own requests
+            # is no stall, the watches ran meanwhile.)
+            why = f"the aggregator itself stalled for {now - self._tick_done:.1f}s"
         if why:
             self._gap(why)
             if why.startswith("the aggregator itself"):
@@ -279,6 +280,7 @@ class Target:
             desired = Desired.RUNNING
         if leader and desired is not None:
             await self.scaler.converge(desired, self.status.phase_reason)
+        self._tick_done = self.clock()
         return verdict
 
     async def interlocks(self) -> str:
