@@ -142,6 +142,10 @@ class Scaler:
         self._verified_at = -math.inf
         self._reported: set[tuple[str, str]] = set()
 
+    def forget(self) -> None:
+        """Read everything again before trusting that it converged."""
+        self.desired, self.converged = None, False
+
     @property
     def holds_records(self) -> bool:
         """Whether a dependent carried our record when last read."""

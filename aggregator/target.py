@@ -230,6 +230,7 @@ class Target:
             # annotations, like a restart, but its observations are already warm.
             self.log.info("target_leading", phase=str(self.memory.phase))
             self.memory = take_over(now)
+            self.scaler.forget()  # another leader may have written since we last looked
         self._was_leader = leader
         self._see(now)
         if self.view_since is not None:
