@@ -111,6 +111,8 @@ class FakeKube:
             return self._create(path, body)
         if method == "PATCH":
             return self._patch(path, body)
+        if method == "PUT":
+            return self._put(path, body)
         if method == "DELETE":
             if self.objects.pop(path, None) is None:
                 raise NotFound(404, "NotFound", path)
@@ -174,6 +176,15 @@ class FakeKube:
             raise Conflict(409, "AlreadyExists", path)
         self.writes.append(("POST", collection, body))
         self._manage(body, body)
+        return self.put(path, body)
+
+    def _put(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        obj = self.objects.get(path)
+        if obj is None:
+            raise NotFound(404, "NotFound", path)
+        if body["metadata"].get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+            raise Conflict(409, "Conflict", f"{path}: the object has been modified")
+        self.writes.append(("PUT", path, copy.deepcopy(body)))
         return self.put(path, body)
 
     def _patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:

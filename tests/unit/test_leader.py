@@ -1,0 +1,102 @@
+"""Leader election against the fake API and a manual clock: acquire, renew, lose, the term's end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+
+import pytest
+
+from aggregator.leader import LeaderElector
+from core.errors import KubeError
+from tests.unit.fakekube import FakeKube, transport_error
+from tests.unit.world import Clock
+
+PATH = "/apis/coordination.k8s.io/v1/namespaces/garden/leases/dwd-lease-aggregator"
+
+
+def elector(kube: FakeKube, clock: Clock, identity: str) -> LeaderElector:
+    return LeaderElector(kube, "garden", identity=identity, clock=clock)  # type: ignore[arg-type]
+
+
+async def attempt(e: LeaderElector) -> None:
+    with contextlib.suppress(KubeError):
+        await e._try_once()
+
+
+async def test_the_first_candidate_acquires_and_its_term_ends_a_renew_deadline_after_renewing() -> None:
+    kube, clock = FakeKube(), Clock()
+    a = elector(kube, clock, "a")
+    assert (a.is_leader(), a.term_end()) == (False, -math.inf)
+    await attempt(a)
+    assert a.is_leader() and kube.objects[PATH]["spec"]["holderIdentity"] == "a"
+    assert a.term_end() == clock() + 10.0
+    clock.now += 9.9
+    assert a.is_leader()
+    clock.now += 0.1
+    assert not a.is_leader()  # no renewal for the renew deadline: the term is over
+
+
+@pytest.mark.parametrize(
+    ("quiet_s", "takes_over"),
+    [(14.9, False), (15.0, True)],  # the lease duration, by the standby's own clock
+)
+async def test_a_standby_takes_over_only_after_the_lease_duration(quiet_s: float, takes_over: bool) -> None:
+    kube, clock = FakeKube(), Clock()
+    a, b = elector(kube, clock, "a"), elector(kube, clock, "b")
+    await attempt(a)
+    await attempt(b)  # b sees a's renewTime for the first time now
+    assert not b.is_leader()
+    clock.now += quiet_s
+    await attempt(b)
+    assert b.is_leader() is takes_over
+    # a stopped renewing more than a renew deadline before b could take over.
+    assert not a.is_leader()
+
+
+async def test_a_renewing_leader_keeps_its_lease() -> None:
+    kube, clock = FakeKube(), Clock()
+    a, b = elector(kube, clock, "a"), elector(kube, clock, "b")
+    for _ in range(20):
+        await attempt(a)
+        await attempt(b)
+        clock.now += 2.0
+    assert kube.objects[PATH]["spec"]["holderIdentity"] == "a"
+    assert kube.objects[PATH]["spec"]["leaseTransitions"] == 0
+    assert not b.is_leader()
+
+
+async def test_of_two_racing_candidates_one_wins() -> None:
+    kube, clock = FakeKube(), Clock()
+    a, b, c = elector(kube, clock, "a"), elector(kube, clock, "b"), elector(kube, clock, "c")
+    await attempt(a)
+    await asyncio.gather(attempt(b), attempt(c))
+    clock.now += 15  # a is gone: both standbys see its lease expired
+    puts = len([w for w in kube.writes if w[0] == "PUT"])
+    await asyncio.gather(attempt(b), attempt(c))  # both read, then both write on what they read
+    assert len([w for w in kube.writes if w[0] == "PUT"]) == puts + 1  # the second PUT conflicted
+    assert [b.is_leader(), c.is_leader()].count(True) == 1
+    assert kube.objects[PATH]["spec"]["leaseTransitions"] == 1
+
+
+async def test_a_leader_that_cannot_renew_loses_its_term() -> None:
+    kube, clock = FakeKube(), Clock()
+    a = elector(kube, clock, "a")
+    await attempt(a)
+    kube.fail(error=transport_error)
+    for _ in range(5):
+        clock.now += 2.0
+        await attempt(a)
+    assert not a.is_leader()
+    assert a.term_end() <= clock()
+
+
+async def test_release_hands_over_at_once() -> None:
+    kube, clock = FakeKube(), Clock()
+    a, b = elector(kube, clock, "a"), elector(kube, clock, "b")
+    await attempt(a)
+    await a.release()
+    assert not a.is_leader() and kube.objects[PATH]["spec"]["holderIdentity"] == ""
+    await attempt(b)
+    assert b.is_leader()
