@@ -233,8 +233,8 @@ class Target:
             self.scaler.forget()  # another leader may have written since we last looked
         self._was_leader = leader
         self._see(now)
-        if self.view_since is not None:
-            self.status.view = ""
+        if self.view_since is not None and now - self.view_since >= self.params.lease_duration_s:
+            self.status.view = ""  # the last gap is a lease duration behind us: judging again
         synced = self.view_since is not None
         self.metrics.synced.set(1 if synced else 0, target=self.name)
         self.status.error = self.leases.last_error or self.nodes.last_error

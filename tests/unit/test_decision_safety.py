@@ -342,10 +342,11 @@ async def test_mcm_and_ca_do_not_come_back_before_kcm() -> None:
 async def test_an_own_stall_is_not_staleness() -> None:
     w = World()
     await settle(w)
-    w.clock.now += 20  # SIGSTOP: the agents renewed, we saw nothing
+    w.clock.now += 20  # SIGSTOP: the agents renewed, their events wait unread in our sockets
     w.renew()
-    await w.run(1)
-    assert w.target.memory.phase is Phase.HEALTHY
+    await w.target.tick()  # the tick runs before the watches have delivered them
+    assert w.target.memory.phase is Phase.HEALTHY, w.target.status.reason
+    assert "stalled" in w.target.status.view
     await w.run(20)
     assert not w.ever_scaled_down()
     assert w.target.memory.phase is Phase.HEALTHY
