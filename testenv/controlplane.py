@@ -81,6 +81,8 @@ class ControlPlane:
     etcd_url: str = ""
     _procs: list[Process] = field(default_factory=list)
     _apiserver_argv: list[str] = field(default_factory=list)
+    # Kept so a proxy in front of this API server can get a serving certificate its clients trust.
+    ca: CertificateAuthority | None = field(default=None, init=False, repr=False)
 
     @property
     def ca_file(self) -> Path:
@@ -98,7 +100,7 @@ class ControlPlane:
         paths = binaries.find()
         pki = self.workdir / "pki"
         pki.mkdir(parents=True, exist_ok=True)
-        ca = CertificateAuthority(pki)
+        ca = self.ca = CertificateAuthority(pki)
         names = ["localhost", *[s for s in self.extra_sans if not _is_ip(s)]]
         ips = ["127.0.0.1", *[s for s in self.extra_sans if _is_ip(s)]]
         serving = ca.issue("apiserver", "kube-apiserver", dns_names=names, ip_addresses=ips, server=True)
