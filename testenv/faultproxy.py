@@ -25,6 +25,7 @@ import json
 import re
 import ssl
 import threading
+import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -99,6 +100,7 @@ class Seen:
     # The status the client got: injected or the server's; 0 when it never got one.
     status: int
     injected: bool
+    t: float  # time.monotonic() when the proxy was done with it
 
 
 class FaultProxy:
@@ -291,7 +293,7 @@ class FaultProxy:
             return response
         finally:
             self._handlers.discard(task)
-            self.seen.append(Seen(request.method, request.path, status, injected))
+            self.seen.append(Seen(request.method, request.path, status, injected, time.monotonic()))
 
     def _status(self, rule: Rule, request: web.BaseRequest) -> web.Response:
         reason = REASONS.get(rule.status, "")
