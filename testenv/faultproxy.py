@@ -25,6 +25,7 @@ import json
 import re
 import ssl
 import threading
+import time
 import uuid
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -99,6 +100,7 @@ class Seen:
     # The status the client got: injected or the server's; 0 when it never got one.
     status: int
     injected: bool
+    t: float  # time.monotonic() when the proxy was done with it
 
 
 class FaultProxy:
@@ -177,8 +179,13 @@ class FaultProxy:
         self._loop.close()
 
     async def _shutdown(self) -> None:
-        for task in list(self._handlers):
+        handlers = list(self._handlers)
+        for task in handlers:
             task.cancel()
+        if handlers:
+            # Before the sessions close: a connection handed back to a closed connector is
+            # dropped without being closed.
+            await asyncio.wait(handlers, timeout=5)
         if self._runner is not None:
             await self._runner.cleanup()
         for session in (self._admin, self._bearer):
@@ -286,7 +293,7 @@ class FaultProxy:
             return response
         finally:
             self._handlers.discard(task)
-            self.seen.append(Seen(request.method, request.path, status, injected))
+            self.seen.append(Seen(request.method, request.path, status, injected, time.monotonic()))
 
     def _status(self, rule: Rule, request: web.BaseRequest) -> web.Response:
         reason = REASONS.get(rule.status, "")
@@ -336,17 +343,28 @@ class FaultProxy:
                 status=503,
             )
         async with upstream:
+            try:
+                return await self._relay(request, upstream)
+            except BaseException:
+                # The client left half-way (a watch, usually): drop the upstream connection
+                # at once. A TLS close would wait for the server's close_notify, which a
+                # running watch never sends, and outlive the proxy.
+                if upstream.connection is not None and upstream.connection.transport is not None:
+                    upstream.connection.transport.abort()
+                raise
+
+    async def _relay(self, request: web.BaseRequest, upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+        await self._pass()
+        out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for key, value in upstream.headers.items():
+            if key.lower() not in _HOP_BY_HOP:
+                out.headers.add(key, value)
+        if upstream.content_length is not None:
+            out.content_length = upstream.content_length
+        await out.prepare(request)
+        async for chunk in upstream.content.iter_any():
+            # A stream stalls in the black hole instead of delivering.
             await self._pass()
-            out = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-            for key, value in upstream.headers.items():
-                if key.lower() not in _HOP_BY_HOP:
-                    out.headers.add(key, value)
-            if upstream.content_length is not None:
-                out.content_length = upstream.content_length
-            await out.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                # A stream stalls in the black hole instead of delivering.
-                await self._pass()
-                await out.write(chunk)
-            await out.write_eof()
+            await out.write(chunk)
+        await out.write_eof()
         return out

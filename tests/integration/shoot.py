@@ -8,7 +8,8 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,14 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.apply import apply, load_docs
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
+from testenv.faultproxy import FaultProxy
 from testenv.standins import (
     CONTROLLERS,
     DEPLOYMENTS,
     DeploymentController,
     LeaseDriver,
     LoggedProcess,
+    Loop,
     deployment,
 )
 from tests.integration.agents import wait_for
@@ -67,6 +70,38 @@ FAST_DEPENDENTS = {
 }
 
 
+@dataclass(frozen=True)
+class Sample:
+    t: float  # time.monotonic()
+    replicas: dict[str, int]
+    annotations: dict[str, dict[str, str]]
+
+
+class Sampler(Loop):
+    """The controllers' spec.replicas and annotations every ``every_s``, from a thread: a scale
+    that came and went between two checks of a test is still in the record."""
+
+    def __init__(self, client: Client, namespace: str, every_s: float = 0.1) -> None:
+        super().__init__("sampler", every_s)
+        self.client = client
+        self.namespace = namespace
+        self.samples: list[Sample] = []
+
+    def step(self) -> None:
+        items = self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]
+        self.samples.append(
+            Sample(
+                time.monotonic(),
+                {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items},
+                {d["metadata"]["name"]: dict(d["metadata"].get("annotations") or {}) for d in items},
+            )
+        )
+
+    def first(self, bad: Callable[[Sample], bool], after: float = float("-inf")) -> Sample | None:
+        """The first sample taken after ``after`` for which ``bad`` holds."""
+        return next((s for s in list(self.samples) if s.t >= after and bad(s)), None)
+
+
 @dataclass
 class Shoot:
     """A fresh shoot control plane, a namespace in the shared seed, drivers and aggregators."""
@@ -80,6 +115,8 @@ class Shoot:
     driver: LeaseDriver = field(init=False)
     controller: DeploymentController = field(init=False)
     aggregators: list[LoggedProcess] = field(default_factory=list)
+    proxies: list[FaultProxy] = field(default_factory=list)
+    samplers: list[Sampler] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.shoot_admin = self.shoot.admin_client()
@@ -113,7 +150,22 @@ class Shoot:
             **overrides,
         }
 
-    def start_aggregator(self, **overrides: str) -> LoggedProcess:
+    def seed_proxy(self) -> FaultProxy:
+        """A FaultProxy in front of the seed, for ``start_aggregator(seed=proxy)``."""
+        proxy = FaultProxy(self.seed).open()
+        self.proxies.append(proxy)
+        return proxy
+
+    def sampler(self, every_s: float = 0.1) -> Sampler:
+        sampler = Sampler(self.seed.admin_client(), self.namespace, every_s)
+        self.samplers.append(sampler)
+        sampler.start()
+        return sampler
+
+    def start_aggregator(self, *, seed: FaultProxy | None = None, **overrides: str) -> LoggedProcess:
+        if seed is not None:
+            kubeconfig = seed.kubeconfig(self.tmp / f"seed-proxy-{seed.port}.kubeconfig")
+            overrides.setdefault("DWD_SEED_KUBECONFIG", str(kubeconfig))
         log_path = self.tmp / f"aggregator-{len(self.aggregators)}.log"
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(
@@ -211,6 +263,10 @@ class Shoot:
     def close(self) -> None:
         for a in self.aggregators:
             a.kill()
+        for sampler in self.samplers:
+            sampler.stop()
+        for proxy in self.proxies:
+            proxy.shutdown()
         self.driver.stop()
         self.controller.stop()
         self.shoot_admin.close()

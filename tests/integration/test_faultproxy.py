@@ -14,6 +14,7 @@ from core.errors import ServerError, TooManyRequests
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.faultproxy import FaultProxy
+from testenv.standins import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -88,6 +89,8 @@ def test_a_matching_patch_fails_and_changes_nothing(
     with seed_plane.admin_client() as direct:
         assert direct.get(cm(namespace))["data"] == {"k": "v0"}
     assert rule.hits == 2
+    # A request is recorded once the proxy is done with it, which can be after the client is.
+    wait_for(lambda: len(proxy.seen) == 3, 5, "the proxy to be done with all three")
     assert [(s.method, s.status, s.injected) for s in proxy.seen] == [
         ("PATCH", 500, True),
         ("GET", 200, False),
@@ -133,6 +136,7 @@ def test_blackhole_holds_requests_until_turned_off(proxy: FaultProxy, namespace:
         proxy.blackhole(False)
         assert c.get(cm(namespace))["data"] == {"k": "v0"}
     # The request whose client gave up was dropped, not delivered late.
+    wait_for(lambda: len(proxy.seen) == 2, 5, "the proxy to be done with both")
     assert [s.status for s in proxy.seen] == [0, 200]
 
 
