@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from bench import agent_footprint, aggregator_scale, detection
+from bench import agent_footprint, aggregator_scale, detection, faults
 
 if __name__ == "__main__":
     agent_footprint.run()
     aggregator_scale.run()
     detection.run()
+    faults.run()

@@ -1,0 +1,262 @@
+"""What one cycle of the fault suite found, and the tables for all of them.
+
+The defects come from the sampler alone (what reached the seed); the
+aggregators' logs only explain them, and say how often an interlock had to
+refuse a scale-down.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench.faultplan import EXTRAS, KINDS, Plan, Tally
+from bench.faultrig import Sample
+from bench.table import print_table
+from testenv.standins import CONTROLLERS, json_log
+
+SHOWN_EVENTS = {
+    "aggregator_started",
+    "leader_changed",
+    "target_leading",
+    "target_observing",
+    "view_fresh",
+    "view_gap",
+    "target_phase",
+    "scale_down_blocked",
+    "resource_scaling",
+    "resource_scaled_down",
+    "resource_scaled_up",
+    "scale_step_failed",
+}
+
+
+@dataclass
+class Result:
+    plan: Plan
+    start_wall: str
+    end_wall: str = ""
+    tally: Tally = field(default_factory=Tally)
+    detect_s: float | None = None
+    recover_s: float | None = None
+    settle_s: float | None = None
+    lowered: list[str] = field(default_factory=list)  # false scale-downs
+    recorded: list[str] = field(default_factory=list)  # records written outside an outage
+    left_at_zero: list[str] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    journal: list[str] = field(default_factory=list)
+
+    @property
+    def defects(self) -> bool:
+        return bool(self.lowered or self.left_at_zero or self.lost)
+
+    def holds(self, when: datetime) -> bool:
+        return datetime.fromisoformat(self.start_wall) <= when <= datetime.fromisoformat(self.end_wall)
+
+
+def check(res: Result, samples: Sequence[Sample], t_cut: float, t_heal: float) -> None:
+    """Judges a cycle from the samples between its start and the end of its settling."""
+    if not samples:
+        res.notes.append("no samples of the controllers")
+        return
+    if res.plan.kind == "outage":
+        down = dict.fromkeys(CONTROLLERS, 0)
+        first_down = next((s for s in samples if s.t >= t_cut and s.replicas == down), None)
+        if first_down is not None:
+            res.detect_s = first_down.t - t_cut
+        if any(_below(s) for s in samples):
+            back = next((s for s in samples if s.t >= t_heal and s.replicas == CONTROLLERS), None)
+            if back is not None:
+                res.recover_s = back.t - t_heal
+    else:
+        for name, want in CONTROLLERS.items():
+            low = next((s for s in samples if s.replicas.get(name, 0) < want), None)
+            if low is not None:
+                res.lowered.append(f"{name} at {low.replicas.get(name)} at cut+{low.t - t_cut:.1f}s")
+            marked = next((s for s in samples if name in s.annotated), None)
+            if marked is not None:
+                res.recorded.append(f"{name} at cut+{marked.t - t_cut:.1f}s")
+    last = samples[-1]
+    for name, want in CONTROLLERS.items():
+        over = next((s for s in samples if s.replicas.get(name, 0) > want), None)
+        got = last.replicas.get(name, 0)
+        if over is not None:
+            res.lost.append(f"{name} at {over.replicas[name]}, not {want}, at cut+{over.t - t_cut:.1f}s")
+        elif got not in (0, want):
+            res.lost.append(f"{name} at {got}, not {want}, after the settle bound")
+        if got == 0:
+            res.left_at_zero.append(f"{name} at 0 after the settle bound")
+        if name in last.annotated:
+            res.lost.append(f"{name} still carries a record after the settle bound")
+
+
+def _below(s: Sample) -> bool:
+    return any(s.replicas.get(n, 0) < want for n, want in CONTROLLERS.items())
+
+
+def _stats(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
+    return f"{statistics.median(ordered):.1f} / {p90:.1f} / {ordered[-1]:.1f}"
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    when: datetime
+    log: str
+    fields: dict[str, Any]
+
+
+def log_events(workdir: Path) -> list[LogEvent]:
+    return [
+        LogEvent(datetime.fromisoformat(e["timestamp"]), path.stem, e)
+        for path in sorted(workdir.glob("aggregator-*.log"))
+        for e in json_log(path)
+        if e.get("event") in SHOWN_EVENTS
+    ]
+
+
+def report(results: Sequence[Result], seed: int, runtime_s: float, workdir: Path, why_stopped: str) -> None:
+    _kinds(results, seed, runtime_s, why_stopped)
+    _outages(results)
+    events = log_events(workdir)
+    _coverage(results, events)
+    _defects(results)
+    settle = [x.settle_s for x in results if x.settle_s is not None]
+    print(
+        f"\ncycles run: {len(results)} ("
+        + ", ".join(f"{k} {sum(1 for x in results if x.plan.kind == k)}" for k in KINDS)
+        + f"); false scale-downs: {_count(results, 'lowered')}; "
+        f"left at 0: {_count(results, 'left_at_zero')}; records lost: {_count(results, 'lost')}; "
+        f"heal -> settled {_stats(settle)} s; runtime {runtime_s / 60:.1f} min"
+    )
+    print(f"logs (the suite's journal, faults.log, and each aggregator's JSON log): {workdir}")
+    for x in results:
+        if x.defects or x.notes:
+            _explain(x, events)
+
+
+def _kinds(results: Sequence[Result], seed: int, runtime_s: float, why_stopped: str) -> None:
+    def row(label: str, group: Sequence[Result]) -> list[object]:
+        return [label, len(group), *[sum(1 for x in group if x.plan.has(w)) for w in EXTRAS]]
+
+    print_table(
+        f"Fault suite: cycles by kind (seed {seed}, {runtime_s / 60:.1f} min{why_stopped})",
+        ["kind", "cycles", "+ leader SIGKILL", "+ seed 500/429 on PATCH", "+ leader handover"],
+        [
+            *[row(k, [x for x in results if x.plan.kind == k]) for k in KINDS],
+            row("all", results),
+        ],
+    )
+
+
+def _outages(results: Sequence[Result]) -> None:
+    outages = [x for x in results if x.plan.kind == "outage"]
+    groups = (
+        ("no extras", [x for x in outages if not x.plan.extras]),
+        ("with extras", [x for x in outages if x.plan.extras]),
+        ("all", outages),
+    )
+    print_table(
+        "Fault suite: real outages, seconds (median / p90 / max)",
+        ["outages", "count", "all 3 at 0", "cut -> all 3 at 0", "heal -> all back"],
+        [
+            [
+                label,
+                len(group),
+                sum(1 for x in group if x.detect_s is not None),
+                _stats([x.detect_s for x in group if x.detect_s is not None]),
+                _stats([x.recover_s for x in group if x.recover_s is not None]),
+            ]
+            for label, group in groups
+        ],
+    )
+
+
+def _coverage(results: Sequence[Result], events: Sequence[LogEvent]) -> None:
+    def during(kind: str, event: str, **match: str) -> int:
+        return sum(
+            1
+            for e in events
+            if e.fields.get("event") == event
+            and all(e.fields.get(k) == v for k, v in match.items())
+            and any(x.plan.kind == kind and x.holds(e.when) for x in results)
+        )
+
+    print_table(
+        "Fault suite: what the faults did",
+        ["what", "outage", "minority", "kapi-restart"],
+        [
+            ["leaders SIGKILLed", *[sum(x.tally.kills for x in results if x.plan.kind == k) for k in KINDS]],
+            [
+                "handovers (the lease moved while the leader was blackholed)",
+                *[sum(x.tally.handovers for x in results if x.plan.kind == k) for k in KINDS],
+            ],
+            [
+                "Deployment PATCHes the seed refused",
+                *[sum(x.tally.refused for x in results if x.plan.kind == k) for k in KINDS],
+            ],
+            ["scale-downs an interlock refused (leader)", *[during(k, "scale_down_blocked") for k in KINDS]],
+            [
+                "'scaled-down' verdicts (any replica; a standby runs no interlocks)",
+                *[during(k, "target_phase", phase="scaled-down") for k in KINDS],
+            ],
+        ],
+    )
+
+
+def _count(results: Sequence[Result], attr: str) -> int:
+    return sum(len(getattr(x, attr)) for x in results)
+
+
+def _defects(results: Sequence[Result]) -> None:
+    def cycles(attr: str) -> str:
+        return ", ".join(str(x.plan.n) for x in results if getattr(x, attr)) or "-"
+
+    print_table(
+        "Fault suite: defects (each a controller in a cycle; must all be 0)",
+        ["defect", "count", "cycles"],
+        [
+            [
+                "false scale-downs (replicas lowered, not an outage)",
+                _count(results, "lowered"),
+                cycles("lowered"),
+            ],
+            ["controllers left at 0 after heal", _count(results, "left_at_zero"), cycles("left_at_zero")],
+            [
+                "records lost (record left, or another count restored)",
+                _count(results, "lost"),
+                cycles("lost"),
+            ],
+            [
+                "(not a defect) records written outside an outage",
+                _count(results, "recorded"),
+                cycles("recorded"),
+            ],
+            [
+                "(not a defect) cycles not settled within 60 s",
+                sum(1 for x in results if x.notes),
+                cycles("notes"),
+            ],
+        ],
+    )
+
+
+def _explain(x: Result, events: Sequence[LogEvent]) -> None:
+    print(f"\n### cycle {x.plan.n}: {x.plan.describe()}")
+    for what in (*x.lowered, *x.left_at_zero, *x.lost, *x.notes):
+        print(f"- {what}")
+    print("suite journal:")
+    for line in x.journal:
+        print(f"  {line}")
+    print("aggregator logs:")
+    for e in sorted((e for e in events if x.holds(e.when)), key=lambda e: e.when):
+        detail = {k: v for k, v in e.fields.items() if k not in ("event", "timestamp", "level", "target")}
+        print(f"  {e.fields['timestamp']} {e.log} {e.fields['event']} {detail}")
