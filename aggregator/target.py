@@ -254,7 +254,9 @@ class Target:
             records=records,
             sample=self.pacing().fast,
         )
-        if verdict.scale_down and leader:
+        if verdict.scale_down:
+            # A standby checks too (the checks only read): its status must not claim a
+            # scale-down the leader would have refused.
             why = await self.interlocks()
             if why:
                 verdict = blocked(verdict, now, why)
