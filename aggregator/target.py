@@ -197,21 +197,18 @@ class Target:
 
     def _see(self, now: float) -> None:
         """Keep ``view_since``: since when the view of the shoot has been fresh without a gap."""
-        why = ""
         if not (self.nodes.synced.is_set() and self.leases.synced.is_set()):
-            why = "not listed yet"
+            self._gap("not listed yet")
         elif not (self.leases.fresh(WATCH_FRESH_S) and self.nodes.fresh(WATCH_FRESH_S)):
-            why = "no data from the watches"
+            self._gap("no data from the watches")
         elif self._tick_done is not None and now - self._tick_done > self.settings.tick_s + self.stall_s:
             # Our own process did not run (SIGSTOP, a long GC, CPU starvation): whatever
             # the watches delivered meanwhile is still queued, the leases only look old.
-            # (Measured from the end of the last tick: a tick slowed by its own requests
-            # is no stall, the watches ran meanwhile.)
-            why = f"the aggregator itself stalled for {now - self._tick_done:.1f}s"
-        if why:
-            self._gap(why)
-            if why.startswith("the aggregator itself"):
-                self.view_since = now  # the watches are fine: the gap is over already
+            # Measured from the end of the last tick: a tick slowed by its own requests is
+            # no stall, the watches ran meanwhile. The watches are fine, so the new view
+            # starts now.
+            self._gap(f"the aggregator itself stalled for {now - self._tick_done:.1f}s")
+            self.view_since = now
         elif self.view_since is None:
             self.view_since = now
             self.log.info("view_fresh", judging_in_s=self.params.lease_duration_s)
