@@ -48,3 +48,38 @@ def test_a_tiny_budget_still_keeps_a_useful_sample() -> None:
     assert len(p.fast) == MIN_SAMPLE
     assert p.slow_interval_s == 300.0  # the longest interval an agent accepts
     assert p.writes_per_s(1000) > 5  # a useful sample wins over the budget; the target warns
+
+
+def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
+    from aggregator.budget import Pacing
+    from aggregator.provisioner import Provisioner
+    from aggregator.watcher import Observed
+    from core.lease import RENEW_INTERVAL
+
+    observed = Observed()
+    pacing: list[Pacing] = []
+    provisioner = Provisioner(
+        None,  # type: ignore[arg-type]  # plan() does no I/O
+        observed,
+        "dwd-node-lease",
+        lease_duration_s=8.0,
+        pacing=lambda: pacing[-1],
+    )
+    names = nodes(5000)
+    observed.node_uids = {n: f"uid-{n}" for n in names}
+    pacing.append(plan(names, 2.0, 100))
+    for n in names:  # every lease as the provisioner wants it
+        want = provisioner.desired(n, pacing[-1])
+        observed.lease_objects[n] = {
+            "metadata": {
+                "annotations": {RENEW_INTERVAL: want["interval"]},
+                "ownerReferences": [{"uid": f"uid-{n}"}],
+            },
+            "spec": {"leaseDurationSeconds": want["duration"]},
+        }
+    assert provisioner.plan() == ([], [], [])
+    observed.node_uids["node-new"] = "uid-node-new"
+    pacing.append(plan([*names, "node-new"], 2.0, 100))
+    create, update, delete = provisioner.plan()
+    assert (create, delete) == (["node-new"], [])
+    assert len(update) <= 3, update
