@@ -205,7 +205,7 @@ def _coverage(results: Sequence[Result], events: Sequence[LogEvent]) -> None:
             ],
             ["scale-downs an interlock refused (leader)", *[during(k, "scale_down_blocked") for k in KINDS]],
             [
-                "'scaled-down' verdicts (any replica; a standby runs no interlocks)",
+                "'scaled-down' verdicts (any replica, standbys included)",
                 *[during(k, "target_phase", phase="scaled-down") for k in KINDS],
             ],
         ],
