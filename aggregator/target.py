@@ -277,9 +277,11 @@ class Target:
         ):
             # Dry-run never writes a scale-down, and never holds controllers at 0: what an
             # earlier run took away comes back after the recovery period.
-            desired = Desired.RUNNING
+            desired, why = Desired.RUNNING, "dry-run: restoring what an earlier run scaled down"
+        else:
+            why = self.status.phase_reason
         if leader and desired is not None:
-            await self.scaler.converge(desired, self.status.phase_reason)
+            await self.scaler.converge(desired, why)
         self._tick_done = self.clock()
         return verdict
 

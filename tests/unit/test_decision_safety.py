@@ -284,6 +284,8 @@ async def test_dry_run_switched_on_while_scaled_down_restores() -> None:
     await outage(w)
     w.new_target(dry_run=True)
     await w.until(w.restored, 90, "dry-run restores what the earlier run took")
+    events = [body["message"] for method, _, body in w.seed.writes if method == "POST"]
+    assert "dry-run: restoring what an earlier run scaled down" in events[-1]
 
 
 async def test_dry_run_never_scales_down() -> None:
