@@ -27,7 +27,6 @@ import random
 import signal
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
@@ -35,6 +34,7 @@ from bench import faultplan
 from bench.faultplan import Plan, plan
 from bench.faultreport import Result, check, report
 from bench.faultrig import NODES, Rig, rig, wall
+from testenv.standins import eventually
 
 SETTLE_S = 60.0
 # Past the aggregator's blind limit (2 min): a rig that has not settled by then never will.
@@ -70,13 +70,13 @@ def run_cycle(r: Rig, p: Plan) -> Result:
     r.heal()
     t_healed = time.monotonic()
     r.journal("everything healed")
-    settled = _wait(r.settled, SETTLE_S)
+    settled = eventually(r.settled, SETTLE_S)
     t_end = time.monotonic()
     res.settle_s = t_end - t_healed if settled else None
     check(res, r.sampler.between(t_start, t_end), t_cut, t_heal)
     if not settled:
         res.notes.append(f"not settled {SETTLE_S:.0f}s after the heal: {r.describe()}")
-        if _wait(r.settled, LAST_CHANCE_S):
+        if eventually(r.settled, LAST_CHANCE_S):
             res.notes.append(f"settled {time.monotonic() - t_healed:.0f}s after the heal")
         else:
             res.notes.append(f"still not settled after {LAST_CHANCE_S:.0f}s more: {r.describe()}")
@@ -84,15 +84,6 @@ def run_cycle(r: Rig, p: Plan) -> Result:
     res.end_wall = wall()
     res.journal = r.journal.since(mark)
     return res
-
-
-def _wait(predicate: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def _progress(x: Result, total: int) -> None:

@@ -126,6 +126,16 @@ def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s:
         time.sleep(every_s)
 
 
+def eventually(predicate: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> bool:
+    """Whether ``predicate`` holds within ``timeout_s``; the caller says what it means."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every_s)
+    return True
+
+
 def grant_agent_rbac(c: Client, namespace: str = DEFAULT_LEASE_NAMESPACE) -> None:
     """What the shoot manifests grant the agent: patch leases in the lease namespace, nothing else."""
     ensure_namespace(c, namespace)

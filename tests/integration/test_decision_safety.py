@@ -9,11 +9,11 @@ between the aggregator and the seed API server.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
 from testenv.faultproxy import FaultProxy
+from testenv.standins import eventually
 from tests.integration.agents import wait_for
 from tests.integration.shoot import CONTROLLERS, Sample, Shoot
 
@@ -49,16 +49,6 @@ def recorded(shoot: Shoot) -> dict[str, dict[str, str]]:
         name: {k: v for k, v in (d["metadata"].get("annotations") or {}).items() if k in (REPLICAS, MELTDOWN)}
         for name, d in shoot.deployments().items()
     }
-
-
-def eventually(predicate: Callable[[], bool], timeout_s: float) -> bool:
-    """Whether ``predicate`` holds within ``timeout_s``; the caller asserts with its own message."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def quiet(proxy: FaultProxy, *, quiet_s: float, within_s: float) -> None:
