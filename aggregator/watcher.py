@@ -30,9 +30,10 @@ from core.lease import IGNORE_NODE, RENEW_INTERVAL, LeaseView
 
 log = logs.get("watcher")
 
-# dependency-watchdog's list of conditions that make a node's silence meaningless.
 WATCH_GRACE_S = 15.0
+# The renew-interval annotation as metadata.managedFields names it.
 RENEW_INTERVAL_FIELD = "f:" + RENEW_INTERVAL
+# dependency-watchdog's list of conditions that make a node's silence meaningless.
 UNHEALTHY_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "DiskPressure", "NetworkUnavailable")
 
 
