@@ -412,21 +412,28 @@ def test_renewed_after_interval(
 # -- a target removed while scaled down
 
 
-async def test_a_removed_target_restores_what_it_scaled_down(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aggregator import targets
+async def test_a_removed_target_restores_what_it_scaled_down() -> None:
     from aggregator.metrics import AggregatorMetrics
-    from aggregator.targets import Fleet, TargetSpec
+    from aggregator.targets import Fleet, Running, TargetSpec
 
     w = World()
     await settle(w)
     await outage(w)
-    monkeypatch.setattr(targets, "RETIRE_RETRY_S", 0.01)
-    # No delays: the retiring scaler runs on the real clock.
+    # No delays: what restores a removed target runs on the real clock.
     quick = [replace(d, scale_up=replace(d.scale_up, initial_delay_s=0.0)) for d in w.dependents]
     fleet = Fleet(replace(w.settings, recovery_period_s=0.05), w.seed, quick, AggregatorMetrics())  # type: ignore[arg-type]
-    task = asyncio.create_task(fleet.retire(TargetSpec("shoot", w.target.namespace)))
+    spec = TargetSpec("shoot", w.target.namespace, kubeconfig_path="-")
+    fleet.running["shoot"] = Running(spec)
+    fleet.tasks["shoot"] = asyncio.create_task(asyncio.sleep(3600))
+    fleet._reconcile({})  # the targets file no longer names it
     try:
-        await asyncio.wait_for(task, 10)
+        for _ in range(100):
+            if w.restored():
+                break
+            await asyncio.sleep(0.05)
+        assert w.restored(), w.replicas()
     finally:
-        task.cancel()
-    assert w.restored()
+        tasks = list(fleet.retiring.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
