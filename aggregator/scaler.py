@@ -90,6 +90,11 @@ class DependentState:
             resource_version=str(meta.get("resourceVersion") or ""),
         )
 
+    @property
+    def carries_record(self) -> bool:
+        """Our mark of a scale-down, or half of it: either annotation."""
+        return self.record is not None or self.protected
+
     def restore_to(self) -> int:
         """The replicas to restore: the record, or 1 when it is unusable (dependency-watchdog's rule)."""
         try:
@@ -149,15 +154,13 @@ class Scaler:
     @property
     def holds_records(self) -> bool:
         """Whether a dependent carried our record when last read."""
-        return any(s.record is not None or s.protected for s in self.state.values())
+        return any(s.carries_record for s in self.state.values())
 
     async def records(self) -> bool:
         """Whether any dependent carries our record of a scale-down: the state a start continues from."""
-        found = False
         for d in self.dependents:
-            state = await self._read(d)
-            found = found or state.record is not None or state.protected
-        return found
+            await self._read(d)
+        return self.holds_records
 
     async def converge(self, desired: Desired, reason: str) -> bool:
         """One step towards ``desired``; True once every dependent is there."""
@@ -189,7 +192,7 @@ class Scaler:
                 if write is None:
                     done = self._settled(d, state, direction, step.timeout_s)
                     if done and direction == "up" and state.record is not None:
-                        await self._write(d, {REPLICAS: None, MELTDOWN: None}, None, state, None)
+                        await self._write(d, {REPLICAS: None, MELTDOWN: None}, None, state, reason)
                         self._report_done(d, state, reason)
                     elif done and direction == "down" and state.exists and not state.ignored:
                         self._report_done(d, state, reason)
@@ -264,7 +267,7 @@ class Scaler:
         annotations: dict[str, str | None] | None,
         replicas: int | None,
         state: DependentState,
-        reason: str | None,
+        reason: str,
     ) -> None:
         """One write, conditional on the resourceVersion read, within the leader's term."""
         path = d.path(self.namespace)
@@ -282,7 +285,7 @@ class Scaler:
                 await self.seed.merge_patch(path, body)
         except TimeoutError as e:
             raise NotLeading(f"leadership ended during a write to {d.name}") from e
-        if replicas is not None and reason is not None:
+        if replicas is not None:
             down = replicas == 0
             self.on_action(d.name, "down" if down else "up", "scaled")
             self.log.info(

@@ -245,7 +245,7 @@ class Observed:
             view = LeaseView.from_object(obj)
         except ValueError:
             return None
-        name, renew, interval = view.name, view.renew_time, view.renew_interval
+        name, renew, interval_s = view.name, view.renew_time, _interval_s(view.renew_interval)
         previous = self.leases.get(name)
         # First sight or a changed renewTime: renewed "now" as far as we can tell.
         # First sight is generous on purpose: a just-started aggregator must not
@@ -256,7 +256,7 @@ class Observed:
             # Only a renewal made after the interval was set proves the agent renews at
             # that pace. At first sight the server's own record of who wrote last says so.
             paced = float("-inf") if renewed_after_interval(obj) else now
-        elif previous.interval_s != _interval_s(interval):
+        elif previous.interval_s != interval_s:
             paced = now
         else:
             paced = previous.paced_since_mono
@@ -265,7 +265,7 @@ class Observed:
             renew_time=renew,
             seen_renewed_mono=seen,
             released=view.released,
-            interval_s=_interval_s(interval),
+            interval_s=interval_s,
             paced_since_mono=paced,
         )
 

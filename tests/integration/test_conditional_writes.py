@@ -33,7 +33,7 @@ async def test_a_write_on_a_stale_read_conflicts(control_plane: ControlPlane, wh
                 if what == "scale":
                     await old_leader._write(kcm, None, 0, state, "late")
                 else:
-                    await old_leader._write(kcm, {REPLICAS: None}, None, state, None)
+                    await old_leader._write(kcm, {REPLICAS: None}, None, state, "late")
         finally:
             await seed.close()
         after = admin.get(kcm.path(NS))

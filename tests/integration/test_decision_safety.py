@@ -208,13 +208,7 @@ def test_a_deposed_leader_never_writes_again(shoot: Shoot) -> None:
     standby takes over, finishes the recovery and later scales down for a new outage. When
     the old leader's connection comes back, it must not touch the controllers again."""
     shoot.setup()
-    election = {
-        "DWD_LEADER_ELECTION": "true",
-        "DWD_LEADER_ELECTION_NAMESPACE": shoot.namespace,
-        "DWD_LEADER_LEASE_DURATION": "4s",
-        "DWD_LEADER_RENEW_DEADLINE": "3s",
-        "DWD_LEADER_RETRY_PERIOD": "500ms",
-    }
+    election = shoot.election_env()
     proxy = shoot.seed_proxy()
     shoot.start_aggregator(seed=proxy, **election)
     old = wait_for(lambda: _election_holder(shoot), 30, "the first aggregator to lead")

@@ -232,13 +232,7 @@ def _leader(aggs: list[LoggedProcess]) -> LoggedProcess | None:
 
 def test_two_replicas_one_writer_and_takeover(shoot: Shoot) -> None:
     shoot.setup()
-    election = {
-        "DWD_LEADER_ELECTION": "true",
-        "DWD_LEADER_ELECTION_NAMESPACE": shoot.namespace,
-        "DWD_LEADER_LEASE_DURATION": "4s",
-        "DWD_LEADER_RENEW_DEADLINE": "3s",
-        "DWD_LEADER_RETRY_PERIOD": "500ms",
-    }
+    election = shoot.election_env()
     a, b = shoot.start_aggregator(**election), shoot.start_aggregator(**election)
     leader = wait_for(lambda: _leader([a, b]), 30, "a leader")
     standby = b if leader is a else a
