@@ -11,7 +11,7 @@ import uvloop
 
 from agent.client import LeaseClient
 from agent.renewer import Renewer
-from agent.settings import Settings
+from agent.settings import RETIRED, Settings
 from core import logs
 from core.config import ConfigError
 from core.metrics import Registry, serve_metrics
@@ -42,6 +42,9 @@ def main() -> None:
         print(f"dwd-lease-agent: {e}", file=sys.stderr)
         sys.exit(2)
     logs.configure(settings.log_format, settings.log_level)
+    for name, why in RETIRED.items():
+        if name in os.environ:
+            logs.get("agent").warning("setting_ignored", setting=name, why=why)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(run(settings))
 

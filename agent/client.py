@@ -1,54 +1,62 @@
-"""The agent's one HTTP boundary: PATCH a lease through the external name with httpx.
+"""The agent's connection policy: a slow path keeps working, a broken one is seen as broken.
 
-Every httpx exception is translated into core.errors here. The connection is
-kept alive (HTTP/2 where the server offers it) but never older than a minute,
-and a caller can ask for a fresh one: a new connection means a new DNS lookup,
-so a moved load balancer is followed.
+A request gets a *window* (the renewer gives it twice the interval) and may use
+all of it. Within the window it races at most three attempts:
+
+- the warm connection leads while it is younger than a minute; if it has not
+  answered after the *hedge delay* (twice the slowest of its recent answers,
+  at least 0.5 s), a new connection is opened beside it, not after it;
+- a new connection leads when there is no warm one, when the warm one is due
+  to be replaced (a minute old: a new connection means a new DNS lookup, so a
+  moved load balancer is followed) or when its last request got no answer; the
+  warm one then follows after the time a new connection has recently needed;
+- a new connection that fails at once (refused, a lost DNS answer) is followed
+  by one more.
+
+The first HTTP answer wins. Recycling is make-before-break: a connection is
+dropped only when another has answered in its place, or when it failed itself.
+A request that was merely slow leaves its connection warm. Why these numbers
+and what they buy: docs/agent.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import socket
-import ssl
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from agent.path import Attempt, Connection, Origin, Request, resolve, ssl_context
 from agent.settings import Settings
 from core.credentials import TokenFile
-from core.errors import BadResponse, TransportError, TransportKind, api_error
+from core.errors import BadResponse, KubeError, TransportError, api_error
 from core.lease import lease_path
 
 MAX_CONNECTION_AGE_S = 60.0
+# A recycle that lost its race against the warm connection is tried again this much later.
+RECYCLE_RETRY_S = 15.0
+HEDGE_FLOOR_S = 0.5
+# Hedging after a new connection waits at least this: a first connection pays DNS,
+# TCP and TLS before its request.
+NEW_HEDGE_FLOOR_S = 1.0
+HISTORY = 8
+HANDSHAKE_MARGIN_S = 0.02
+# A step that would get less than this of the window is not started: it could not finish.
+MIN_STEP_S = 0.1
 
 
-def classify(exc: BaseException) -> TransportKind:
-    """Which step of the path failed, from the exception and everything it was raised from."""
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen:
-        seen.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    if any(isinstance(e, socket.gaierror) for e in seen):
-        return "dns"
-    # A handshake that times out carries SSL errors in its context: time first.
-    if any(isinstance(e, httpx.TimeoutException | TimeoutError) for e in seen):
-        return "timeout"
-    if any(isinstance(e, ssl.SSLError | ssl.CertificateError) for e in seen):
-        return "tls"
-    return "connect"
+@dataclass(frozen=True)
+class Step:
+    """One attempt of the plan: a connection (None: a new one) and how long to give it
+    before the next step starts beside it (None: only once it has failed)."""
 
-
-def ssl_context(ca_file: str) -> ssl.SSLContext:
-    """Verify against the CA file, or the system store when none is given."""
-    ctx = ssl.create_default_context(cafile=ca_file or None)
-    ctx.set_alpn_protocols(["h2", "http/1.1"])
-    return ctx
+    conn: Connection | None
+    hedge_after_s: float | None
 
 
 class LeaseClient:
@@ -61,16 +69,24 @@ class LeaseClient:
         ca_file: str,
         *,
         clock: Callable[[], float] = time.monotonic,
+        resolver: Callable[[str, int], Any] = resolve,
     ) -> None:
-        self.base_url = base_url
+        self.origin = Origin.from_url(base_url)
         self.path = lease_path(namespace, name)
         self.token = token
         self.ca_file = ca_file
         self.clock = clock
+        self.resolver = resolver
         self._ssl = ssl_context(ca_file)
-        self._client: httpx.AsyncClient | None = None
-        self._born = 0.0
+        self.warm: Connection | None = None
+        # The warm connection got no answer last time: it may be dead (a half-open
+        # connection behind a load balancer that forgot it).
+        self._suspect = False
+        self._recycle_at = 0.0
+        self._warm_times: deque[float] = deque(maxlen=HISTORY)
+        self._new_times: deque[float] = deque(maxlen=HISTORY)
         self.connections_opened = 0
+        self.on_attempt: Callable[[Attempt], None] = lambda attempt: None
 
     @classmethod
     def for_settings(cls, settings: Settings) -> LeaseClient:
@@ -82,64 +98,162 @@ class LeaseClient:
             settings.ca_file,
         )
 
-    def _new_client(self) -> httpx.AsyncClient:
-        self.connections_opened += 1
-        self._born = self.clock()
-        return httpx.AsyncClient(
-            base_url=self.base_url,
-            http2=True,
-            verify=self._ssl,
-            # The point is the external path: no proxy, no netrc, no SSL_CERT_FILE from the environment.
-            trust_env=False,
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=None),
-            headers={"Accept": "application/json", "User-Agent": "dwd-lease-agent"},
-        )
-
-    async def _client_for(self, fresh: bool) -> httpx.AsyncClient:
-        if self._client is not None and (fresh or self.clock() - self._born >= MAX_CONNECTION_AGE_S):
-            await self.aclose()
-        if self._client is None:
-            self._client = self._new_client()
-        return self._client
-
     def reload_tls(self) -> None:
         """Re-read the CA file: after a tls failure the CA may have been rotated."""
         self._ssl = ssl_context(self.ca_file)
 
-    async def patch(self, body: dict[str, Any], *, timeout_s: float, fresh: bool = False) -> dict[str, Any]:
+    async def patch(self, body: dict[str, Any], *, window_s: float) -> dict[str, Any]:
         """Merge-patch the lease; returns the lease as the server stored it."""
-        headers = {
-            "Content-Type": "application/merge-patch+json",
-            "Authorization": f"Bearer {self.token.read()}",
-        }
-        client = await self._client_for(fresh)
-        try:
-            # httpx's own timeouts fire first and clean up after themselves; the
-            # outer bound only guarantees the total (httpx times each phase apart).
-            async with asyncio.timeout(timeout_s):
-                response = await client.patch(
-                    self.path,
-                    content=json.dumps(body, separators=(",", ":")).encode(),
-                    headers=headers,
-                    timeout=httpx.Timeout(timeout_s * 0.9),
-                )
-        except (httpx.TransportError, TimeoutError, OSError, ssl.SSLError) as e:
-            # The connection is in an unknown state now; never reuse it.
-            await self.aclose()
-            raise TransportError(classify(e), str(e) or type(e).__name__) from e
+        content = json.dumps(body, separators=(",", ":")).encode()
+        return await self._lease("PATCH", content, "application/merge-patch+json", window_s)
+
+    async def get(self, *, window_s: float) -> dict[str, Any]:
+        return await self._lease("GET", None, None, window_s)
+
+    async def _lease(
+        self, method: str, content: bytes | None, content_type: str | None, window_s: float
+    ) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {self.token.read()}"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        response = await self.request(Request(method, self.path, headers, content), window_s)
         if response.status_code >= 300:
             raise api_error(response.status_code, response.content, response.headers)
         try:
             obj = response.json()
         except ValueError as e:
-            raise BadResponse(f"PATCH {self.path}: response is not JSON") from e
+            raise BadResponse(f"{method} {self.path}: response is not JSON") from e
         if not isinstance(obj, dict) or obj.get("kind") != "Lease":
-            raise BadResponse(f"PATCH {self.path}: response is not a Lease")
+            raise BadResponse(f"{method} {self.path}: response is not a Lease")
         return obj
 
+    def plan(self, window_s: float) -> list[Step]:
+        now = self.clock()
+        warm = self.warm
+        warm_hedge = min(max(2 * max(self._warm_times, default=0.0), HEDGE_FLOOR_S), window_s / 2)
+        new_hedge = min(max(1.5 * max(self._new_times, default=0.0), NEW_HEDGE_FLOOR_S), window_s * 0.75)
+        if warm is None:
+            return [Step(None, None), Step(None, None)]
+        if self._suspect or (now - warm.born >= MAX_CONNECTION_AGE_S and now >= self._recycle_at):
+            return [Step(None, new_hedge), Step(warm, None), Step(None, None)]
+        return [Step(warm, warm_hedge), Step(None, None)]
+
+    async def request(self, req: Request, window_s: float) -> httpx.Response:
+        """The first HTTP answer any step of the plan gets within the window."""
+        race = _Race(self, req, self.clock() + window_s, self.plan(window_s))
+        winner = None
+        try:
+            winner = await race.run()
+        finally:
+            unanswered = await race.stop(won=winner is not None)
+        if winner is None:
+            self._suspect = self.warm is not None
+            raise _failure(race.failures, unanswered, window_s)
+        return await self._won(*winner)
+
+    def new_connection(self) -> Connection:
+        self.connections_opened += 1
+        return Connection(self.origin, self._ssl, clock=self.clock, resolver=self.resolver)
+
+    async def _won(self, conn: Connection, attempt: Attempt, response: httpx.Response) -> httpx.Response:
+        took = attempt.phases.get("request", 0.0)
+        if attempt.new:
+            self._new_times.append(sum(attempt.phases.values()))
+        else:
+            self._warm_times.append(took)
+        if conn is not self.warm:
+            old, self.warm = self.warm, conn
+            if old is not None:
+                await old.aclose()
+        elif self.clock() - conn.born >= MAX_CONNECTION_AGE_S:
+            self._recycle_at = self.clock() + RECYCLE_RETRY_S
+        self._suspect = False
+        return response
+
+    async def drop(self, conn: Connection) -> None:
+        if conn is self.warm:
+            self.warm = None
+        await conn.aclose()
+
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            # A broken connection may fail to close; it is dropped either way.
-            with contextlib.suppress(httpx.HTTPError, OSError, RuntimeError):
-                await client.aclose()
+        if self.warm is not None:
+            await self.drop(self.warm)
+
+
+class _Race:
+    """The steps of one plan, side by side, until one gets an answer or the window closes."""
+
+    def __init__(self, client: LeaseClient, req: Request, deadline: float, plan: list[Step]) -> None:
+        self.client = client
+        self.req = req
+        self.deadline = deadline
+        self.plan = plan
+        self.running: dict[asyncio.Task[httpx.Response], tuple[Connection, Attempt]] = {}
+        self.failures: list[TransportError] = []
+        self.next_at = client.clock()
+
+    def _start(self, step: Step, now: float) -> None:
+        conn = step.conn or self.client.new_connection()
+        attempt = Attempt(new=conn.answered == 0, reached="dns" if conn.answered == 0 else "request")
+        # The handshake times out itself just before the window closes (agent/path.py says why).
+        connect_timeout = self.deadline - now - HANDSHAKE_MARGIN_S
+        task = asyncio.create_task(conn.request(self.req, attempt, connect_timeout_s=connect_timeout))
+        self.running[task] = (conn, attempt)
+        self.next_at = now + step.hedge_after_s if step.hedge_after_s is not None else float("inf")
+
+    async def run(self) -> tuple[Connection, Attempt, httpx.Response] | None:
+        clock = self.client.clock
+        while True:
+            now = clock()
+            can_start = bool(self.plan) and self.deadline - max(now, self.next_at) >= MIN_STEP_S
+            if can_start and (not self.running or now >= self.next_at):
+                self._start(self.plan.pop(0), now)
+                continue
+            if not self.running or now >= self.deadline:
+                return None
+            wake = min(self.deadline, self.next_at) if can_start else self.deadline
+            done, _ = await asyncio.wait(
+                self.running, timeout=max(0.0, wake - now), return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done:
+                conn, attempt = self.running.pop(task)
+                self.client.on_attempt(attempt)
+                try:
+                    return conn, attempt, task.result()
+                except TransportError as e:
+                    self.failures.append(e)
+                    await self.client.drop(conn)
+                    self.next_at = clock()  # a failed step makes room for the next at once
+
+    async def stop(self, *, won: bool) -> list[Attempt]:
+        """Cancel what still runs; returns their attempts. The warm connection survives a slow
+        request unless another connection answered in its place."""
+        for task in self.running:
+            task.cancel()
+        unanswered = []
+        for task, (conn, attempt) in self.running.items():
+            await asyncio.gather(task, return_exceptions=True)
+            self.client.on_attempt(attempt)
+            unanswered.append(attempt)
+            if won or conn is not self.client.warm:
+                await self.client.drop(conn)
+        return unanswered
+
+
+def _failure(failures: list[TransportError], unanswered: list[Attempt], window_s: float) -> TransportError:
+    sent = any(a.sent for a in unanswered) or any(f.sent for f in failures)
+    if unanswered:
+        # Still waiting when the window closed: the step each hung in says where.
+        path = tuple(a.summary() for a in unanswered) + _paths(failures)
+        return TransportError("timeout", f"no answer within {window_s:g}s", sent=sent, path=path)
+    first = failures[0]
+    return TransportError(first.kind, str(first).split(": ", 1)[-1], sent=sent, path=_paths(failures))
+
+
+def _paths(failures: list[TransportError]) -> tuple[dict[str, Any], ...]:
+    return tuple(p for f in failures for p in f.path)
+
+
+def is_unanswered(e: KubeError) -> bool:
+    """The request may have been applied: it was sent and no answer came."""
+    return isinstance(e, TransportError) and e.sent

@@ -4,6 +4,12 @@ States, each logged once when entered: ``renewing`` (the path works),
 ``failing`` (with its failure class), ``waiting`` (404: the aggregator has not
 created the lease yet; not an outage). 429 means the path works and KAPI is
 busy: back off as told and count it apart from failures.
+
+A renewal may use twice the interval (its *window*, at most 10 s): a slow path
+is still a path. The agent and the lease agree about outages: a renewal whose
+request was sent but never answered may have landed, so before the next one
+overwrites renewTime the agent reads the lease and learns which did. Only what
+it proved goes into the ``last-outage`` record (docs/agent.md).
 """
 
 from __future__ import annotations
@@ -11,24 +17,43 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from agent.client import LeaseClient
+from agent.path import PHASES, Attempt
 from agent.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, Settings
 from core import logs
 from core.durations import parse_duration
-from core.errors import KubeError, NotFound, ServerError, TooManyRequests, TransportError
-from core.lease import RENEW_INTERVAL, Outage, release_patch, renew_patch
+from core.errors import KubeError, NotFound, TooManyRequests, TransportError
+from core.lease import RENEW_INTERVAL, Outage, format_micro_time, release_patch, renew_patch
 from core.metrics import Registry
 
 log = logs.get("agent")
 
 # Retry-After is honoured, but a proxy asking for an hour must not silence a node for an hour.
 MAX_BACKOFF_S = 60.0
-# Below this much time left in the interval a retry cannot finish: wait for the next tick.
-MIN_RETRY_BUDGET_S = 0.05
+# kubelet's own request timeout is about 10 s: a renewal never waits longer than that.
+MAX_WINDOW_S = 10.0
 RELEASE_TIMEOUT_S = 1.0
+# Renewals kept while failing, to learn at recovery which of them landed unseen.
+MAX_PENDING = 1000
+
+
+PATH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+@dataclass(frozen=True)
+class Unrenewed:
+    """A renewal that did not land as far as the agent knows."""
+
+    stamp: str  # the renewTime it carried
+    wall: datetime
+    mono: float
+    failure_class: str
+    sent: bool  # it may have landed after all
+    path: tuple[dict[str, Any], ...]
 
 
 def wall_now() -> datetime:
@@ -46,6 +71,24 @@ class AgentMetrics:
         )
         self.lease_missing = registry.counter(
             "dwd_agent_lease_missing_total", "Renewals answered 404: the lease is not created yet."
+        )
+        self.unanswered = registry.counter(
+            "dwd_agent_unanswered_total",
+            "Renewals sent but never answered: they may have landed (also counted as failures).",
+        )
+        self.landed_unseen = registry.counter(
+            "dwd_agent_unanswered_landed_total",
+            "Unanswered renewals that the lease later showed had landed: no outage after all.",
+        )
+        self.phases = registry.histogram(
+            "dwd_agent_path_seconds",
+            "Time of each step of the path: dns, connect, tls and request on new connections, "
+            "request on warm ones.",
+            ["phase", "connection"],
+            PATH_BUCKETS,
+        )
+        self.connections = registry.counter(
+            "dwd_agent_connections_opened_total", "New connections tried (each one looks the name up)."
         )
         self.interval = registry.gauge("dwd_agent_renew_interval_seconds", "The interval in force.")
         registry.gauge(
@@ -75,22 +118,37 @@ class Renewer:
         self.last_success: float | None = None
         # A released flag left by a previous run is cleared by the first renewal.
         self._clear_released = True
-        # Wall and monotonic start of the current outage, and the class that began it:
-        # what broke first is the cause; later classes are often its echoes (a resolver
-        # slowed by the same fault times out).
-        self._outage_start: tuple[datetime, float, str] | None = None
+        # renewTime of the last renewal known to have landed, and those since that did not
+        # (as far as we know). The first of them began the outage: what broke first is the
+        # cause; later classes are often its echoes (a resolver slowed by the same fault).
+        self._landed = ""
+        self._unrenewed: list[Unrenewed] = []
+        self._last_ok: dict[str, Any] = {}
         self._bad_interval = ""
         self.metrics = AgentMetrics(registry or Registry(), self._last_success_age)
         self.metrics.interval.set(self.interval_s)
+        client.on_attempt = self._observe
         self.log = log.bind(node=settings.node_name)
 
     def _last_success_age(self) -> float:
         return float("inf") if self.last_success is None else self.clock() - self.last_success
 
+    def _observe(self, attempt: Attempt) -> None:
+        connection = "new" if attempt.new else "warm"
+        if not attempt.reached:
+            self._last_ok = attempt.summary()
+        if attempt.new:
+            self.metrics.connections.inc()
+        for phase in PHASES:
+            if phase in attempt.phases:
+                self.metrics.phases.observe(attempt.phases[phase], phase=phase, connection=connection)
+
     @property
-    def attempt_timeout_s(self) -> float:
-        # Two attempts (the first and its retry on a fresh connection) fit in one interval.
-        return min(self.settings.request_timeout_s, self.interval_s / 2)
+    def window_s(self) -> float:
+        """How long one renewal may take: two intervals, at most kubelet's 10 s. At the
+        default 2 s interval and 8 s lease duration a renewal that lands at the very end of
+        its window still leaves the lease 2 s to spare."""
+        return min(2 * self.interval_s, MAX_WINDOW_S)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Renew until ``stop`` is set; then mark the lease released."""
@@ -107,65 +165,87 @@ class Renewer:
                     except TimeoutError:
                         pass
                 started = self.clock()
-                wait_s = await self.renew_once(deadline=started + self.interval_s)
+                wait_s = await self.renew_once()
                 # Fixed-rate schedule: the time a renewal takes does not push every later one back.
                 next_at = started + wait_s
         finally:
             await asyncio.shield(self._release())
 
-    async def renew_once(self, deadline: float) -> float:
-        """One renewal with at most one retry on a fresh connection; returns seconds until the next."""
-        fresh = False
-        while True:
-            now = self.wall()
+    async def renew_once(self) -> float:
+        """One renewal, within its window; returns seconds until the next."""
+        window = self.window_s
+        started = self.clock()
+        stamp = self.wall()
+        try:
+            if any(u.sent for u in self._unrenewed):
+                await self._settle_unanswered(window)
             patch = renew_patch(
                 self.settings.node_name,
-                now,
+                stamp,
                 clear_released=self._clear_released,
                 last_outage=self._outage_so_far(),
             )
-            try:
-                lease = await self.client.patch(patch, timeout_s=self.attempt_timeout_s, fresh=fresh)
-            except NotFound:
-                self.metrics.lease_missing.inc()
-                self._enter("waiting", "lease_missing", level="info")
-                return self.interval_s
-            except TooManyRequests as e:
-                self.metrics.throttled.inc()
-                self.log.debug("renew_throttled", retry_after=e.retry_after_s)
-                return min(max(e.retry_after_s or 0.0, self.interval_s), MAX_BACKOFF_S)
-            except (TransportError, ServerError) as e:
-                if e.failure_class == "tls":
-                    self.client.reload_tls()
-                if not fresh and deadline - self.clock() >= MIN_RETRY_BUDGET_S:
-                    self.log.debug("renew_retry", failure=e.failure_class, error=str(e))
-                    fresh = True
-                    continue
-                self._failed(e)
-                return self.interval_s
-            except KubeError as e:
-                self._failed(e)
-                return self.interval_s
-            self._succeeded(lease)
+            lease = await self.client.patch(patch, window_s=window - (self.clock() - started))
+        except NotFound:
+            self.metrics.lease_missing.inc()
+            self._enter("waiting", "lease_missing", level="info")
             return self.interval_s
+        except TooManyRequests as e:
+            self.metrics.throttled.inc()
+            self.log.debug("renew_throttled", retry_after=e.retry_after_s)
+            return min(max(e.retry_after_s or 0.0, self.interval_s), MAX_BACKOFF_S)
+        except KubeError as e:
+            if e.failure_class == "tls":
+                self.client.reload_tls()
+            self._failed(e, stamp)
+            return self.interval_s
+        self._succeeded(lease)
+        return self.interval_s
+
+    async def _settle_unanswered(self, window_s: float) -> None:
+        """Read the lease before overwriting renewTime: which unanswered renewal landed?"""
+        lease = await self.client.get(window_s=window_s)
+        landed = str((lease.get("spec") or {}).get("renewTime") or "")
+        stamps = [u.stamp for u in self._unrenewed]
+        if landed == self._landed:
+            # None did: every renewal since the last one that landed failed.
+            self._unrenewed = [replace(u, sent=False) for u in self._unrenewed]
+            return
+        if landed in stamps:
+            i = stamps.index(landed)
+            self.metrics.landed_unseen.inc()
+            self.log.info("renew_unanswered_landed", renew_time=landed, failing_since=len(stamps) - i - 1)
+            self._landed, self._unrenewed = landed, [replace(u, sent=False) for u in self._unrenewed[i + 1 :]]
+            return
+        # Someone else renewed it (another copy of the agent?): nothing about the outage is proven.
+        self.log.warning("renew_outage_unproven", renew_time=landed, expected=self._landed)
+        self._landed, self._unrenewed = landed, []
 
     def _outage_so_far(self) -> Outage | None:
-        if self._outage_start is None:
+        if not self._unrenewed:
             return None
-        start_wall, start_mono, first_class = self._outage_start
-        return Outage(start_wall, self.clock() - start_mono, first_class)
+        first = self._unrenewed[0]
+        path = {"failed": list(first.path), "last_ok": self._last_ok} if first.path or self._last_ok else None
+        return Outage(first.wall, self.clock() - first.mono, first.failure_class, path)
 
     def _enter(self, state: str, event: str, *, level: str = "info", **kw: Any) -> None:
         if state != self.state:
             getattr(self.log, level)(event, **kw)
         self.state = state
 
-    def _failed(self, e: KubeError) -> None:
+    def _failed(self, e: KubeError, stamp: datetime) -> None:
         self.metrics.failures.inc(**{"class": e.failure_class})
-        if self._outage_start is None:
-            self._outage_start = (self.wall(), self.clock(), e.failure_class)
+        sent = isinstance(e, TransportError) and e.sent
+        if sent:
+            self.metrics.unanswered.inc()
+        path = e.path if isinstance(e, TransportError) else ()
+        entry = Unrenewed(format_micro_time(stamp), stamp, self.clock(), e.failure_class, sent, path)
+        # Of a run of renewals that surely failed only the first tells anything.
+        if not self._unrenewed or sent or self._unrenewed[-1].sent:
+            self._unrenewed.append(entry)
+            del self._unrenewed[1 : max(1, len(self._unrenewed) - MAX_PENDING)]
         if self.state != "failing" or self.failure_class != e.failure_class:
-            self.log.warning("renew_failing", failure=e.failure_class, error=str(e))
+            self.log.warning("renew_failing", failure=e.failure_class, error=str(e), path=list(path))
         self.failure_class = e.failure_class
         self.state = "failing"
 
@@ -173,13 +253,17 @@ class Renewer:
         self.metrics.renewals.inc()
         self.last_success = self.clock()
         self._clear_released = False
-        outage = self._outage_so_far()
-        if outage is not None:
+        self._landed = str((lease.get("spec") or {}).get("renewTime") or "")
+        if self.state == "failing":
+            outage = self._outage_so_far()
             self.log.info(
-                "renew_recovered", failure=outage.failure_class, outage_s=round(outage.duration_s, 3)
+                "renew_recovered",
+                failure=outage.failure_class if outage else self.failure_class,
+                outage_s=round(outage.duration_s, 3) if outage else 0.0,
+                proven=outage is not None,
             )
-            self._outage_start = None
             self.failure_class = ""
+        self._unrenewed = []
         self._enter("renewing", "lease_renewing")
         self.log.debug("lease_renewed")
         self._adopt_interval(lease)
@@ -205,7 +289,7 @@ class Renewer:
         """Mark the lease released, bounded: shutting down must not hang on a broken path."""
         try:
             async with asyncio.timeout(RELEASE_TIMEOUT_S):
-                await self.client.patch(release_patch(), timeout_s=RELEASE_TIMEOUT_S)
+                await self.client.patch(release_patch(), window_s=RELEASE_TIMEOUT_S)
             self.log.info("lease_released")
         except (KubeError, TimeoutError) as e:
             self.log.warning("lease_release_failed", error=str(e) or type(e).__name__)

@@ -1,4 +1,4 @@
-"""The agent's configuration, from the environment (DESIGN.md section 4)."""
+"""The agent's configuration, from the environment (docs/agent.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,12 @@ from core.credentials import DEFAULT_TOKEN_FILE
 from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label, is_dns_subdomain
 from core.logs import LogFormat
 
+# Settings of earlier versions, warned about and ignored: failing on them would stop the
+# agent on every node at once during an upgrade, which looks exactly like an outage.
+RETIRED = {
+    "DWD_REQUEST_TIMEOUT": "a renewal may now take twice the interval, at most 10s (docs/agent.md)",
+}
+
 # An interval the aggregator hands out through the renew-interval annotation is
 # clamped to this range: a typo there must neither hammer KAPI nor silence a node.
 MIN_INTERVAL_S = 0.2
@@ -24,7 +30,6 @@ class Settings:
     node_name: str
     lease_namespace: str = DEFAULT_LEASE_NAMESPACE
     renew_interval_s: float = 2.0
-    request_timeout_s: float = 1.0
     token_file: str = DEFAULT_TOKEN_FILE
     ca_file: str = ""
     metrics_addr: tuple[str, int] | None = None
@@ -48,12 +53,6 @@ class Settings:
         if not is_dns_label(namespace):
             r.problem("DWD_LEASE_NAMESPACE", f"{namespace!r} is not a valid namespace name")
         interval = r.duration("DWD_RENEW_INTERVAL", "2s", min_s=MIN_INTERVAL_S, max_s=MAX_INTERVAL_S)
-        timeout = r.duration("DWD_REQUEST_TIMEOUT", "1s", min_s=0.05)
-        if timeout >= interval:
-            r.problem(
-                "DWD_REQUEST_TIMEOUT",
-                "must be shorter than DWD_RENEW_INTERVAL (a renewal and its retry fit in one interval)",
-            )
         token_file = r.string("DWD_TOKEN_FILE", DEFAULT_TOKEN_FILE)
         if not os.access(token_file, os.R_OK):
             r.problem("DWD_TOKEN_FILE", f"{token_file} is not a readable file")
@@ -68,7 +67,6 @@ class Settings:
             node_name=node,
             lease_namespace=namespace,
             renew_interval_s=interval,
-            request_timeout_s=timeout,
             token_file=token_file,
             ca_file=ca_file,
             metrics_addr=metrics,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import Literal
+from typing import Any, Literal
 
 TransportKind = Literal["dns", "connect", "tls", "timeout"]
 
@@ -23,11 +23,24 @@ class KubeError(Exception):
 
 
 class TransportError(KubeError):
-    """The request did not get an HTTP answer: which step of the path failed."""
+    """The request did not get an HTTP answer: which step of the path failed.
 
-    def __init__(self, kind: TransportKind, message: str) -> None:
+    ``sent``: the whole request was written before it failed, so the server may have
+    applied it. ``path``: what each connection tried saw, step by step (the agent's).
+    """
+
+    def __init__(
+        self,
+        kind: TransportKind,
+        message: str,
+        *,
+        sent: bool = False,
+        path: tuple[dict[str, Any], ...] = (),
+    ) -> None:
         super().__init__(f"{kind}: {message}")
         self.kind: TransportKind = kind
+        self.sent = sent
+        self.path = path
 
     @property
     def failure_class(self) -> str:

@@ -65,28 +65,39 @@ def leases_path(namespace: str) -> str:
 
 @dataclass(frozen=True)
 class Outage:
-    """What the agent reports about its last outage once it has recovered."""
+    """What the agent reports about its last outage once it has recovered.
+
+    ``path``: what the first failed renewal saw, step by step, and the last request that
+    worked before it, so an operator can tell a slow path from a broken one.
+    """
 
     start: datetime
     duration_s: float
     failure_class: str
+    path: Mapping[str, Any] | None = None
 
     def to_annotation(self) -> str:
-        return json.dumps(
-            {
-                "start": format_micro_time(self.start),
-                "duration": format_duration(self.duration_s),
-                "class": self.failure_class,
-            },
-            separators=(",", ":"),
-        )
+        raw: dict[str, Any] = {
+            "start": format_micro_time(self.start),
+            "duration": format_duration(self.duration_s),
+            "class": self.failure_class,
+        }
+        if self.path:
+            raw["path"] = self.path
+        return json.dumps(raw, separators=(",", ":"))
 
     @classmethod
     def from_annotation(cls, text: str) -> Outage:
         try:
             raw = json.loads(text)
-            return cls(parse_micro_time(raw["start"]), parse_duration(raw["duration"]), str(raw["class"]))
-        except (ValueError, KeyError, TypeError) as e:
+            path = raw.get("path")
+            return cls(
+                parse_micro_time(raw["start"]),
+                parse_duration(raw["duration"]),
+                str(raw["class"]),
+                path if isinstance(path, dict) else None,
+            )
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"bad {LAST_OUTAGE} annotation {text!r}: {e}") from e
 
 

@@ -1,4 +1,4 @@
-"""A small Prometheus registry: counters and gauges with labels, text exposition 0.0.4.
+"""A small Prometheus registry: counters, gauges and histograms with labels, text exposition 0.0.4.
 
 Small enough for the agent, which runs on every node and should not carry a
 client library and its threads for four numbers; the aggregator uses the same.
@@ -101,6 +101,42 @@ class Gauge(_Metric):
         return super().samples()
 
 
+class Histogram(_Metric):
+    """Cumulative buckets, a sum and a count per label set, as Prometheus expects them."""
+
+    kind = "histogram"
+
+    def __init__(self, name: str, help_text: str, labels: Sequence[str], buckets: Sequence[float]) -> None:
+        super().__init__(name, help_text, labels)
+        self.buckets = tuple(sorted(buckets))
+        self._series: dict[tuple[str, ...], list[float]] = {}  # per-bucket counts, then +Inf, sum
+
+    def observe(self, value: float, **labels: str) -> None:
+        series = self._series.setdefault(self._key(labels), [0.0] * (len(self.buckets) + 2))
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                series[i] += 1
+        series[-2] += 1
+        series[-1] += value
+
+    def count(self, **labels: str) -> float:
+        series = self._series.get(self._key(labels))
+        return series[-2] if series else 0.0
+
+    def render(self) -> str:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+        for key, series in sorted(self._series.items()):
+            pairs = [f'{n}="{_escape(v)}"' for n, v in zip(self.label_names, key, strict=True)]
+            bounds = [*(_fmt(b) for b in self.buckets), "+Inf"]
+            for bound, value in zip(bounds, series, strict=False):
+                labels = ",".join([*pairs, f'le="{bound}"'])
+                lines.append(f"{self.name}_bucket{{{labels}}} {_fmt(value)}")
+            suffix = "{" + ",".join(pairs) + "}" if pairs else ""
+            lines.append(f"{self.name}_sum{suffix} {_fmt(series[-1])}")
+            lines.append(f"{self.name}_count{suffix} {_fmt(series[-2])}")
+        return "\n".join(lines)
+
+
 class Registry:
     def __init__(self) -> None:
         self._metrics: dict[str, _Metric] = {}
@@ -121,6 +157,13 @@ class Registry:
         g = Gauge(name, help_text, labels, fn)
         self._add(g)
         return g
+
+    def histogram(
+        self, name: str, help_text: str, labels: Sequence[str], buckets: Sequence[float]
+    ) -> Histogram:
+        h = Histogram(name, help_text, labels, buckets)
+        self._add(h)
+        return h
 
     def render(self) -> str:
         return "\n".join(m.render() for m in self._metrics.values()) + "\n"

@@ -47,7 +47,6 @@ class Agents:
             "DWD_TOKEN_FILE": str(self.token_file(node)),
             "DWD_CA_FILE": str(self.cp.ca_file),
             "DWD_RENEW_INTERVAL": "500ms",
-            "DWD_REQUEST_TIMEOUT": "200ms",
             "DWD_LOG_FORMAT": "json",
             "DWD_LOG_LEVEL": "info",
         }

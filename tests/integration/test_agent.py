@@ -172,7 +172,7 @@ def test_outage_is_classified_logged_once_and_reported(agents: Agents) -> None:
 
 def test_adopts_renew_interval_annotation(agents: Agents) -> None:
     agents.create_lease("ann-1")
-    agents.start(agents.env("ann-1", DWD_RENEW_INTERVAL="1s", DWD_REQUEST_TIMEOUT="300ms"))
+    agents.start(agents.env("ann-1", DWD_RENEW_INTERVAL="1s"))
     wait_for(lambda: renewed(agents, "ann-1"), 10, "the first renewal")
     slow = agents.renew_times("ann-1", 3.0)
     agents.admin.merge_patch(

@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agent.client import LeaseClient, classify
+from agent.client import LeaseClient
+from agent.path import classify
 from core.credentials import TokenFile
 from core.errors import TransportError
 
@@ -50,7 +51,7 @@ async def _fail(url: str, token: TokenFile, ca: str = "") -> TransportError:
     client = LeaseClient(url, "ns", "n1", token, ca)
     try:
         with pytest.raises(TransportError) as e:
-            await client.patch({}, timeout_s=0.5)
+            await client.patch({}, window_s=0.5)
     finally:
         await client.aclose()
     return e.value

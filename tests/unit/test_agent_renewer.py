@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -31,28 +32,50 @@ class Clock:
 
 
 class FakeClient:
-    """Answers each PATCH with the next scripted lease or exception."""
+    """Answers each PATCH with the next scripted lease or exception, and a GET with the lease
+    as the last PATCH that "landed" left it."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.script: list[Any] = []
-        self.calls: list[tuple[dict[str, Any], bool]] = []
+        self.calls: list[tuple[str, dict[str, Any], float]] = []
         self.closed = 0
         self.latency_s = 0.0
+        self.stored_renew_time: str | None = None
+        self.on_attempt: Any = None
 
-    async def patch(self, body: dict[str, Any], *, timeout_s: float, fresh: bool = False) -> dict[str, Any]:
-        self.calls.append((body, fresh))
+    async def patch(self, body: dict[str, Any], *, window_s: float) -> dict[str, Any]:
+        self.calls.append(("PATCH", body, window_s))
         self.clock.now += self.latency_s
         outcome = self.script.pop(0) if self.script else lease()
+        if isinstance(outcome, Landed):  # unanswered, but applied
+            self.stored_renew_time = body["spec"]["renewTime"]
+            raise outcome.error
         if isinstance(outcome, Exception):
             raise outcome
-        return outcome
+        self.stored_renew_time = body.get("spec", {}).get("renewTime", self.stored_renew_time)
+        return {**outcome, "spec": {**outcome["spec"], "renewTime": self.stored_renew_time}}
+
+    async def get(self, *, window_s: float) -> dict[str, Any]:
+        self.calls.append(("GET", {}, window_s))
+        return {"kind": "Lease", "metadata": {"name": "n1"}, "spec": {"renewTime": self.stored_renew_time}}
 
     def reload_tls(self) -> None:
         pass
 
     async def aclose(self) -> None:
         self.closed += 1
+
+
+@dataclass
+class Landed:
+    """A PATCH the server applied whose answer never came back."""
+
+    error: TransportError
+
+
+def unanswered() -> TransportError:
+    return TransportError("timeout", "no answer within 4s", sent=True)
 
 
 def lease(interval: str | None = None) -> dict[str, Any]:
@@ -84,55 +107,52 @@ def logs() -> Iterator[list[dict[str, Any]]]:
         yield captured
 
 
+def patches(client: FakeClient) -> list[dict[str, Any]]:
+    return [body for method, body, _ in client.calls if method == "PATCH"]
+
+
 def events(logs: list[dict[str, Any]]) -> list[str]:
     return [e["event"] for e in logs if e["log_level"] != "debug"]
 
 
 async def test_first_renewal_clears_released_later_ones_do_not(renewer: Renewer, client: FakeClient) -> None:
-    assert await renewer.renew_once(deadline=102) == 2.0
-    assert await renewer.renew_once(deadline=104) == 2.0
-    first, second = client.calls[0][0], client.calls[1][0]
+    assert await renewer.renew_once() == 2.0
+    assert await renewer.renew_once() == 2.0
+    first, second = patches(client)
     assert first["metadata"]["annotations"] == {RELEASED: None}
     assert "metadata" not in second
     assert second["spec"] == {"holderIdentity": "n1", "renewTime": "2026-11-30T12:01:40.000000Z"}
     assert renewer.metrics.renewals.get() == 2
 
 
-async def test_failed_request_is_retried_once_on_a_fresh_connection(
+async def test_a_renewal_may_take_two_intervals_at_most_ten_seconds(
     renewer: Renewer, client: FakeClient
 ) -> None:
-    client.script = [TransportError("connect", "refused")]
-    await renewer.renew_once(deadline=102)
-    assert [fresh for _, fresh in client.calls] == [False, True]
-    assert renewer.state == "renewing"
-    assert renewer.metrics.failures.get(**{"class": "connect"}) == 0
-
-
-async def test_no_retry_when_the_interval_is_used_up(
-    renewer: Renewer, client: FakeClient, clock: Clock
-) -> None:
-    client.latency_s = 1.99
-    client.script = [TransportError("timeout", "slow")]
-    await renewer.renew_once(deadline=clock.now + 2)
-    assert len(client.calls) == 1
-    assert renewer.state == "failing"
+    await renewer.renew_once()
+    assert client.calls[-1][2] == 4.0
+    client.script = [lease("60s")]
+    await renewer.renew_once()
+    await renewer.renew_once()
+    assert client.calls[-1][2] == 10.0
 
 
 async def test_outage_logged_once_per_state_change_and_reported_after_recovery(
     renewer: Renewer, client: FakeClient, clock: Clock, logs: list[dict[str, Any]]
 ) -> None:
-    await renewer.renew_once(deadline=clock.now + 2)
-    refused = TransportError("connect", "refused")
-    client.script = [refused, refused, refused, refused]
+    await renewer.renew_once()
+    refused = TransportError(
+        "connect", "refused", path=({"connection": "new", "dns": 0.001, "stuck": "connect"},)
+    )
+    client.script = [refused, refused]
     for _ in range(2):
         clock.now += 2
-        await renewer.renew_once(deadline=clock.now + 2)
+        await renewer.renew_once()
     assert renewer.metrics.failures.get(**{"class": "connect"}) == 2
-    client.script = [ServerError(503, "ServiceUnavailable", ""), ServerError(503, "ServiceUnavailable", "")]
+    client.script = [ServerError(503, "ServiceUnavailable", "")]
     clock.now += 2
-    await renewer.renew_once(deadline=clock.now + 2)
+    await renewer.renew_once()
     clock.now += 2.5
-    await renewer.renew_once(deadline=clock.now + 2)  # recovers
+    await renewer.renew_once()  # recovers
     assert events(logs) == [
         "lease_renewing",
         "renew_failing",
@@ -141,15 +161,100 @@ async def test_outage_logged_once_per_state_change_and_reported_after_recovery(
         "lease_renewing",
     ]
     assert [e.get("failure") for e in logs if e["event"] == "renew_failing"] == ["connect", "http-503"]
-    recovering_patch = client.calls[-1][0]
-    outage = Outage.from_annotation(recovering_patch["metadata"]["annotations"][LAST_OUTAGE])
+    assert [e["proven"] for e in logs if e["event"] == "renew_recovered"] == [True]
+    assert "GET" not in [m for m, _, _ in client.calls]  # nothing was sent unanswered: nothing to check
+    outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
     assert outage.failure_class == "connect"  # what began the outage
     assert outage.start == T0 + timedelta(seconds=102)
     assert outage.duration_s == pytest.approx(6.5)
+    assert outage.path is not None and outage.path["failed"] == [
+        {"connection": "new", "dns": 0.001, "stuck": "connect"}
+    ]
     # Reported once: the next renewal is plain again.
     clock.now += 2
-    await renewer.renew_once(deadline=clock.now + 2)
-    assert "metadata" not in client.calls[-1][0]
+    await renewer.renew_once()
+    assert "metadata" not in patches(client)[-1]
+
+
+async def test_unanswered_renewals_that_landed_are_no_outage(
+    renewer: Renewer, client: FakeClient, clock: Clock, logs: list[dict[str, Any]]
+) -> None:
+    """Phantom renewals: each PATCH reached KAPI after the agent gave up on its answer. The lease
+    never went stale, so the agent must not report an outage the lease never showed."""
+    await renewer.renew_once()
+    client.script = [Landed(unanswered()) for _ in range(5)]
+    for _ in range(5):
+        clock.now += 2
+        await renewer.renew_once()
+    assert renewer.state == "failing"
+    assert renewer.metrics.unanswered.get() == 5
+    clock.now += 2
+    await renewer.renew_once()
+    methods = [m for m, _, _ in client.calls]
+    assert methods[-2:] == ["GET", "PATCH"]  # read before renewTime is overwritten
+    assert LAST_OUTAGE not in (patches(client)[-1].get("metadata") or {}).get("annotations", {})
+    recovered = [e for e in logs if e["event"] == "renew_recovered"]
+    assert [(e["proven"], e["outage_s"]) for e in recovered] == [(False, 0.0)]
+    assert renewer.metrics.landed_unseen.get() == 5  # each was checked before the next overwrote it
+
+
+async def test_unanswered_renewals_that_did_not_land_are_an_outage_from_the_first(
+    renewer: Renewer, client: FakeClient, clock: Clock
+) -> None:
+    await renewer.renew_once()
+    client.script = [unanswered(), unanswered(), TransportError("connect", "refused")]
+    for _ in range(3):
+        clock.now += 2
+        await renewer.renew_once()
+    clock.now += 2
+    await renewer.renew_once()
+    outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
+    assert (outage.failure_class, outage.start, outage.duration_s) == (
+        "timeout",
+        T0 + timedelta(seconds=102),
+        6.0,
+    )
+
+
+async def test_an_outage_after_an_unanswered_renewal_that_landed_starts_after_it(
+    renewer: Renewer, client: FakeClient, clock: Clock
+) -> None:
+    await renewer.renew_once()
+    client.script = [unanswered(), Landed(unanswered()), TransportError("dns", "lost"), unanswered()]
+    for _ in range(4):
+        clock.now += 2
+        await renewer.renew_once()
+    clock.now += 2
+    await renewer.renew_once()
+    outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
+    # The second landed at 104: the lease went unrenewed from the third (106) on.
+    assert (outage.failure_class, outage.start, outage.duration_s) == (
+        "dns",
+        T0 + timedelta(seconds=106),
+        4.0,
+    )
+
+
+async def test_a_failed_check_is_a_failed_renewal(renewer: Renewer, client: FakeClient, clock: Clock) -> None:
+    """The GET goes the same broken path: it fails like the renewal would, and nothing is lost."""
+    await renewer.renew_once()
+    client.script = [unanswered()]
+    clock.now += 2
+    await renewer.renew_once()
+
+    async def broken_get(*, window_s: float) -> dict[str, Any]:
+        raise TransportError("connect", "refused")
+
+    real_get, client.get = client.get, broken_get  # type: ignore[method-assign]
+    clock.now += 2
+    await renewer.renew_once()
+    assert [m for m, _, _ in client.calls] == ["PATCH", "PATCH"]
+    assert renewer.state == "failing"
+    client.get = real_get  # type: ignore[method-assign]
+    clock.now += 2
+    await renewer.renew_once()
+    outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
+    assert (outage.failure_class, outage.start) == ("timeout", T0 + timedelta(seconds=102))
 
 
 async def test_missing_lease_is_waiting_not_an_outage(
@@ -157,14 +262,14 @@ async def test_missing_lease_is_waiting_not_an_outage(
 ) -> None:
     client.script = [NotFound(404, "NotFound", "")] * 3
     for _ in range(3):
-        assert await renewer.renew_once(deadline=clock.now + 2) == 2.0
+        assert await renewer.renew_once() == 2.0
     assert renewer.state == "waiting"
     assert renewer.metrics.lease_missing.get() == 3
     assert renewer.metrics.failures.samples() == []
-    await renewer.renew_once(deadline=clock.now + 2)
+    await renewer.renew_once()
     assert events(logs) == ["lease_missing", "lease_renewing"]
     # Still the first success: released is cleared now.
-    assert client.calls[-1][0]["metadata"]["annotations"] == {RELEASED: None}
+    assert patches(client)[-1]["metadata"]["annotations"] == {RELEASED: None}
 
 
 async def test_throttling_backs_off_as_told_and_is_counted_apart(
@@ -176,7 +281,7 @@ async def test_throttling_backs_off_as_told_and_is_counted_apart(
         TooManyRequests(429, "TooManyRequests", "", 1.0),
         TooManyRequests(429, "TooManyRequests", "", 3600.0),
     ]
-    waits = [await renewer.renew_once(deadline=1e9) for _ in range(4)]
+    waits = [await renewer.renew_once() for _ in range(4)]
     assert waits == [5.0, 2.0, 2.0, MAX_BACKOFF_S]
     assert renewer.metrics.throttled.get() == 4
     assert renewer.metrics.failures.samples() == []
@@ -187,23 +292,17 @@ async def test_adopts_the_interval_from_its_own_patch_response(
     renewer: Renewer, client: FakeClient, logs: list[dict[str, Any]]
 ) -> None:
     client.script = [lease("500ms"), lease("10ms"), lease("soon"), lease("soon"), lease(None)]
-    assert await renewer.renew_once(deadline=1e9) == 0.5  # the new pace applies at once
+    assert await renewer.renew_once() == 0.5  # the new pace applies at once
     assert renewer.interval_s == 0.5
-    await renewer.renew_once(deadline=1e9)
+    await renewer.renew_once()
     assert renewer.interval_s == 0.2  # clamped
-    await renewer.renew_once(deadline=1e9)
-    await renewer.renew_once(deadline=1e9)
+    await renewer.renew_once()
+    await renewer.renew_once()
     assert renewer.interval_s == 0.2  # garbage ignored, logged once
     assert events(logs).count("renew_interval_invalid") == 1
-    await renewer.renew_once(deadline=1e9)
+    await renewer.renew_once()
     assert renewer.interval_s == 2.0  # annotation gone: back to the configured default
-    assert renewer.attempt_timeout_s == 1.0
-
-
-async def test_attempt_timeout_fits_twice_in_the_interval(renewer: Renewer, client: FakeClient) -> None:
-    client.script = [lease("1s")]
-    await renewer.renew_once(deadline=1e9)
-    assert renewer.attempt_timeout_s == 0.5
+    assert renewer.window_s == 4.0
 
 
 async def test_run_releases_the_lease_on_stop(tmp_path: Path) -> None:
@@ -220,7 +319,7 @@ async def test_run_releases_the_lease_on_stop(tmp_path: Path) -> None:
     await asyncio.sleep(0.5)
     stop.set()
     await asyncio.wait_for(task, 2)
-    renewals = [body for body, _ in client.calls if "spec" in body]
+    renewals = [body for body in patches(client) if "spec" in body]
     assert 2 <= len(renewals) <= 4
-    assert client.calls[-1][0] == {"metadata": {"annotations": {RELEASED: "true"}}}
+    assert patches(client)[-1] == {"metadata": {"annotations": {RELEASED: "true"}}}
     assert client.closed == 1

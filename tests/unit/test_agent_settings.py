@@ -20,12 +20,7 @@ def test_defaults(token: str) -> None:
         {"DWD_APISERVER_URL": "https://api.shoot.example/", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
     )
     assert s.apiserver_url == "https://api.shoot.example"
-    assert (s.lease_namespace, s.renew_interval_s, s.request_timeout_s, s.ca_file) == (
-        "dwd-node-lease",
-        2.0,
-        1.0,
-        "",
-    )
+    assert (s.lease_namespace, s.renew_interval_s, s.ca_file) == ("dwd-node-lease", 2.0, "")
     assert s.metrics_addr is None
 
 
@@ -35,7 +30,6 @@ def test_every_bad_variable_is_named_in_one_error(tmp_path: Path) -> None:
         "NODE_NAME": "Not_A_Node",
         "DWD_LEASE_NAMESPACE": "Bad.Namespace",
         "DWD_RENEW_INTERVAL": "2 seconds",
-        "DWD_REQUEST_TIMEOUT": "5s",
         "DWD_TOKEN_FILE": str(tmp_path / "missing"),
         "DWD_CA_FILE": str(tmp_path / "missing-ca"),
         "DWD_METRICS_ADDR": "nowhere",
@@ -54,12 +48,11 @@ def test_required_variables(token: str) -> None:
     assert e.value.problems == ["DWD_APISERVER_URL: is required", "NODE_NAME: is required"]
 
 
-def test_timeout_must_be_shorter_than_interval(token: str) -> None:
-    base = {"DWD_APISERVER_URL": "https://a.example", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
-    with pytest.raises(ConfigError, match="DWD_REQUEST_TIMEOUT: must be shorter"):
-        Settings.from_env({**base, "DWD_RENEW_INTERVAL": "500ms", "DWD_REQUEST_TIMEOUT": "500ms"})
-    s = Settings.from_env({**base, "DWD_RENEW_INTERVAL": "500ms", "DWD_REQUEST_TIMEOUT": "200ms"})
-    assert (s.renew_interval_s, s.request_timeout_s) == (0.5, 0.2)
+def test_a_retired_setting_is_ignored_not_fatal(token: str) -> None:
+    """An upgrade that kept DWD_REQUEST_TIMEOUT must not stop the agent on every node."""
+    env = {"DWD_APISERVER_URL": "https://a.example", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
+    s = Settings.from_env({**env, "DWD_REQUEST_TIMEOUT": "200ms"})
+    assert s == Settings.from_env(env)
 
 
 def test_interval_range(token: str) -> None:

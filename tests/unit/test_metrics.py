@@ -43,3 +43,19 @@ def test_gauge_function_is_read_at_scrape_time() -> None:
     assert "leader 0" in reg.render()
     state["v"] = 1.0
     assert "leader 1" in reg.render()
+
+
+def test_histogram_buckets_are_cumulative_with_sum_and_count() -> None:
+    r = Registry()
+    h = r.histogram("dwd_x_seconds", "X.", ["phase"], [0.1, 1.0])
+    h.observe(0.05, phase="dns")
+    h.observe(0.5, phase="dns")
+    h.observe(3.0, phase="dns")
+    text = r.render()
+    assert 'dwd_x_seconds_bucket{phase="dns",le="0.1"} 1' in text
+    assert 'dwd_x_seconds_bucket{phase="dns",le="1"} 2' in text
+    assert 'dwd_x_seconds_bucket{phase="dns",le="+Inf"} 3' in text
+    assert 'dwd_x_seconds_sum{phase="dns"} 3.55' in text
+    assert 'dwd_x_seconds_count{phase="dns"} 3' in text
+    assert "# TYPE dwd_x_seconds histogram" in text
+    assert h.count(phase="dns") == 3

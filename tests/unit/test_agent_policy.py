@@ -1,0 +1,181 @@
+"""The connection policy against scripted connections, in real (short) time.
+
+Each fake connection answers, fails or hangs as its script says; the policy
+under test is the real one, only the network is not. The same behaviours are
+shown against a real kube-apiserver behind a delaying proxy in
+tests/integration/test_agent_path.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agent import client as policy
+from agent.client import LeaseClient
+from agent.path import Attempt, Request
+from core.credentials import TokenFile
+from core.errors import TransportError
+
+REQ = Request("PATCH", "/lease", {})
+
+
+class FakeConnection:
+    """Answers after ``delay`` (None: never), or fails with ``error`` after ``delay``."""
+
+    def __init__(
+        self, delay: float | None, error: TransportError | None = None, *, sent: bool = True
+    ) -> None:
+        self.delay = delay
+        self.error = error
+        self.sent = sent
+        self.born = time.monotonic()
+        self.answered = 0
+        self.closed = False
+        self.requests = 0
+
+    async def request(self, req: Request, attempt: Attempt, *, connect_timeout_s: float) -> httpx.Response:
+        self.requests += 1
+        started = time.monotonic()
+        attempt.sent = self.sent
+        if self.delay is None:
+            await asyncio.Event().wait()
+        await asyncio.sleep(self.delay or 0)
+        if self.error is not None:
+            raise self.error
+        attempt.phases["request"] = time.monotonic() - started
+        attempt.reached = ""
+        self.answered += 1
+        return httpx.Response(200)
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+class Net:
+    """Hands out the next scripted connection whenever the policy opens one."""
+
+    def __init__(self, *connections: FakeConnection) -> None:
+        self.queue = list(connections)
+        self.opened: list[FakeConnection] = []
+
+    def __call__(self) -> Any:
+        conn = self.queue.pop(0) if self.queue else FakeConnection(0.01)
+        self.opened.append(conn)
+        return conn
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> LeaseClient:
+    (tmp_path / "token").write_text("t")
+    return LeaseClient("https://api.example", "ns", "n1", TokenFile(tmp_path / "token"), "")
+
+
+def script(client: LeaseClient, *connections: FakeConnection) -> Net:
+    net = Net(*connections)
+    client.new_connection = net  # type: ignore[method-assign]
+    return net
+
+
+async def warm_up(client: LeaseClient, conn: FakeConnection) -> None:
+    script(client, conn)
+    await client.request(REQ, 1.0)
+    assert client.warm is conn
+
+
+async def timed(fn: Callable[[], Any]) -> float:
+    started = time.monotonic()
+    await fn()
+    return time.monotonic() - started
+
+
+async def test_a_slow_warm_request_keeps_its_connection(client: LeaseClient) -> None:
+    """Slower than the hedge delay but inside the window: the warm connection answers first,
+    the connection opened beside it is dropped, and the warm one stays."""
+    warm = FakeConnection(0.0)
+    await warm_up(client, warm)
+    warm.delay = 0.35  # hedge after 0.3 s (half the window); a new connection needs 0.5 s
+    net = script(client, FakeConnection(0.5))
+    await client.request(REQ, 0.6)
+    assert client.warm is warm and not warm.closed
+    assert len(net.opened) == 1 and net.opened[0].closed  # hedged beside it, then dropped
+
+
+async def test_a_dead_warm_connection_is_replaced_by_one_opened_beside_it(client: LeaseClient) -> None:
+    """Half-open: the warm connection swallows the request. A new one opened after the hedge
+    delay answers within the same window and takes over; only then is the old one dropped."""
+    warm = FakeConnection(0.0)
+    await warm_up(client, warm)
+    warm.delay = None
+    fresh = FakeConnection(0.05)
+    script(client, fresh)
+    took = await timed(lambda: client.request(REQ, 2.0))
+    assert client.warm is fresh and warm.closed
+    assert 0.5 <= took < 1.0  # hedge floor 0.5 s, then the new connection's 0.05 s
+
+
+async def test_hedge_delay_follows_the_paths_own_pace(client: LeaseClient) -> None:
+    """On a path whose warm requests take 0.3 s the hedge waits 0.6 s: no new connection
+    on every renewal of a slow but working path."""
+    warm = FakeConnection(0.3)
+    await warm_up(client, warm)
+    net = script(client)
+    for _ in range(3):
+        await client.request(REQ, 4.0)
+    assert net.opened == [] and client.warm is warm
+    assert client.plan(4.0)[0].hedge_after_s == pytest.approx(0.6, abs=0.05)
+
+
+async def test_recycling_is_make_before_break(client: LeaseClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    warm = FakeConnection(0.0)
+    await warm_up(client, warm)
+    monkeypatch.setattr(policy, "MAX_CONNECTION_AGE_S", 0.0)
+    # The new connection fails: the warm one still renews, and stays.
+    broken = FakeConnection(0.01, TransportError("dns", "lost"), sent=False)
+    script(client, broken)
+    await client.request(REQ, 2.0)
+    assert client.warm is warm and not warm.closed and broken.closed
+    # Tried again only after RECYCLE_RETRY_S; then a working new connection takes over.
+    monkeypatch.setattr(policy, "RECYCLE_RETRY_S", 0.0)
+    client._recycle_at = 0.0
+    fresh = FakeConnection(0.01)
+    script(client, fresh)
+    await client.request(REQ, 2.0)
+    assert client.warm is fresh and warm.closed and warm.requests == 2
+
+
+async def test_a_lost_dns_answer_costs_one_step_not_the_window(client: LeaseClient) -> None:
+    lost = FakeConnection(0.1, TransportError("dns", "timed out"), sent=False)
+    script(client, lost, FakeConnection(0.01))
+    took = await timed(lambda: client.request(REQ, 4.0))
+    assert took < 0.5 and client.warm is not None
+
+
+async def test_no_answer_within_the_window_is_a_timeout_that_may_have_landed(client: LeaseClient) -> None:
+    warm = FakeConnection(0.0)
+    await warm_up(client, warm)
+    warm.delay = None
+    script(client, FakeConnection(None))
+    with pytest.raises(TransportError) as e:
+        await client.request(REQ, 0.8)
+    assert e.value.kind == "timeout" and e.value.sent
+    assert [p["connection"] for p in e.value.path] == ["warm", "new"]
+    # A slow request is not a broken connection: the warm one is kept, but the next
+    # renewal leads with a new connection in case it is dead.
+    assert client.warm is warm and not warm.closed
+    assert client.plan(4.0)[0].conn is None
+
+
+async def test_a_request_never_sent_is_known_to_have_failed(client: LeaseClient) -> None:
+    refused = TransportError("connect", "refused", sent=False)
+    script(client, FakeConnection(0.0, refused, sent=False), FakeConnection(0.0, refused, sent=False))
+    with pytest.raises(TransportError) as e:
+        await client.request(REQ, 1.0)
+    assert e.value.kind == "connect" and not e.value.sent
+    assert client.warm is None
