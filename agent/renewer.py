@@ -8,8 +8,8 @@ busy: back off as told and count it apart from failures.
 A renewal may use twice the interval (its *window*, at most 10 s): a slow path
 is still a path. The agent and the lease agree about outages: a renewal whose
 request was sent but never answered may have landed, so before the next one
-overwrites renewTime the agent reads the lease and learns which did. Only what
-it proved goes into the ``last-outage`` record (docs/agent.md).
+the agent reads the lease and learns the latest that did. Only what it proved
+goes into the ``last-outage`` record (docs/agent.md).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from agent.path import PHASES, Attempt
 from agent.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, Settings
 from core import logs
 from core.durations import parse_duration
-from core.errors import KubeError, NotFound, TooManyRequests, TransportError
+from core.errors import BadResponse, KubeError, NotFound, ServerError, TooManyRequests, TransportError
 from core.lease import RENEW_INTERVAL, Outage, format_micro_time, release_patch, renew_patch
 from core.metrics import Registry
 
@@ -178,7 +178,7 @@ class Renewer:
         stamp = self.wall()
         try:
             if any(u.sent for u in self._unrenewed):
-                await self._settle_unanswered(window)
+                await self._settle_unanswered(window / 2)
             patch = renew_patch(
                 self.settings.node_name,
                 stamp,
@@ -203,8 +203,17 @@ class Renewer:
         return self.interval_s
 
     async def _settle_unanswered(self, window_s: float) -> None:
-        """Read the lease before overwriting renewTime: which unanswered renewal landed?"""
-        lease = await self.client.get(window_s=window_s)
+        """Which of the unanswered renewals landed? renewTime shows the latest that did.
+
+        Best effort, in half the window: the renewal itself goes out whatever the answer,
+        else a path that applies requests but answers late would stop renewing. Unanswered
+        renewals stay open questions until a read succeeds; each later one is a candidate.
+        """
+        try:
+            lease = await self.client.get(window_s=window_s)
+        except (TransportError, ServerError, BadResponse) as e:
+            self.log.debug("renew_check_failed", error=str(e))
+            return
         landed = str((lease.get("spec") or {}).get("renewTime") or "")
         stamps = [u.stamp for u in self._unrenewed]
         if landed == self._landed:
@@ -214,7 +223,7 @@ class Renewer:
         if landed in stamps:
             i = stamps.index(landed)
             self.metrics.landed_unseen.inc()
-            self.log.info("renew_unanswered_landed", renew_time=landed, failing_since=len(stamps) - i - 1)
+            self.log.info("renew_unanswered_landed", renew_time=landed, failed_since=len(stamps) - i - 1)
             self._landed, self._unrenewed = landed, [replace(u, sent=False) for u in self._unrenewed[i + 1 :]]
             return
         # Someone else renewed it (another copy of the agent?): nothing about the outage is proven.
