@@ -102,20 +102,14 @@ class LeaseClient:
         """Re-read the CA file: after a tls failure the CA may have been rotated."""
         self._ssl = ssl_context(self.ca_file)
 
-    async def patch(self, body: dict[str, Any], *, window_s: float) -> dict[str, Any]:
-        """Merge-patch the lease; returns the lease as the server stored it."""
+    async def patch(self, body: dict[str, Any] | list[dict[str, Any]], *, window_s: float) -> dict[str, Any]:
+        """Patch the lease (a dict: merge patch, a list: JSON patch); returns the lease as stored."""
         content = json.dumps(body, separators=(",", ":")).encode()
-        return await self._lease("PATCH", content, "application/merge-patch+json", window_s)
+        kind = "application/merge-patch+json" if isinstance(body, dict) else "application/json-patch+json"
+        return await self._lease("PATCH", content, kind, window_s)
 
-    async def get(self, *, window_s: float) -> dict[str, Any]:
-        return await self._lease("GET", None, None, window_s)
-
-    async def _lease(
-        self, method: str, content: bytes | None, content_type: str | None, window_s: float
-    ) -> dict[str, Any]:
-        headers = {"Authorization": f"Bearer {self.token.read()}"}
-        if content_type:
-            headers["Content-Type"] = content_type
+    async def _lease(self, method: str, content: bytes, content_type: str, window_s: float) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {self.token.read()}", "Content-Type": content_type}
         response = await self.request(Request(method, self.path, headers, content), window_s)
         if response.status_code >= 300:
             raise api_error(response.status_code, response.content, response.headers)
@@ -156,11 +150,10 @@ class LeaseClient:
         return Connection(self.origin, self._ssl, clock=self.clock, resolver=self.resolver)
 
     async def _won(self, conn: Connection, attempt: Attempt, response: httpx.Response) -> httpx.Response:
-        took = attempt.phases.get("request", 0.0)
+        # A request on a new connection takes what one on a warm connection will.
+        self._warm_times.append(attempt.phases.get("request", 0.0))
         if attempt.new:
             self._new_times.append(sum(attempt.phases.values()))
-        else:
-            self._warm_times.append(took)
         if conn is not self.warm:
             old, self.warm = self.warm, conn
             if old is not None:

@@ -7,9 +7,9 @@ busy: back off as told and count it apart from failures.
 
 A renewal may use twice the interval (its *window*, at most 10 s): a slow path
 is still a path. The agent and the lease agree about outages: a renewal whose
-request was sent but never answered may have landed, so before the next one
-the agent reads the lease and learns the latest that did. Only what it proved
-goes into the ``last-outage`` record (docs/agent.md).
+request was sent but never answered may have landed, so the next renewals keep
+the renewTime they overwrite, and the first answer says which landed last.
+Only what the agent proved goes into the ``last-outage`` record (docs/agent.md).
 """
 
 from __future__ import annotations
@@ -26,8 +26,16 @@ from agent.path import PHASES, Attempt
 from agent.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, Settings
 from core import logs
 from core.durations import parse_duration
-from core.errors import BadResponse, KubeError, NotFound, ServerError, TooManyRequests, TransportError
-from core.lease import RENEW_INTERVAL, Outage, format_micro_time, release_patch, renew_patch
+from core.errors import Invalid, KubeError, NotFound, TooManyRequests, TransportError
+from core.lease import (
+    PREVIOUS_RENEW,
+    RENEW_INTERVAL,
+    Outage,
+    evidence_patch,
+    format_micro_time,
+    release_patch,
+    renew_patch,
+)
 from core.metrics import Registry
 
 log = logs.get("agent")
@@ -49,11 +57,15 @@ class Unrenewed:
     """A renewal that did not land as far as the agent knows."""
 
     stamp: str  # the renewTime it carried
-    wall: datetime
-    mono: float
+    wall: datetime  # when it started, as the stamp says
+    mono: float  # the same, on the monotonic clock
     failure_class: str
     sent: bool  # it may have landed after all
     path: tuple[dict[str, Any], ...]
+
+
+def _annotations(lease: dict[str, Any]) -> dict[str, Any]:
+    return (lease.get("metadata") or {}).get("annotations") or {}
 
 
 def wall_now() -> datetime:
@@ -123,6 +135,10 @@ class Renewer:
         # cause; later classes are often its echoes (a resolver slowed by the same fault).
         self._landed = ""
         self._unrenewed: list[Unrenewed] = []
+        # An evidence patch needs renewTime and annotations to exist; the last answer says.
+        self._evidence_possible = False
+        self._previous_left = False
+        self._unwritten: Outage | None = None
         self._last_ok: dict[str, Any] = {}
         self._bad_interval = ""
         self.metrics = AgentMetrics(registry or Registry(), self._last_success_age)
@@ -173,19 +189,10 @@ class Renewer:
 
     async def renew_once(self) -> float:
         """One renewal, within its window; returns seconds until the next."""
-        window = self.window_s
         started = self.clock()
         stamp = self.wall()
         try:
-            if any(u.sent for u in self._unrenewed):
-                await self._settle_unanswered(window / 2)
-            patch = renew_patch(
-                self.settings.node_name,
-                stamp,
-                clear_released=self._clear_released,
-                last_outage=self._outage_so_far(),
-            )
-            lease = await self.client.patch(patch, window_s=window - (self.clock() - started))
+            lease = await self._renew(stamp, started)
         except NotFound:
             self.metrics.lease_missing.inc()
             self._enter("waiting", "lease_missing", level="info")
@@ -197,43 +204,59 @@ class Renewer:
         except KubeError as e:
             if e.failure_class == "tls":
                 self.client.reload_tls()
-            self._failed(e, stamp)
+            self._failed(e, stamp, started)
             return self.interval_s
         self._succeeded(lease)
         return self.interval_s
 
-    async def _settle_unanswered(self, window_s: float) -> None:
-        """Which of the unanswered renewals landed? renewTime shows the latest that did.
+    async def _renew(self, stamp: datetime, started: float) -> dict[str, Any]:
+        if any(u.sent for u in self._unrenewed) and self._evidence_possible:
+            try:
+                lease = await self.client.patch(
+                    evidence_patch(self.settings.node_name, stamp), window_s=self.window_s
+                )
+            except Invalid as e:
+                # No renewTime or no annotations to copy into: renew plainly, prove nothing.
+                self.log.info("renew_evidence_refused", error=str(e))
+                self._evidence_possible = False
+            else:
+                self._settle(str(_annotations(lease).get(PREVIOUS_RENEW) or ""))
+                return lease
+        patch = renew_patch(
+            self.settings.node_name,
+            stamp,
+            clear_released=self._clear_released,
+            clear_previous=self._previous_left,
+            last_outage=self._outage_so_far() or self._unwritten,
+        )
+        lease = await self.client.patch(patch, window_s=self.window_s - (self.clock() - started))
+        self._unwritten = None
+        return lease
 
-        Best effort, in half the window: the renewal itself goes out whatever the answer,
-        else a path that applies requests but answers late would stop renewing. Unanswered
-        renewals stay open questions until a read succeeds; each later one is a candidate.
-        """
-        try:
-            lease = await self.client.get(window_s=window_s)
-        except (TransportError, ServerError, BadResponse) as e:
-            self.log.debug("renew_check_failed", error=str(e))
-            return
-        landed = str((lease.get("spec") or {}).get("renewTime") or "")
+    def _settle(self, previous: str) -> None:
+        """The renewTime a renewal overwrote is the latest renewal that had landed before it:
+        of the unanswered ones before that, none is known lost; after it, all are."""
         stamps = [u.stamp for u in self._unrenewed]
-        if landed == self._landed:
-            # None did: every renewal since the last one that landed failed.
-            self._unrenewed = [replace(u, sent=False) for u in self._unrenewed]
-            return
-        if landed in stamps:
-            i = stamps.index(landed)
+        if previous in stamps:
+            i = stamps.index(previous)
             self.metrics.landed_unseen.inc()
-            self.log.info("renew_unanswered_landed", renew_time=landed, failed_since=len(stamps) - i - 1)
-            self._landed, self._unrenewed = landed, [replace(u, sent=False) for u in self._unrenewed[i + 1 :]]
-            return
-        # Someone else renewed it (another copy of the agent?): nothing about the outage is proven.
-        self.log.warning("renew_outage_unproven", renew_time=landed, expected=self._landed)
-        self._landed, self._unrenewed = landed, []
+            self.log.info("renew_unanswered_landed", renew_time=previous, lost_after=len(stamps) - i - 1)
+            self._unrenewed = [replace(u, sent=False) for u in self._unrenewed[i + 1 :]]
+        elif previous == self._landed:
+            self._unrenewed = [replace(u, sent=False) for u in self._unrenewed]  # none landed
+        else:
+            # Someone else renewed it (another copy of the agent?): nothing about the outage is proven.
+            self.log.warning("renew_outage_unproven", renew_time=previous, expected=self._landed)
+            self._unrenewed = []
 
     def _outage_so_far(self) -> Outage | None:
-        if not self._unrenewed:
+        """The outage the lease is proven to have gone through: the renewals after the last one
+        that may have landed unseen."""
+        sent = [i for i, u in enumerate(self._unrenewed) if u.sent]
+        proven = self._unrenewed[sent[-1] + 1 :] if sent else self._unrenewed
+        if not proven:
             return None
-        first = self._unrenewed[0]
+        first = proven[0]
         path = {"failed": list(first.path), "last_ok": self._last_ok} if first.path or self._last_ok else None
         return Outage(first.wall, self.clock() - first.mono, first.failure_class, path)
 
@@ -242,13 +265,13 @@ class Renewer:
             getattr(self.log, level)(event, **kw)
         self.state = state
 
-    def _failed(self, e: KubeError, stamp: datetime) -> None:
+    def _failed(self, e: KubeError, stamp: datetime, started: float) -> None:
         self.metrics.failures.inc(**{"class": e.failure_class})
         sent = isinstance(e, TransportError) and e.sent
         if sent:
             self.metrics.unanswered.inc()
         path = e.path if isinstance(e, TransportError) else ()
-        entry = Unrenewed(format_micro_time(stamp), stamp, self.clock(), e.failure_class, sent, path)
+        entry = Unrenewed(format_micro_time(stamp), stamp, started, e.failure_class, sent, path)
         # Of a run of renewals that surely failed only the first tells anything.
         if not self._unrenewed or sent or self._unrenewed[-1].sent:
             self._unrenewed.append(entry)
@@ -263,8 +286,13 @@ class Renewer:
         self.last_success = self.clock()
         self._clear_released = False
         self._landed = str((lease.get("spec") or {}).get("renewTime") or "")
+        annotations = _annotations(lease)
+        self._previous_left = PREVIOUS_RENEW in annotations
+        self._evidence_possible = bool(self._landed) and bool(annotations)
         if self.state == "failing":
             outage = self._outage_so_far()
+            # Proven by an evidence patch: written with the next plain renewal.
+            self._unwritten = outage if self._previous_left else None
             self.log.info(
                 "renew_recovered",
                 failure=outage.failure_class if outage else self.failure_class,

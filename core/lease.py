@@ -23,6 +23,8 @@ PREFIX = "dependency-watchdog.gardener.cloud/"
 RENEW_INTERVAL = PREFIX + "renew-interval"
 RELEASED = PREFIX + "released"
 LAST_OUTAGE = PREFIX + "last-outage"
+# renewTime as it was just before the agent's renewal overwrote it (see evidence_patch).
+PREVIOUS_RENEW = PREFIX + "previous-renew-time"
 IGNORE_NODE = PREFIX + "ignore-node"
 
 # The API server parses MicroTime with the fixed layout
@@ -106,6 +108,7 @@ def renew_patch(
     now: datetime,
     *,
     clear_released: bool = False,
+    clear_previous: bool = False,
     last_outage: Outage | None = None,
 ) -> dict[str, Any]:
     """The merge patch of one renewal.
@@ -117,11 +120,29 @@ def renew_patch(
     annotations: dict[str, str | None] = {}
     if clear_released:
         annotations[RELEASED] = None  # null deletes the key in a merge patch
+    if clear_previous:
+        annotations[PREVIOUS_RENEW] = None
     if last_outage is not None:
         annotations[LAST_OUTAGE] = last_outage.to_annotation()
     if annotations:
         patch["metadata"] = {"annotations": annotations}
     return patch
+
+
+def evidence_patch(holder: str, now: datetime) -> list[dict[str, Any]]:
+    """A renewal as a JSON patch that keeps the renewTime it overwrites in an annotation.
+
+    The agent's renewals that were sent but never answered may have landed; the answer to
+    this one says which landed last, in the same write, with no read right and no read
+    that could fall on the other side of the outage. Needs renewTime and the annotations
+    map to exist (else KAPI answers 422).
+    """
+    pointer = "/metadata/annotations/" + PREVIOUS_RENEW.replace("~", "~0").replace("/", "~1")
+    return [
+        {"op": "copy", "from": "/spec/renewTime", "path": pointer},
+        {"op": "add", "path": "/spec/renewTime", "value": format_micro_time(now)},
+        {"op": "add", "path": "/spec/holderIdentity", "value": holder},
+    ]
 
 
 def release_patch() -> dict[str, Any]:

@@ -14,8 +14,8 @@ from structlog.testing import capture_logs
 
 from agent.renewer import MAX_BACKOFF_S, Renewer
 from agent.settings import Settings
-from core.errors import NotFound, ServerError, TooManyRequests, TransportError
-from core.lease import LAST_OUTAGE, RELEASED, RENEW_INTERVAL, Outage
+from core.errors import Invalid, NotFound, ServerError, TooManyRequests, TransportError
+from core.lease import LAST_OUTAGE, PREVIOUS_RENEW, RELEASED, RENEW_INTERVAL, Outage
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -32,33 +32,36 @@ class Clock:
 
 
 class FakeClient:
-    """Answers each PATCH with the next scripted lease or exception, and a GET with the lease
-    as the last PATCH that "landed" left it."""
+    """Answers each PATCH with the next scripted lease or exception. A JSON patch (a list) is
+    the agent's evidence patch: the answer carries the renewTime it overwrote, as KAPI's does."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self.script: list[Any] = []
-        self.calls: list[tuple[str, dict[str, Any], float]] = []
+        self.calls: list[tuple[str, Any, float]] = []
         self.closed = 0
         self.latency_s = 0.0
         self.stored_renew_time: str | None = None
         self.on_attempt: Any = None
 
-    async def patch(self, body: dict[str, Any], *, window_s: float) -> dict[str, Any]:
-        self.calls.append(("PATCH", body, window_s))
+    async def patch(self, body: Any, *, window_s: float) -> dict[str, Any]:
+        kind = "merge" if isinstance(body, dict) else "json"
+        self.calls.append((kind, body, window_s))
         self.clock.now += self.latency_s
         outcome = self.script.pop(0) if self.script else lease()
+        previous = self.stored_renew_time
+        renew = body.get("spec", {}).get("renewTime") if kind == "merge" else body[1]["value"]
         if isinstance(outcome, Landed):  # unanswered, but applied
-            self.stored_renew_time = body["spec"]["renewTime"]
+            self.stored_renew_time = renew
             raise outcome.error
         if isinstance(outcome, Exception):
             raise outcome
-        self.stored_renew_time = body.get("spec", {}).get("renewTime", self.stored_renew_time)
-        return {**outcome, "spec": {**outcome["spec"], "renewTime": self.stored_renew_time}}
-
-    async def get(self, *, window_s: float) -> dict[str, Any]:
-        self.calls.append(("GET", {}, window_s))
-        return {"kind": "Lease", "metadata": {"name": "n1"}, "spec": {"renewTime": self.stored_renew_time}}
+        self.stored_renew_time = renew or self.stored_renew_time
+        answer = {**outcome, "spec": {**outcome["spec"], "renewTime": self.stored_renew_time}}
+        if kind == "json":
+            annotations = {**answer["metadata"]["annotations"], PREVIOUS_RENEW: previous}
+            answer["metadata"] = {**answer["metadata"], "annotations": annotations}
+        return answer
 
     def reload_tls(self) -> None:
         pass
@@ -79,7 +82,8 @@ def unanswered() -> TransportError:
 
 
 def lease(interval: str | None = None) -> dict[str, Any]:
-    annotations = {RENEW_INTERVAL: interval} if interval else {}
+    # Every real lease carries annotations (the aggregator's owner and interval).
+    annotations = {"example.com/owner": "aggregator", **({RENEW_INTERVAL: interval} if interval else {})}
     return {"kind": "Lease", "metadata": {"name": "n1", "annotations": annotations}, "spec": {}}
 
 
@@ -108,7 +112,8 @@ def logs() -> Iterator[list[dict[str, Any]]]:
 
 
 def patches(client: FakeClient) -> list[dict[str, Any]]:
-    return [body for method, body, _ in client.calls if method == "PATCH"]
+    """The plain (merge) renewals."""
+    return [body for kind, body, _ in client.calls if kind == "merge"]
 
 
 def events(logs: list[dict[str, Any]]) -> list[str]:
@@ -162,7 +167,7 @@ async def test_outage_logged_once_per_state_change_and_reported_after_recovery(
     ]
     assert [e.get("failure") for e in logs if e["event"] == "renew_failing"] == ["connect", "http-503"]
     assert [e["proven"] for e in logs if e["event"] == "renew_recovered"] == [True]
-    assert "GET" not in [m for m, _, _ in client.calls]  # nothing was sent unanswered: nothing to check
+    assert "READ" not in [m for m, _, _ in client.calls]  # nothing was sent unanswered: nothing to check
     outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
     assert outage.failure_class == "connect"  # what began the outage
     assert outage.start == T0 + timedelta(seconds=102)
@@ -190,12 +195,16 @@ async def test_unanswered_renewals_that_landed_are_no_outage(
     assert renewer.metrics.unanswered.get() == 5
     clock.now += 2
     await renewer.renew_once()
-    methods = [m for m, _, _ in client.calls]
-    assert methods[-2:] == ["GET", "PATCH"]  # read before renewTime is overwritten
-    assert LAST_OUTAGE not in (patches(client)[-1].get("metadata") or {}).get("annotations", {})
+    # After the first unanswered one, each renewal keeps the renewTime it overwrites.
+    assert [kind for kind, _, _ in client.calls] == ["merge", "merge"] + ["json"] * 5
     recovered = [e for e in logs if e["event"] == "renew_recovered"]
     assert [(e["proven"], e["outage_s"]) for e in recovered] == [(False, 0.0)]
-    assert renewer.metrics.landed_unseen.get() == 5  # each was checked before the next overwrote it
+    assert renewer.metrics.landed_unseen.get() == 1
+    clock.now += 2
+    await renewer.renew_once()
+    plain = patches(client)[-1]
+    assert plain["metadata"]["annotations"] == {PREVIOUS_RENEW: None}  # the evidence is cleared
+    assert LAST_OUTAGE not in plain["metadata"]["annotations"]
 
 
 async def test_unanswered_renewals_that_did_not_land_are_an_outage_from_the_first(
@@ -207,7 +216,9 @@ async def test_unanswered_renewals_that_did_not_land_are_an_outage_from_the_firs
         clock.now += 2
         await renewer.renew_once()
     clock.now += 2
-    await renewer.renew_once()
+    await renewer.renew_once()  # the evidence: none of them landed
+    clock.now += 2
+    await renewer.renew_once()  # the record goes with the next plain renewal
     outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
     assert (outage.failure_class, outage.start, outage.duration_s) == (
         "timeout",
@@ -226,6 +237,8 @@ async def test_an_outage_after_an_unanswered_renewal_that_landed_starts_after_it
         await renewer.renew_once()
     clock.now += 2
     await renewer.renew_once()
+    clock.now += 2
+    await renewer.renew_once()
     outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
     # The second landed at 104: the lease went unrenewed from the third (106) on.
     assert (outage.failure_class, outage.start, outage.duration_s) == (
@@ -233,31 +246,6 @@ async def test_an_outage_after_an_unanswered_renewal_that_landed_starts_after_it
         T0 + timedelta(seconds=106),
         4.0,
     )
-
-
-async def test_a_failed_check_does_not_hold_the_renewal_back(
-    renewer: Renewer, client: FakeClient, clock: Clock
-) -> None:
-    """The check goes the same path. If it gets no answer the renewal still goes out: a
-    path that applies requests but answers late must keep the lease renewed."""
-    await renewer.renew_once()
-    client.script = [unanswered(), unanswered()]
-    clock.now += 2
-    await renewer.renew_once()
-
-    async def broken_get(*, window_s: float) -> dict[str, Any]:
-        assert window_s == 2.0  # half the window: the renewal keeps the other half
-        raise TransportError("timeout", "no answer")
-
-    real_get, client.get = client.get, broken_get  # type: ignore[method-assign]
-    clock.now += 2
-    await renewer.renew_once()
-    assert [m for m, _, _ in client.calls] == ["PATCH", "PATCH", "PATCH"]
-    client.get = real_get  # type: ignore[method-assign]
-    clock.now += 2
-    await renewer.renew_once()  # checks (neither landed), then renews
-    outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
-    assert (outage.failure_class, outage.start) == ("timeout", T0 + timedelta(seconds=102))
 
 
 async def test_missing_lease_is_waiting_not_an_outage(
@@ -326,3 +314,21 @@ async def test_run_releases_the_lease_on_stop(tmp_path: Path) -> None:
     assert 2 <= len(renewals) <= 4
     assert patches(client)[-1] == {"metadata": {"annotations": {RELEASED: "true"}}}
     assert client.closed == 1
+
+
+async def test_without_evidence_unanswered_renewals_prove_nothing(
+    renewer: Renewer, client: FakeClient, clock: Clock, logs: list[dict[str, Any]]
+) -> None:
+    """KAPI refuses the evidence patch (no annotations to copy into): the agent renews plainly
+    at once, and reports no outage for renewals that may have landed."""
+    await renewer.renew_once()
+    client.script = [unanswered(), unanswered(), Invalid(422, "Invalid", "no annotations")]
+    for _ in range(2):
+        clock.now += 2
+        await renewer.renew_once()
+    clock.now += 2
+    await renewer.renew_once()
+    assert [kind for kind, _, _ in client.calls][-2:] == ["json", "merge"]
+    assert renewer.state == "renewing"
+    assert LAST_OUTAGE not in (patches(client)[-1].get("metadata") or {}).get("annotations", {})
+    assert [e["proven"] for e in logs if e["event"] == "renew_recovered"] == [False]
