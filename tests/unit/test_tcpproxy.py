@@ -156,3 +156,17 @@ def test_close_and_open_still_cut_connections(proxy: TcpProxy) -> None:
     proxy.open()
     with connect(proxy) as s2:
         round_trip(s2)
+
+
+def test_cut_drops_connections_and_keeps_listening(proxy: TcpProxy) -> None:
+    s = connect(proxy)
+    round_trip(s)
+    proxy.cut()
+    try:
+        data = s.recv(100)
+    except ConnectionResetError:
+        data = b""
+    assert data == b""
+    s.close()
+    with connect(proxy) as again:  # at once: never refused
+        round_trip(again)
