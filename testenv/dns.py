@@ -3,12 +3,17 @@
 It answers on the host side of each node namespace, so a node resolves the
 KAPI's external name over a real resolver and a test can stop DNS or tamper
 with its answers. TTL 0: every lookup asks again.
+
+A slow or lossy resolver is settable at runtime: ``delay_s`` sends every answer
+that much later (from a timer, so other queries are answered meanwhile), and
+``drop`` is the share of queries never answered, like a lost UDP packet.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import random
 import socket
 import struct
 import threading
@@ -56,6 +61,9 @@ class DnsServer:
         self.addresses = addresses
         self.port = port
         self.queries = 0
+        self.dropped = 0
+        self.delay_s = 0.0
+        self.drop = 0.0
         self._socks: list[socket.socket] = []
         self._threads: list[threading.Thread] = []
 
@@ -74,9 +82,23 @@ class DnsServer:
             while True:
                 query, peer = sock.recvfrom(512)
                 self.queries += 1
+                if random.random() < self.drop:
+                    self.dropped += 1
+                    continue
                 response = answer(query, lambda name: self.resolve(name, address))
-                if response is not None:
+                if response is None:
+                    continue
+                if self.delay_s > 0:
+                    timer = threading.Timer(self.delay_s, self._send, (sock, response, peer))
+                    timer.daemon = True
+                    timer.start()
+                else:
                     sock.sendto(response, peer)
+
+    @staticmethod
+    def _send(sock: socket.socket, response: bytes, peer: tuple[str, int]) -> None:
+        with contextlib.suppress(OSError):  # stopped meanwhile: the answer is lost with the server
+            sock.sendto(response, peer)
 
     def stop(self) -> None:
         """Close every socket: queries now get ICMP port unreachable, as from a dead server."""

@@ -8,11 +8,12 @@ the KAPI's external name to the test load balancer. Needs root.
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +31,35 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True)
 
 
+def addresses_in_use() -> set[str]:
+    """Every IPv4 address on this host's interfaces: a new one must not repeat one (a repeat
+    makes a second load balancer fail to bind, or routes a node's packets to another)."""
+    out = subprocess.run(["ip", "-o", "-4", "addr", "show"], check=True, capture_output=True, text=True)
+    return {line.split()[3].split("/")[0] for line in out.stdout.splitlines()}
+
+
+def unused(make: Callable[[], str]) -> str:
+    """An address from ``make`` that no interface here has yet."""
+    taken = addresses_in_use()
+    while (address := make()) in taken:
+        pass
+    return address
+
+
+# Names are unique within this process (random ones collided in worlds of ten nodes); the random
+# start keeps apart a later process that got the same pid as one that left something behind.
+_SERIAL = itertools.count(random.randrange(1000))
+
+
 class NetNs:
     def __init__(self, hosts: dict[str, str] | None = None, *, resolver: bool = False) -> None:
         """``resolver``: resolve names through a DNS server on the host side of the veth."""
-        tag = f"{os.getpid() % 10000:04d}{random.randrange(1000):03d}"
+        tag = f"{os.getpid() % 10000:04d}{next(_SERIAL) % 1000:03d}"
         self.name = f"dwd-{tag}"
         self.host_if, self.ns_if = f"dwdh{tag}", f"dwdn{tag}"
-        subnet = random.randrange(0, 64) * 4
-        self.host_ip, self.ns_ip = f"10.213.{random.randrange(256)}.{subnet + 1}", ""
-        self.ns_ip = self.host_ip.rsplit(".", 1)[0] + f".{subnet + 2}"
+        # A /30 of 10.213.0.0/16: host side .1, node side .2.
+        self.host_ip = unused(lambda: f"10.213.{random.randrange(256)}.{random.randrange(64) * 4 + 1}")
+        self.ns_ip = self.host_ip.rsplit(".", 1)[0] + f".{int(self.host_ip.rsplit('.', 1)[1]) + 1}"
         self.etc = Path("/etc/netns") / self.name
         self.hosts = hosts or {}
         self.resolver = resolver

@@ -179,10 +179,18 @@ class TcpProxy:
         """Stop listening (new connections are refused) and cut every open connection."""
         self._call(self._close())
 
+    def cut(self) -> None:
+        """Cut every open connection and keep listening: a client that reconnects at once is
+        never refused (close() then open() would refuse it for a moment)."""
+        self._call(self._cut())
+
     async def _close(self) -> None:
         if self._server is not None:
             self._server.close()
             self._server = None
+        await self._cut()
+
+    async def _cut(self) -> None:
         for link in list(self._links):
             for task in link.tasks:
                 task.cancel()

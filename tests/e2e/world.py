@@ -16,7 +16,7 @@ from typing import Any
 
 from testenv.controlplane import ControlPlane
 from testenv.dns import DnsServer
-from testenv.netns import NetNs, _ip
+from testenv.netns import NetNs, _ip, unused
 from testenv.pki import CertificateAuthority
 from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.standins import json_log
@@ -50,6 +50,10 @@ class ImpostorTls:
         self.sock.close()
 
 
+def _iptables(action: str, chain: str, *rule: str) -> None:
+    subprocess.run(["iptables", action, chain, *rule], check=True, capture_output=True)
+
+
 @dataclass
 class Node:
     name: str
@@ -58,6 +62,8 @@ class Node:
     impostor_ip: str
     agent: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    # The loss rules in place now, each as given to iptables after the chain name.
+    loss_rules: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
 
     def events(self) -> list[dict[str, Any]]:
         assert self.log is not None
@@ -69,6 +75,23 @@ class Node:
             check=True,
             capture_output=True,
         )
+
+    def set_loss(self, probability: float) -> None:
+        """Drop this share of the packets between the node and its load balancer, each way
+        (0 removes the rules). DNS is left alone: ``DnsServer.drop`` loses its answers."""
+        for chain, rule in self.loss_rules:
+            with contextlib.suppress(subprocess.CalledProcessError):
+                _iptables("-D", chain, *rule)
+        self.loss_rules = []
+        if probability <= 0:
+            return
+        lossy = ("-m", "statistic", "--mode", "random", "--probability", f"{probability:.4f}", "-j", "DROP")
+        for chain, rule in (
+            ("INPUT", ("-i", self.ns.host_if, "-p", "tcp", "--dport", "443", *lossy)),
+            ("OUTPUT", ("-o", self.ns.host_if, "-p", "tcp", "--sport", "443", *lossy)),
+        ):
+            _iptables("-I", chain, *rule)
+            self.loss_rules.append((chain, rule))
 
 
 @dataclass
@@ -88,11 +111,15 @@ class World:
 
     def add_node(self, name: str) -> Node:
         ns = NetNs(resolver=True).create()
-        impostor_ip = f"10.214.{random.randrange(256)}.{random.randrange(1, 255)}"
-        _ip("addr", "add", f"{impostor_ip}/32", "dev", ns.host_if)
-        _ip("netns", "exec", ns.name, "ip", "route", "add", f"{impostor_ip}/32", "via", ns.host_ip)
-        kapi_port = int(self.cp.url.rsplit(":", 1)[1])
-        lb = TcpProxy(upstream=("127.0.0.1", kapi_port), listen=(ns.host_ip, 443)).open()
+        try:
+            impostor_ip = unused(lambda: f"10.214.{random.randrange(256)}.{random.randrange(1, 255)}")
+            _ip("addr", "add", f"{impostor_ip}/32", "dev", ns.host_if)
+            _ip("netns", "exec", ns.name, "ip", "route", "add", f"{impostor_ip}/32", "via", ns.host_ip)
+            kapi_port = int(self.cp.url.rsplit(":", 1)[1])
+            lb = TcpProxy(upstream=("127.0.0.1", kapi_port), listen=(ns.host_ip, 443)).open()
+        except BaseException:
+            ns.delete()  # not a node of this world yet: close() would not find it
+            raise
         self.impostors.append(ImpostorTls(impostor_ip, self.tmp / f"impostor-{name}"))
         node = Node(name, ns, lb, impostor_ip)
         self.nodes[name] = node
@@ -101,7 +128,9 @@ class World:
     def start_dns(self) -> None:
         self.dns = DnsServer(self.resolve, [n.ns.host_ip for n in self.nodes.values()]).start()
 
-    def start_agent(self, node: Node, **env: str) -> None:
+    def start_agent(self, node: Node, *, fast: bool = True, **env: str) -> None:
+        """``fast``: renew every 500 ms with 200 ms attempts, for tests about classes and
+        recovery; ``fast=False`` leaves the agent's own timings, for tests about a slow path."""
         token = self.tmp / f"{node.name}.token"
         token.write_text(self.cp.node_token(node.name))
         node.log = self.tmp / f"agent-{node.name}.log"
@@ -112,8 +141,7 @@ class World:
             "NODE_NAME": node.name,
             "DWD_TOKEN_FILE": str(token),
             "DWD_CA_FILE": str(self.cp.ca_file),
-            "DWD_RENEW_INTERVAL": "500ms",
-            "DWD_REQUEST_TIMEOUT": "200ms",
+            **({"DWD_RENEW_INTERVAL": "500ms", "DWD_REQUEST_TIMEOUT": "200ms"} if fast else {}),
             "DWD_LOG_FORMAT": "json",
             **env,
         }
@@ -121,6 +149,9 @@ class World:
             node.agent = node.ns.popen([sys.executable, "-m", "agent"], env=full_env, stdout=log, stderr=log)
 
     def close(self) -> None:
+        # Rules first: they live on the host and outlast everything else if left behind.
+        for node in self.nodes.values():
+            node.set_loss(0)
         for node in self.nodes.values():
             if node.agent is not None and node.agent.poll() is None:
                 node.agent.terminate()
