@@ -1,4 +1,5 @@
-"""Build kube-apiserver and etcd from the Go module proxy into a version-keyed cache.
+"""Build kube-apiserver, kube-controller-manager, etcd and kustomize from the Go module
+proxy into a version-keyed cache.
 
 The wrapper modules under ``go/`` pin the releases; the cache directory name is
 derived from those pins and the Go toolchain, so a warm cache makes a build a
@@ -36,7 +37,7 @@ class Component:
         return match.group(1)
 
     def ldflags(self) -> str:
-        if self.name != "kube-apiserver":
+        if self.pinned_module != "k8s.io/kubernetes":
             return "-s -w"
         # Without the stamp /version reports v0.0.0-master+$Format:%H$.
         version = self.version()
@@ -51,6 +52,13 @@ class Component:
 KUBE_APISERVER = Component(
     "kube-apiserver", GO_DIR / "kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes"
 )
+# From the kube-apiserver's wrapper module: the same pinned release, the same replaces.
+KUBE_CONTROLLER_MANAGER = Component(
+    "kube-controller-manager",
+    GO_DIR / "kube-apiserver",
+    "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "k8s.io/kubernetes",
+)
 ETCD = Component("etcd", GO_DIR / "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3")
 KUSTOMIZE = Component(
     "kustomize",
@@ -58,7 +66,7 @@ KUSTOMIZE = Component(
     "sigs.k8s.io/kustomize/kustomize/v5",
     "sigs.k8s.io/kustomize/kustomize/v5",
 )
-COMPONENTS = (KUBE_APISERVER, ETCD, KUSTOMIZE)
+COMPONENTS = (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, ETCD, KUSTOMIZE)
 
 
 def go_version() -> str:

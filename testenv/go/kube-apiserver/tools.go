@@ -1,7 +1,10 @@
 //go:build tools
 
-// Package tools pins the kube-apiserver main package so `go mod tidy` keeps
-// every module it needs.
+// Package tools pins the kube-apiserver and kube-controller-manager main
+// packages so `go mod tidy` keeps every module they need.
 package tools
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+)
