@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from bench import agent_footprint, aggregator_scale, detection, faults
+from bench import agent_footprint, aggregator_scale, detection, faults, path
 
 if __name__ == "__main__":
     agent_footprint.run()
     aggregator_scale.run()
     detection.run()
+    path.run()
     faults.run()

@@ -1,0 +1,315 @@
+"""A slow path against a broken one, measured: renewals through a load balancer with added
+round-trip time, and through a lossy link, at the agent's and the aggregator's default timings.
+
+    python -m bench.path [--rtt-ms 0,150,300,600,1000] [--rtt-seconds 60]
+                         [--loss-percent 20,40,50] [--loss-seconds 120] [--nodes 10]
+
+Runs as root (network namespaces, iptables). The rig is tests/e2e/chain.py:
+real agents in namespaces behind a DNS server and a load balancer each, the
+real aggregator on the internal address, a shoot and a seed API server.
+
+Added RTT: every node's load balancer adds the round trip for the whole level,
+and cuts its connections once half-way, so each agent also pays a new
+connection through the slow path. Loss: iptables drops that share of the
+packets between every node and its load balancer, in each direction. Between
+levels everything is healed and the aggregator must be judging every node
+healthy again.
+
+Where each figure comes from:
+- renewals ok / attempted: the agents' own counters (dwd_agent_renewals_total and
+  dwd_agent_failures_total), read before and after the level over a path no fault touches;
+- renewal time: from the renewTime an agent wrote (the start of its attempt) to the line
+  it logs on the answer, both on this machine's clock; a renewTime that landed but whose
+  answer came after the agent gave up is "landed unacknowledged";
+- longest renewTime gap: the leases listed every 100 ms through the admin client on loopback;
+  "went back" counts an older renewTime landing after a newer one (a request the agent had
+  given up on, retransmitted by TCP and delivered after its retry);
+- stale and longest age: the aggregator's /status every 200 ms (what its verdict counts,
+  and how long it saw each lease go unrenewed on its own clock);
+- scaled down: the controllers read from the seed every 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from bench.table import print_table
+from testenv import netns
+from testenv.controlplane import ControlPlane
+from tests.e2e.chain import Chain, agent_counters, agent_record, chain, latencies
+
+
+@dataclass(frozen=True)
+class Level:
+    name: str
+    seconds: float
+    attempted: int
+    failed: int
+    failures_by_class: dict[str, int]
+    took: list[float]
+    unacknowledged: int
+    longest_gap_s: float
+    max_stale: int
+    longest_age_s: float
+    scaled_down: bool
+    went_back: int  # an older renewTime landed after a newer one
+
+    @property
+    def broken(self) -> bool:
+        """As the aggregator judged it: a lease counted stale, or the controllers scaled down."""
+        return self.max_stale > 0 or self.scaled_down
+
+    @property
+    def ok_ratio(self) -> str:
+        ok = self.attempted - self.failed
+        return f"{ok}/{self.attempted} ({ok / self.attempted:.1%})" if self.attempted else "-"
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    """Nearest rank: the smallest value with at least q of them at or below it."""
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    return s[max(0, math.ceil(q * len(s)) - 1)]
+
+
+def ms(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x * 1000:.0f}"
+
+
+def counters(c: Chain) -> dict[str, dict[str, float]]:
+    return {n.name: agent_counters(n) for n in c.nodes}
+
+
+def measure(
+    c: Chain, name: str, seconds: float, fault: Callable[[], None], heal: Callable[[], None]
+) -> Level:
+    """One level: the fault for ``seconds`` (``fault`` may itself sleep part of it), then healed."""
+    c.wait_judging(120)
+    before = counters(c)
+    went_back = c.leases.regressions
+    t0 = time.time()
+    fault()
+    time.sleep(max(0.0, t0 + seconds - time.time()))
+    t1 = time.time()
+    heal()
+    after = counters(c)
+    took: list[float] = []
+    unacknowledged = 0
+    by_class: dict[str, int] = {}
+    for node in c.nodes:
+        t, u = latencies(c.leases.between(node.name, t0, t1), agent_record(node, t0, t1).renewed)
+        took += t
+        unacknowledged += u
+        for key, value in after[node.name].items():
+            if key.startswith("dwd_agent_failures_total"):
+                cls = key.split('"')[1]
+                by_class[cls] = by_class.get(cls, 0) + int(value - before[node.name].get(key, 0.0))
+    renewed = sum(int(after[n]["renewals"] - before[n]["renewals"]) for n in after)
+    failed = sum(int(after[n]["failures"] - before[n]["failures"]) for n in after)
+    views = c.view.between(t0, t1)
+    return Level(
+        name,
+        t1 - t0,
+        renewed + failed,
+        failed,
+        {k: v for k, v in sorted(by_class.items()) if v},
+        took,
+        unacknowledged,
+        max(c.leases.max_gap(n.name, t0, t1) for n in c.nodes),
+        max((v.stale for v in views), default=-1),
+        max(c.view.max_age(n.name, t0, t1) for n in c.nodes),
+        c.scaled_down_since(t0),
+        c.leases.regressions - went_back,
+    )
+
+
+def rtt_levels(c: Chain, rtts_ms: Sequence[int], seconds: float) -> list[Level]:
+    out = []
+    for rtt in rtts_ms:
+
+        def slow(rtt: int = rtt) -> None:
+            for lb in c.lbs:
+                lb.delay_s = rtt / 1000
+            time.sleep(seconds / 2)
+            c.cut_connections()
+
+        def fast() -> None:
+            for lb in c.lbs:
+                lb.delay_s = 0.0
+
+        level = measure(c, f"+{rtt} ms", seconds, slow, fast)
+        print(f"  RTT {level.name}: {level.ok_ratio} ok, max stale {level.max_stale}", flush=True)
+        out.append(level)
+    return out
+
+
+def loss_levels(c: Chain, percents: Sequence[int], seconds: float) -> list[Level]:
+    out = []
+    for pct in percents:
+
+        def lossy(pct: int = pct) -> None:
+            for node in c.nodes:
+                node.set_loss(pct / 100)
+
+        def clean() -> None:
+            for node in c.nodes:
+                node.set_loss(0)
+
+        level = measure(c, f"{pct} %", seconds, lossy, clean)
+        print(f"  loss {level.name}: {level.failed} failed, max stale {level.max_stale}", flush=True)
+        out.append(level)
+    return out
+
+
+def print_rtt(levels: list[Level]) -> None:
+    seconds = levels[0].seconds if levels else 0
+    print_table(
+        f"Renewals against added RTT (agent and aggregator defaults, {len(levels)} levels of "
+        f"{seconds:.0f}s, load balancer connections cut half-way)",
+        [
+            "added RTT",
+            "renewals ok / attempted",
+            "p50 ms",
+            "p99 ms",
+            "max ms",
+            "landed unacknowledged",
+            "failures by class",
+            "max stale",
+            "longest age seen, s",
+            "scaled down",
+            "judged",
+        ],
+        [
+            [
+                x.name,
+                x.ok_ratio,
+                ms(percentile(x.took, 0.5)),
+                ms(percentile(x.took, 0.99)),
+                ms(max(x.took, default=math.nan)),
+                x.unacknowledged,
+                ", ".join(f"{k} {v}" for k, v in x.failures_by_class.items()) or "-",
+                x.max_stale,
+                f"{x.longest_age_s:.1f}",
+                "yes" if x.scaled_down else "no",
+                "BROKEN" if x.broken else "fine",
+            ]
+            for x in levels
+        ],
+    )
+    first = next((x.name for x in levels if x.broken), None)
+    print(f"\nFirst added RTT judged broken: {first or 'none of these'}")
+
+
+def print_loss(levels: list[Level]) -> None:
+    seconds = levels[0].seconds if levels else 0
+    print_table(
+        f"Loss soak: random loss each way between every node and its load balancer, {seconds:.0f}s per level",
+        [
+            "loss",
+            "renewals ok / attempted",
+            "failed renewals",
+            "failures by class",
+            "p50 ms",
+            "p99 ms",
+            "longest renewTime gap, s",
+            "renewTime went back",
+            "max stale at once",
+            "scaled down",
+        ],
+        [
+            [
+                x.name,
+                x.ok_ratio,
+                x.failed,
+                ", ".join(f"{k} {v}" for k, v in x.failures_by_class.items()) or "-",
+                ms(percentile(x.took, 0.5)),
+                ms(percentile(x.took, 0.99)),
+                f"{x.longest_gap_s:.1f}",
+                x.went_back,
+                x.max_stale,
+                "yes" if x.scaled_down else "no",
+            ]
+            for x in levels
+        ],
+    )
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM unwinds like ^C, so the rules and namespaces are removed on the way out."""
+
+    def interrupt(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run(
+    rtts_ms: Sequence[int] = (0, 150, 300, 600, 1000),
+    rtt_seconds: float = 60.0,
+    loss_percents: Sequence[int] = (20, 40, 50),
+    loss_seconds: float = 120.0,
+    nodes: int = 10,
+) -> None:
+    why = netns.available()
+    if why:
+        print(f"\nbench.path skipped: {why}")
+        return
+    started = time.monotonic()
+    with (
+        sigterm_interrupts(),
+        tempfile.TemporaryDirectory(prefix="dwd-bench-path-") as tmp,
+        ControlPlane().running() as seed,
+        chain(seed, Path(tmp), "shoot--bench--path", nodes) as c,
+    ):
+        print(f"bench.path: {nodes} nodes, logs in {tmp}", flush=True)
+        rtt = rtt_levels(c, rtts_ms, rtt_seconds)
+        loss = loss_levels(c, loss_percents, loss_seconds)
+    if rtt:
+        print_rtt(rtt)
+    if loss:
+        print_loss(loss)
+    print(f"\nbench.path took {time.monotonic() - started:.0f}s")
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.path", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--rtt-ms",
+        type=_ints,
+        default=[0, 150, 300, 600, 1000],
+        help="added RTT levels (default 0,150,300,600,1000; '' for none)",
+    )
+    parser.add_argument("--rtt-seconds", type=float, default=60.0, help="per RTT level (default 60)")
+    parser.add_argument(
+        "--loss-percent",
+        type=_ints,
+        default=[20, 40, 50],
+        help="loss levels, each way (default 20,40,50; '' for none)",
+    )
+    parser.add_argument("--loss-seconds", type=float, default=120.0, help="per loss level (default 120)")
+    parser.add_argument("--nodes", type=int, default=10, help="nodes, each with its agent (default 10)")
+    args = parser.parse_args()
+    run(args.rtt_ms, args.rtt_seconds, args.loss_percent, args.loss_seconds, args.nodes)
+
+
+if __name__ == "__main__":
+    main()
