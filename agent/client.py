@@ -15,8 +15,14 @@ all of it. Within the window it races at most three attempts:
 
 The first HTTP answer wins. Recycling is make-before-break: a connection is
 dropped only when another has answered in its place, or when it failed itself.
-A request that was merely slow leaves its connection warm. Why these numbers
-and what they buy: docs/agent.md.
+A request that was merely slow leaves its connection warm. When a hedged new
+connection overtakes a slow warm one, the slow one is kept for a minute as a
+*spare*, asked beside the warm one at the hedge delay: on a lossy path two
+connections whose packets are lost independently are far likelier to get an
+answer through in time than one whose TCP is backing off, and an open
+connection answers in one round trip where a new one needs three. A spare that
+stays silent when asked is dropped. Why these numbers and what they buy:
+docs/agent.md.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from core.lease import lease_path
 MAX_CONNECTION_AGE_S = 60.0
 # A recycle that lost its race against the warm connection is tried again this much later.
 RECYCLE_RETRY_S = 15.0
+# A spare is kept this long after it last stopped being the warm connection.
+SPARE_TTL_S = 60.0
 HEDGE_FLOOR_S = 0.5
 # Hedging after a new connection waits at least this: a first connection pays DNS,
 # TCP and TLS before its request.
@@ -79,6 +87,8 @@ class LeaseClient:
         self.resolver = resolver
         self._ssl = ssl_context(ca_file)
         self.warm: Connection | None = None
+        self.spare: Connection | None = None
+        self._spare_until = 0.0
         # The warm connection got no answer last time: it may be dead (a half-open
         # connection behind a load balancer that forgot it).
         self._suspect = False
@@ -121,56 +131,83 @@ class LeaseClient:
             raise BadResponse(f"{method} {self.path}: response is not a Lease")
         return obj
 
-    def plan(self, window_s: float) -> list[Step]:
-        now = self.clock()
+    def recycling(self) -> bool:
+        """The warm connection is due for replacement: a new one leads, the old one follows."""
         warm = self.warm
+        now = self.clock()
+        return warm is not None and now - warm.born >= MAX_CONNECTION_AGE_S and now >= self._recycle_at
+
+    def plan(self, window_s: float) -> list[Step]:
+        warm, spare = self.warm, self.spare
         warm_hedge = min(max(2 * max(self._warm_times, default=0.0), HEDGE_FLOOR_S), window_s / 2)
         new_hedge = min(max(1.5 * max(self._new_times, default=0.0), NEW_HEDGE_FLOOR_S), window_s * 0.75)
         if warm is None:
             return [Step(None, None), Step(None, None)]
-        if self._suspect or (now - warm.born >= MAX_CONNECTION_AGE_S and now >= self._recycle_at):
+        if self._suspect and spare is not None:
+            return [Step(spare, warm_hedge), Step(None, new_hedge), Step(warm, None)]
+        if self._suspect or self.recycling():
             return [Step(None, new_hedge), Step(warm, None), Step(None, None)]
+        if spare is not None:
+            return [Step(warm, warm_hedge), Step(spare, warm_hedge), Step(None, None)]
         return [Step(warm, warm_hedge), Step(None, None)]
 
     async def request(self, req: Request, window_s: float) -> httpx.Response:
         """The first HTTP answer any step of the plan gets within the window."""
+        if self.spare is not None and self.clock() >= self._spare_until:
+            await self.drop(self.spare)
+        recycling = self.recycling() and not self._suspect
         race = _Race(self, req, self.clock() + window_s, self.plan(window_s))
         winner = None
         try:
             winner = await race.run()
         finally:
-            unanswered = await race.stop(won=winner is not None)
+            unanswered = await race.stop()
         if winner is None:
             self._suspect = self.warm is not None
             raise _failure(race.failures, unanswered, window_s)
-        return await self._won(*winner)
+        return await self._won(*winner, replaces_warm=recycling)
 
     def new_connection(self) -> Connection:
         self.connections_opened += 1
         return Connection(self.origin, self._ssl, clock=self.clock, resolver=self.resolver)
 
-    async def _won(self, conn: Connection, attempt: Attempt, response: httpx.Response) -> httpx.Response:
+    async def _won(
+        self, conn: Connection, attempt: Attempt, response: httpx.Response, *, replaces_warm: bool
+    ) -> httpx.Response:
         # A request on a new connection takes what one on a warm connection will.
         self._warm_times.append(attempt.phases.get("request", 0.0))
         if attempt.new:
             self._new_times.append(sum(attempt.phases.values()))
-        if conn is not self.warm:
+        if conn is self.spare:
+            self.spare, self.warm = self.warm, conn
+        elif conn is not self.warm:
             old, self.warm = self.warm, conn
-            if old is not None:
+            if old is not None and not replaces_warm:
+                await self._keep_as_spare(old)
+            elif old is not None:
                 await old.aclose()
         elif self.clock() - conn.born >= MAX_CONNECTION_AGE_S:
             self._recycle_at = self.clock() + RECYCLE_RETRY_S
         self._suspect = False
         return response
 
+    async def _keep_as_spare(self, conn: Connection) -> None:
+        if self.spare is not None:
+            await self.spare.aclose()
+        self.spare, self._spare_until = conn, self.clock() + SPARE_TTL_S
+
     async def drop(self, conn: Connection) -> None:
         if conn is self.warm:
-            self.warm = None
+            # The spare, if any, is the next best thing: it has answered before.
+            self.warm, self.spare = self.spare, None
+        elif conn is self.spare:
+            self.spare = None
         await conn.aclose()
 
     async def aclose(self) -> None:
-        if self.warm is not None:
-            await self.drop(self.warm)
+        for conn in (self.warm, self.spare):
+            if conn is not None:
+                await self.drop(conn)
 
 
 class _Race:
@@ -218,9 +255,10 @@ class _Race:
                     await self.client.drop(conn)
                     self.next_at = clock()  # a failed step makes room for the next at once
 
-    async def stop(self, *, won: bool) -> list[Attempt]:
-        """Cancel what still runs; returns their attempts. The warm connection survives a slow
-        request unless another connection answered in its place."""
+    async def stop(self) -> list[Attempt]:
+        """Cancel what still runs; returns their attempts. A connection that has answered before
+        survives a slow request (the winner decides its role); a spare that stayed silent when
+        asked, and a new one that never got through, are dropped."""
         for task in self.running:
             task.cancel()
         unanswered = []
@@ -228,7 +266,7 @@ class _Race:
             await asyncio.gather(task, return_exceptions=True)
             self.client.on_attempt(attempt)
             unanswered.append(attempt)
-            if won or conn is not self.client.warm:
+            if conn.answered == 0 or conn is self.client.spare:
                 await self.client.drop(conn)
         return unanswered
 

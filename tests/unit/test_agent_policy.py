@@ -116,8 +116,29 @@ async def test_a_dead_warm_connection_is_replaced_by_one_opened_beside_it(client
     fresh = FakeConnection(0.05)
     script(client, fresh)
     took = await timed(lambda: client.request(REQ, 2.0))
-    assert client.warm is fresh and warm.closed
+    assert client.warm is fresh
     assert 0.5 <= took < 1.0  # hedge floor 0.5 s, then the new connection's 0.05 s
+    # Overtaken is not dead: the old one is kept as a spare; asked once and silent, it goes.
+    assert client.spare is warm and not warm.closed
+    fresh.delay = 0.8
+    await client.request(REQ, 2.0)
+    assert client.warm is fresh and client.spare is None and warm.closed
+
+
+async def test_on_a_lossy_path_the_spare_answers_for_a_stalled_warm_connection(client: LeaseClient) -> None:
+    """Two open connections lose packets independently: when the warm one stalls (TCP backing
+    off), the spare is asked at the hedge delay and answers in one round trip; roles swap."""
+    first, second = FakeConnection(0.0), FakeConnection(0.0)
+    await warm_up(client, first)
+    first.delay = 3.0  # stalled
+    script(client, second)
+    await client.request(REQ, 4.0)  # a new connection overtakes it: the stalled one becomes spare
+    assert (client.warm, client.spare) == (second, first)
+    first.delay, second.delay = 0.05, 3.0  # now the other one stalls
+    net = script(client)
+    took = await timed(lambda: client.request(REQ, 4.0))
+    assert took < 1.0 and net.opened == []  # the spare answered; no new connection
+    assert (client.warm, client.spare) == (first, second)
 
 
 async def test_hedge_delay_follows_the_paths_own_pace(client: LeaseClient) -> None:
