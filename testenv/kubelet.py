@@ -111,7 +111,8 @@ class Kubelet(threading.Thread):
 
     def stop(self) -> None:
         self.halt.set()
-        self.join(10)
+        if self.ident is not None:  # a test may drive tick() without starting the thread
+            self.join(10)
         self.client.close()
 
     # --- the writes ---------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import Forbidden, NotFound
 from testenv import workload
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
@@ -170,3 +171,59 @@ def test_kcm_at_zero_marks_nothing_and_a_restarted_kcm_neither(loop: KcmLoop) ->
     # The restarted KCM did lead while watched: it took over the leader lease.
     assert loop.kcm.started == 2
     assert "Successfully acquired lease" in loop.kcm.logs()[-1].read_text(errors="replace")
+
+
+def test_a_kubelet_writes_as_its_node_and_only_for_it(control_plane: ControlPlane) -> None:
+    """The stand-in's identity is judged by the Node authorizer and NodeRestriction: it may
+    write its own Node and lease, and nothing of another node's."""
+    assert control_plane.ca is not None
+    with control_plane.admin_client() as admin:
+        wait_for(lambda: _exists(admin, f"/api/v1/namespaces/{NODE_LEASE_NAMESPACE}"), 20, "kube-node-lease")
+    mine = Kubelet(
+        control_plane.url, str(control_plane.ca_file), node_credentials(control_plane.ca, "own-0"), "own-0"
+    )
+    other = Kubelet(
+        control_plane.url, str(control_plane.ca_file), node_credentials(control_plane.ca, "own-1"), "own-1"
+    )
+    try:
+        mine.tick()
+        other.tick()
+        assert mine.last.failures == 0 and mine.last.lease > 0 and mine.last.status > 0
+        leases = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
+        with pytest.raises(Forbidden):
+            mine.client.merge_patch(f"{leases}/own-1", {"spec": {"holderIdentity": "own-0"}})
+        with pytest.raises(Forbidden):
+            mine.client.merge_patch("/api/v1/nodes/own-1/status", {"status": {"conditions": []}})
+    finally:
+        mine.stop()
+        other.stop()
+        with control_plane.admin_client() as admin:  # the control plane is shared: leave it as found
+            for node in ("own-0", "own-1"):
+                with contextlib.suppress(NotFound):
+                    admin.delete(f"/api/v1/nodes/{node}")
+                with contextlib.suppress(NotFound):
+                    admin.delete(
+                        f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{node}"
+                    )
+
+
+def _exists(c: Client, path: str) -> bool:
+    with contextlib.suppress(NotFound):
+        c.get(path)
+        return True
+    return False
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_kcm_is_restarted_and_status_follows(loop: KcmLoop) -> None:
+    path = f"{DEPLOYMENTS.format(ns=loop.namespace)}/{KCM_DEPLOYMENT}"
+    first = loop.kcm.procs[0]
+    first.process.popen.kill()
+    killed = time.monotonic()
+    wait_for(lambda: loop.kcm.started == 2 and loop.kcm.ready() == 1, 30, "a new KCM healthy", every_s=0.1)
+    print(f"\nKCM restarted and healthy {time.monotonic() - killed:.1f} s after a SIGKILL")
+    assert loop.kcm.procs[0].pid != first.pid
+    wait_for(lambda: loop.seed_admin.get(path)["status"].get("readyReplicas") == 1, 5, "status ready 1")
+    loop.scale_kcm(2)
+    wait_for(lambda: loop.kcm.ready() == 2, 30, "2 KCMs healthy", every_s=0.2)
+    wait_for(lambda: loop.seed_admin.get(path)["status"].get("readyReplicas") == 2, 5, "status ready 2")
