@@ -98,21 +98,25 @@ class DeploymentController(Loop):
 
     def step(self) -> None:
         for d in self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]:
-            want = d["spec"].get("replicas", 1)
-            status = d.get("status") or {}
-            if status.get("replicas", 0) != want or status.get("readyReplicas", 0) != want:
-                self.client.merge_patch(
-                    f"{DEPLOYMENTS.format(ns=self.namespace)}/{d['metadata']['name']}/status",
-                    {
-                        "status": {
-                            "observedGeneration": d["metadata"].get("generation", 1),
-                            "replicas": want,
-                            "readyReplicas": want,
-                            "availableReplicas": want,
-                            "updatedReplicas": want,
-                        }
-                    },
-                )
+            self.copy_status(d)
+
+    def copy_status(self, d: dict[str, Any]) -> None:
+        """Status follows spec at once: every replica is ready the moment it is wanted."""
+        want = d["spec"].get("replicas", 1)
+        status = d.get("status") or {}
+        if status.get("replicas", 0) != want or status.get("readyReplicas", 0) != want:
+            self.client.merge_patch(
+                f"{DEPLOYMENTS.format(ns=self.namespace)}/{d['metadata']['name']}/status",
+                {
+                    "status": {
+                        "observedGeneration": d["metadata"].get("generation", 1),
+                        "replicas": want,
+                        "readyReplicas": want,
+                        "availableReplicas": want,
+                        "updatedReplicas": want,
+                    }
+                },
+            )
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:

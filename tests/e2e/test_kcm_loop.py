@@ -1,0 +1,187 @@
+"""The whole loop with a real kube-controller-manager: 10 nodes in network namespaces, each with
+its agent and a kubelet stand-in reaching the shoot KAPI through the same DNS name and load
+balancer, the real aggregator, KCM run from the seed's Deployment. 7 of 10 paths are cut for
+120 s: without protection (dry run) KCM marks the cut nodes Unknown and takes their endpoints
+away; with it, KCM is at 0 before any node goes Unknown, and a KCM started after the heal marks
+nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from testenv import workload
+from testenv.controlplane import ControlPlane
+from testenv.kcm import KCM_DEPLOYMENT, KcmDeploymentController, KcmReplicas
+from testenv.kubelet import node_credentials
+from testenv.pytest_plugin import EXTERNAL_NAMES
+from testenv.standins import grant_agent_rbac, json_log, wait_for
+from tests.e2e.world import API, Node, World
+from tests.integration.shoot import Shoot, shoot_for
+
+pytestmark = pytest.mark.e2e
+
+NODES = 10
+CUT = 7
+CUT_S = 120
+GRACE_S = 40
+ONE_EACH = {"kube-controller-manager": 1, "machine-controller-manager": 1, "cluster-autoscaler": 1}
+
+
+@dataclass
+class Loop:
+    shoot: Shoot
+    world: World
+    nodes: list[Node]
+    kcm: KcmReplicas
+    kubelets: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: dict[str, Path] = field(default_factory=dict)
+
+    def start_kubelet(self, node: Node, index: int) -> None:
+        cp = self.shoot.shoot
+        assert cp.ca is not None
+        node_credentials(cp.ca, node.name)
+        log = self.logs[node.name] = self.world.tmp / f"kubelet-{node.name}.log"
+        with open(log, "wb") as out:
+            self.kubelets[node.name] = node.ns.popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "testenv.kubelet",
+                    f"--url=https://{API}",
+                    f"--ca={cp.ca_file}",
+                    f"--cert-dir={cp.workdir / 'pki'}",
+                    f"--node={node.name}",
+                    f"--index={index}",
+                ],
+                env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                stdout=out,
+                stderr=out,
+            )
+
+    def last_renewal(self, node: str) -> float:
+        """When this node's kubelet last renewed its lease, from its own log."""
+        return max(
+            (float(e["at"]) for e in json_log(self.logs[node]) if e.get("event") == "lease_renewed"),
+            default=0,
+        )
+
+    def observe(self) -> workload.Observation:
+        return workload.observe(self.shoot.shoot_admin)
+
+    def healthy(self) -> bool:
+        o = self.observe()
+        return (
+            len(o.nodes) == NODES
+            and all(s == "True" for s in o.nodes.values())
+            and len(o.pods) == NODES
+            and not o.pods_not_ready()
+            and o.ready_endpoints == NODES
+        )
+
+    def cut(self, on: bool) -> None:
+        for node in self.nodes[:CUT]:
+            node.iptables("-I" if on else "-D", "-j", "DROP")
+
+    def close(self) -> None:
+        for p in self.kubelets.values():
+            if p.poll() is None:
+                p.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(15)
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@contextlib.contextmanager
+def kcm_loop(seed: ControlPlane, tmp: Path, namespace: str, **aggregator_env: str) -> Iterator[Loop]:
+    with shoot_for(seed, namespace, tmp / "shoot", EXTERNAL_NAMES) as shoot:
+        (tmp / "shoot").mkdir(parents=True, exist_ok=True)
+        shoot.setup(nodes=NODES, controllers=ONE_EACH)
+        shoot.driver.alive.clear()  # real agents renew here, not the driver
+        # KCM for real: the plain stand-in gives way to the one that runs KCM processes.
+        shoot.controller.stop()
+        kcm = KcmReplicas(shoot.shoot, tmp / "kcm")
+        shoot.controller = KcmDeploymentController(seed.admin_client(), namespace, kcm)
+        shoot.controller.start()
+        grant_agent_rbac(shoot.shoot_admin)
+        world = World(shoot.shoot, tmp)
+        loop = Loop(shoot, world, [], kcm)
+        try:
+            loop.nodes = [world.add_node(f"node-{i}") for i in range(NODES)]
+            world.start_dns()
+            for i, node in enumerate(loop.nodes):
+                world.start_agent(node)  # renews every 500 ms, as the FAST aggregator expects
+                loop.start_kubelet(node, i)
+            workload.deploy(shoot.shoot_admin, [n.name for n in loop.nodes])
+            wait_for(loop.healthy, 90, "10 nodes and pods Ready, 10 ready endpoints", every_s=0.5)
+            shoot.start_aggregator(seed=None, **aggregator_env)
+            time.sleep(3)  # the aggregator waits one lease duration after its start
+            yield loop
+        finally:
+            loop.close()
+            world.close()
+
+
+@pytest.mark.timeout(420)
+def test_unprotected_kcm_marks_the_cut_nodes_unknown(seed_plane: ControlPlane, tmp_path: Path) -> None:
+    with kcm_loop(seed_plane, tmp_path, "shoot--kcm--dry-run", DWD_DRY_RUN="true") as lp:
+        cut_names = [n.name for n in lp.nodes[:CUT]]
+        lp.cut(True)
+        t_cut = time.time()
+        unknown_at: dict[str, float] = {}
+        min_endpoints = NODES
+        while time.time() - t_cut < CUT_S:
+            o = lp.observe()
+            for n in o.unknown():
+                unknown_at.setdefault(n, time.time())
+            min_endpoints = min(min_endpoints, o.ready_endpoints)
+            assert lp.kcm.count() == 1, "dry run: KCM must keep running"
+            time.sleep(0.5)
+        o = lp.observe()
+        lp.cut(False)
+        after = {n: unknown_at[n] - lp.last_renewal(n) for n in unknown_at}
+        print(f"\ncut nodes Unknown after their last kubelet renewal: {sorted(after.values())}")
+        print(f"ready endpoints at the end of the cut: {o.ready_endpoints}, lowest {min_endpoints}")
+        assert sorted(unknown_at) == cut_names
+        assert all(GRACE_S <= a <= GRACE_S + 15 for a in after.values()), after
+        assert o.ready_endpoints == NODES - CUT
+        assert o.pods_not_ready() == cut_names
+
+
+@pytest.mark.timeout(480)
+def test_protected_kcm_is_down_before_any_node_goes_unknown(seed_plane: ControlPlane, tmp_path: Path) -> None:
+    with kcm_loop(seed_plane, tmp_path, "shoot--kcm--protected") as lp:
+        lp.cut(True)
+        t_cut = time.time()
+        zero_at = 0.0
+        while time.time() - t_cut < CUT_S:
+            if not zero_at and lp.kcm.count() == 0:
+                zero_at = time.time()
+            o = lp.observe()
+            assert not o.unknown(), o
+            assert not o.pods_not_ready(), o
+            assert o.ready_endpoints == NODES, o
+            time.sleep(0.5)
+        assert zero_at, "KCM was never scaled to 0"
+        print(f"\nKCM at 0 processes {zero_at - t_cut:.1f} s after the cut; no node Unknown in {CUT_S} s")
+        lp.cut(False)
+        t_heal = time.time()
+        wait_for(lambda: lp.kcm.ready() == 1, 60, "KCM running again", every_s=0.2)
+        up = time.time()
+        print(f"KCM healthy {up - t_heal:.1f} s after the heal")
+        while time.time() - up < 60:
+            o = lp.observe()
+            assert not o.unknown(), o
+            assert o.ready_endpoints == NODES, o
+            time.sleep(1)
+        assert lp.kcm.count() == 1
+        assert lp.shoot.replicas()[KCM_DEPLOYMENT] == 1
