@@ -1,11 +1,17 @@
 """The demo scenario, also used by the detection benchmark.
 
 Two real API servers (shoot and seed), ten nodes each with a real agent
-process that reaches the shoot's KAPI through a TCP load balancer under an
-external name, the controllers in the seed, and the aggregator with its
-defaults. The load balancer is cut: every renewal fails, KAPI itself stays
-healthy, the aggregator scales the controllers down. The load balancer comes
-back: the controllers come back, each with its old replicas.
+process and a kubelet stand-in that reach the shoot's KAPI through a TCP load
+balancer under an external name, a pod on each node behind a Service, the
+controllers in the seed, and the aggregator with its defaults. The seed's
+kube-controller-manager Deployment runs real KCM processes against the shoot
+(its node lifecycle controller marks a node Unknown 40 s after its kubelet
+goes quiet); machine-controller-manager and cluster-autoscaler are Deployment
+objects only. The load balancer is cut: every renewal fails, KAPI itself stays
+healthy, the aggregator scales the controllers down before KCM's grace period
+ends, and the cut is held past it: no node goes Unknown, no endpoint is taken
+away. The load balancer comes back: the controllers come back, each with its
+old replicas, and KCM finds every node Ready.
 """
 
 from __future__ import annotations
@@ -24,16 +30,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
-from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
-from testenv.standins import (
-    CONTROLLERS,
-    DEPLOYMENTS,
-    DeploymentController,
-    deployment,
-    grant_agent_rbac,
-    json_log,
-)
+from testenv import workload
+from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.kcm import KcmDeploymentController, KcmReplicas
+from testenv.kubelet import Kubelet, node_credentials
+from testenv.standins import CONTROLLERS, DEPLOYMENTS, deployment, grant_agent_rbac, json_log
 from testenv.tcpproxy import TcpProxy
+
+# KCM's node-monitor grace period as Gardener sets it, and how long the demo holds the cut
+# beyond the moment KCM would have acted.
+GRACE_S = 40
+HOLD_PAST_GRACE_S = 10
 
 NAMESPACE = "shoot--demo--local"
 SHOWN_EVENTS = {
@@ -106,25 +113,37 @@ class LogTail:
 def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
     show("starting the shoot's kube-apiserver + etcd and the seed's (real binaries, loopback only)")
     with ControlPlane().running() as shoot, ControlPlane().running() as seed:
+        assert shoot.ca is not None
         host_port = shoot.url.rsplit(":", 1)[1]
         lb = TcpProxy(upstream=("127.0.0.1", int(host_port))).open()
         shoot_admin, seed_admin = shoot.admin_client(), seed.admin_client()
-        controller = DeploymentController(seed.admin_client(), NAMESPACE)
+        kcm = KcmReplicas(shoot, tmp / "kcm")
+        controller = KcmDeploymentController(seed.admin_client(), NAMESPACE, kcm)
         procs: list[subprocess.Popen[bytes]] = []
+        names = [f"node-{i}" for i in range(nodes)]
+        # The kubelets go through the load balancer too: the cut silences them as it does the agents.
+        kubelets = [
+            Kubelet(f"https://localhost:{lb.port}", str(shoot.ca_file), node_credentials(shoot.ca, n), n, i)
+            for i, n in enumerate(names)
+        ]
         try:
             grant_agent_rbac(shoot_admin)
             ensure_namespace(seed_admin, NAMESPACE)
             for name, replicas in CONTROLLERS.items():
                 seed_admin.ensure(DEPLOYMENTS.format(ns=NAMESPACE), deployment(name, replicas))
             controller.start()
-            names = [f"node-{i}" for i in range(nodes)]
-            for n in names:
-                ensure_node(shoot_admin, n)
-            show(f"{nodes} nodes; controllers in the seed: {CONTROLLERS}")
+            for k in kubelets:
+                k.start()
+            workload.deploy(shoot_admin, names)
+            show(
+                f"{nodes} nodes (kubelet stand-ins), a pod on each behind a Service; controllers in the "
+                f"seed: {CONTROLLERS}, the kube-controller-manager replicas real KCM processes"
+            )
             yield {
                 "shoot": shoot,
                 "seed": seed,
                 "lb": lb,
+                "kcm": kcm,
                 "names": names,
                 "procs": procs,
                 "shoot_admin": shoot_admin,
@@ -138,6 +157,8 @@ def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
                     p.wait(5)
                 if p.poll() is None:
                     p.kill()
+            for k in kubelets:
+                k.stop()
             controller.stop()
             lb.shutdown()
             shoot_admin.close()
@@ -231,21 +252,30 @@ def run(
             ages = lease_ages(w["shoot_admin"])
             fresh = sum(1 for a in ages if a < 4)
             r = replicas()
+            o = workload.observe(w["shoot_admin"])
+            ready = sum(1 for v in o.nodes.values() if v == "True")
             status = (
                 f"leases renewed in the last 4s: {fresh}/{len(ages)}   "
-                f"KCM {r.get('kube-controller-manager')}  MCM {r.get('machine-controller-manager')}  "
-                f"CA {r.get('cluster-autoscaler')}"
+                f"KCM {r.get('kube-controller-manager')} ({w['kcm'].count()} running)  "
+                f"MCM {r.get('machine-controller-manager')}  CA {r.get('cluster-autoscaler')}   "
+                f"nodes Ready {ready}/{len(o.nodes)}, Unknown {len(o.unknown())}   "
+                f"ready endpoints {o.ready_endpoints}/{nodes}"
             )
+            outcome["unknown"] = max(outcome["unknown"], len(o.unknown()))
+            outcome["min_endpoints"] = min(outcome["min_endpoints"], o.ready_endpoints)
             if status != last_status[0]:
                 show(status)
                 last_status[0] = status
 
-        wait(
-            lambda: len([a for a in lease_ages(w["shoot_admin"]) if a < 4]) == nodes,
-            60,
-            "first renewals",
-            tick,
-        )
+        outcome = {"unknown": 0, "min_endpoints": nodes}
+
+        def healthy() -> bool:
+            o = workload.observe(w["shoot_admin"])
+            renewing = len([a for a in lease_ages(w["shoot_admin"]) if a < 4]) == nodes
+            ready = list(o.nodes.values()) == ["True"] * nodes
+            return renewing and ready and o.ready_endpoints == nodes and w["kcm"].ready() >= 1
+
+        wait(healthy, 90, "first renewals, every node Ready, every endpoint ready, KCM running", tick)
         show("every node renews its lease through the load balancer")
         wait(
             lambda: any(e.get("phase") == "healthy" for e in json_log(log_path)),
@@ -258,6 +288,7 @@ def run(
         show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
         w["lb"].close()
         tl.mark("cut")
+        outcome.update(unknown=0, min_endpoints=nodes)  # what happens from the cut on
         down = dict.fromkeys(CONTROLLERS, 0)
         wait(lambda: replicas().get("machine-controller-manager") == 0, 120, "MCM scaled down", tick)
         tl.mark("mcm_down")
@@ -273,14 +304,23 @@ def run(
             f"protected: MCM down {tl.since('cut', 'mcm_down'):.1f}s and KCM down "
             f"{tl.since('cut', 'all_down'):.1f}s after the cut (KCM's node grace period is 40-50s)"
         )
-        hold(3, tick)
+        wait(lambda: w["kcm"].count() == 0, 30, "no KCM process left", tick)
+        tl.mark("kcm_stopped")
+        held = GRACE_S + HOLD_PAST_GRACE_S - tl.since("cut", "kcm_stopped")
+        show(f">>> holding the cut {held:.0f}s more: past KCM's {GRACE_S}s grace, no KCM is there to act")
+        hold(held, tick)
 
         show(">>> the load balancer is back")
         w["lb"].open()
         tl.mark("heal")
         wait(lambda: replicas() == CONTROLLERS, 180, "every controller back with its old replicas", tick)
         tl.mark("all_up")
-        hold(1, tick)
+        wait(lambda: w["kcm"].ready() >= 1, 60, "KCM running again", tick)
+        hold(10, tick)
+        show(
+            f"KCM in the loop: during the {tl.since('cut', 'heal'):.0f}s cut at most "
+            f"{outcome['unknown']} nodes Unknown, at least {outcome['min_endpoints']}/{nodes} endpoints ready"
+        )
         annotations = [
             d["metadata"].get("annotations") or {}
             for d in seed_admin.get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
@@ -293,4 +333,6 @@ def run(
             "cut_to_mcm_down_s": tl.since("cut", "mcm_down"),
             "cut_to_all_down_s": tl.since("cut", "all_down"),
             "heal_to_all_up_s": tl.since("heal", "all_up"),
+            "nodes_unknown_max": float(outcome["unknown"]),
+            "endpoints_ready_min": float(outcome["min_endpoints"]),
         }
