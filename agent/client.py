@@ -277,8 +277,10 @@ def _failure(failures: list[TransportError], unanswered: list[Attempt], window_s
         # Still waiting when the window closed: the step each hung in says where.
         path = tuple(a.summary() for a in unanswered) + _paths(failures)
         return TransportError("timeout", f"no answer within {window_s:g}s", sent=sent, path=path)
-    first = failures[0]
-    return TransportError(first.kind, str(first).split(": ", 1)[-1], sent=sent, path=_paths(failures))
+    # The latest step is the freshest word on the path: a warm connection's reset is often the
+    # echo of the fault a new connection then meets (a cut load balancer, then no DNS).
+    last = failures[-1]
+    return TransportError(last.kind, str(last).split(": ", 1)[-1], sent=sent, path=_paths(failures))
 
 
 def _paths(failures: list[TransportError]) -> tuple[dict[str, Any], ...]:

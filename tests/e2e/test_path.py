@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import NotFound
-from core.lease import DEFAULT_LEASE_NAMESPACE, LAST_OUTAGE, Outage, lease_path, leases_path
+from core.lease import DEFAULT_LEASE_NAMESPACE, LAST_OUTAGE, RENEW_INTERVAL, Outage, lease_path, leases_path
 from testenv.controlplane import ControlPlane, ensure_node
 from testenv.standins import grant_agent_rbac, wait_for
 from tests.e2e.world import Node, World
@@ -41,6 +41,7 @@ def renew_time(cp: ControlPlane, node: str) -> str | None:
 
 def outage_then_recovery(world: World, node: Node, expected: str, fault: object, fix: object) -> Outage:
     before = len(node.events())
+    seen = last_outage(world, node)
     fault()  # type: ignore[operator]
     wait_for(
         lambda: any(e["event"] == "renew_failing" for e in node.events()[before:]),
@@ -54,9 +55,15 @@ def outage_then_recovery(world: World, node: Node, expected: str, fault: object,
     wait_for(lambda: any(e["event"] == "renew_recovered" for e in node.events()[before:]), 20, "recovery")
     recovered = [e["event"] for e in node.events()[before:]]
     assert recovered.count("renew_failing") <= 2, recovered  # once per state change, not per attempt
+    # A record proven by an evidence patch goes out with the next plain renewal (docs/agent.md).
+    wait_for(lambda: last_outage(world, node) not in (None, seen), 10, "the outage record")
+    return Outage.from_annotation(str(last_outage(world, node)))
+
+
+def last_outage(world: World, node: Node) -> str | None:
     with world.cp.admin_client() as admin:
         lease = admin.get(lease_path(DEFAULT_LEASE_NAMESPACE, node.name))
-    return Outage.from_annotation(lease["metadata"]["annotations"][LAST_OUTAGE])
+    return (lease["metadata"].get("annotations") or {}).get(LAST_OUTAGE)
 
 
 def cut_connections(node: Node) -> None:
@@ -71,7 +78,9 @@ def test_each_fault_on_the_path_is_classified(world: World) -> None:
     world.start_dns()
     with cp.admin_client() as admin:
         ensure_node(admin, node.name)
-        admin.ensure(leases_path(DEFAULT_LEASE_NAMESPACE), {"metadata": {"name": node.name}, "spec": {}})
+        # As the aggregator provisions it: with the renew-interval annotation.
+        lease = {"metadata": {"name": node.name, "annotations": {RENEW_INTERVAL: "500ms"}}, "spec": {}}
+        admin.ensure(leases_path(DEFAULT_LEASE_NAMESPACE), lease)
     world.start_agent(node)
     wait_for(lambda: renew_time(cp, node.name), 20, "renewals through DNS and the load balancer")
     assert world.dns is not None and world.dns.queries >= 1

@@ -200,3 +200,15 @@ async def test_a_request_never_sent_is_known_to_have_failed(client: LeaseClient)
         await client.request(REQ, 1.0)
     assert e.value.kind == "connect" and not e.value.sent
     assert client.warm is None
+
+
+async def test_the_latest_step_names_the_failure(client: LeaseClient) -> None:
+    """The load balancer drops the warm connection and DNS is down: the reset is an echo, what a
+    new connection meets now (dns) is the cause an operator needs."""
+    warm = FakeConnection(0.0)
+    await warm_up(client, warm)
+    warm.error, warm.sent = TransportError("connect", "reset"), False
+    script(client, FakeConnection(0.01, TransportError("dns", "no answer"), sent=False))
+    with pytest.raises(TransportError) as e:
+        await client.request(REQ, 2.0)
+    assert e.value.kind == "dns"
