@@ -40,7 +40,7 @@ import httpx
 from agent.path import Attempt, Connection, Origin, Request, resolve, ssl_context
 from agent.settings import Settings
 from core.credentials import TokenFile
-from core.errors import BadResponse, KubeError, TransportError, api_error
+from core.errors import BadResponse, TransportError, api_error
 from core.lease import lease_path
 
 MAX_CONNECTION_AGE_S = 60.0
@@ -285,8 +285,3 @@ def _failure(failures: list[TransportError], unanswered: list[Attempt], window_s
 
 def _paths(failures: list[TransportError]) -> tuple[dict[str, Any], ...]:
     return tuple(p for f in failures for p in f.path)
-
-
-def is_unanswered(e: KubeError) -> bool:
-    """The request may have been applied: it was sent and no answer came."""
-    return isinstance(e, TransportError) and e.sent
