@@ -111,6 +111,17 @@ def logs() -> Iterator[list[dict[str, Any]]]:
         yield captured
 
 
+async def renew_every_2s(renewer: Renewer, clock: Clock, times: int) -> None:
+    for _ in range(times):
+        clock.now += 2
+        await renewer.renew_once()
+
+
+def recorded_outage(client: FakeClient) -> Outage:
+    """The last-outage record of the latest plain renewal."""
+    return Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
+
+
 def patches(client: FakeClient) -> list[dict[str, Any]]:
     """The plain (merge) renewals."""
     return [body for kind, body, _ in client.calls if kind == "merge"]
@@ -168,7 +179,7 @@ async def test_outage_logged_once_per_state_change_and_reported_after_recovery(
     assert [e.get("failure") for e in logs if e["event"] == "renew_failing"] == ["connect", "http-503"]
     assert [e["proven"] for e in logs if e["event"] == "renew_recovered"] == [True]
     assert "READ" not in [m for m, _, _ in client.calls]  # nothing was sent unanswered: nothing to check
-    outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
+    outage = recorded_outage(client)
     assert outage.failure_class == "connect"  # what began the outage
     assert outage.start == T0 + timedelta(seconds=102)
     assert outage.duration_s == pytest.approx(6.5)
@@ -212,14 +223,10 @@ async def test_unanswered_renewals_that_did_not_land_are_an_outage_from_the_firs
 ) -> None:
     await renewer.renew_once()
     client.script = [unanswered(), unanswered(), TransportError("connect", "refused")]
-    for _ in range(3):
-        clock.now += 2
-        await renewer.renew_once()
-    clock.now += 2
-    await renewer.renew_once()  # the evidence: none of them landed
-    clock.now += 2
-    await renewer.renew_once()  # the record goes with the next plain renewal
-    outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
+    await renew_every_2s(renewer, clock, 3)
+    await renew_every_2s(renewer, clock, 1)  # the evidence: none of them landed
+    await renew_every_2s(renewer, clock, 1)  # the record goes with the next plain renewal
+    outage = recorded_outage(client)
     assert (outage.failure_class, outage.start, outage.duration_s) == (
         "timeout",
         T0 + timedelta(seconds=102),
@@ -232,14 +239,9 @@ async def test_an_outage_after_an_unanswered_renewal_that_landed_starts_after_it
 ) -> None:
     await renewer.renew_once()
     client.script = [unanswered(), Landed(unanswered()), TransportError("dns", "lost"), unanswered()]
-    for _ in range(4):
-        clock.now += 2
-        await renewer.renew_once()
-    clock.now += 2
-    await renewer.renew_once()
-    clock.now += 2
-    await renewer.renew_once()
-    outage = Outage.from_annotation(patches(client)[-1]["metadata"]["annotations"][LAST_OUTAGE])
+    await renew_every_2s(renewer, clock, 4)
+    await renew_every_2s(renewer, clock, 2)  # the evidence, then the record
+    outage = recorded_outage(client)
     # The second landed at 104: the lease went unrenewed from the third (106) on.
     assert (outage.failure_class, outage.start, outage.duration_s) == (
         "dns",
