@@ -1,8 +1,10 @@
 """The aggregator's one HTTP boundary: an asyncio Kubernetes API client on aiohttp.
 
 Kubeconfig files are read with the ``kubernetes`` package (that is all it is
-used for); a ``tokenFile`` and an in-cluster token are re-read when they
-change, and the kubeconfig itself is re-loaded when its file changes, so
+used for): a client certificate, a token, a ``tokenFile`` (re-read when it
+changes, like the in-cluster token) or an exec plugin (run again by the
+package's own refresh hook before its token expires); ``auth-provider`` is
+refused by name. The kubeconfig itself is re-loaded when its file changes, so
 rotated credentials keep working. aiohttp's exceptions are translated into
 core.errors here and nowhere else.
 """
@@ -76,6 +78,12 @@ def load_kubeconfig_dict(raw: Any, source: str) -> Endpoint:
     """An Endpoint from a parsed kubeconfig; ``source`` names it in every error."""
     if not isinstance(raw, dict):
         raise KubeconfigError(f"kubeconfig {source}: not a kubeconfig (expected a mapping)")
+    if provider := _current_user(raw).get("auth-provider"):
+        name = provider.get("name") if isinstance(provider, dict) else provider
+        raise KubeconfigError(
+            f"kubeconfig {source}: auth-provider {name!r} is not supported (client-go removed auth "
+            "providers; use an exec plugin, a token, a tokenFile or a client certificate)"
+        )
     cfg = k8s_client.Configuration()
     try:
         k8s_config.load_kube_config_from_dict(  # type: ignore[no-untyped-call]
@@ -93,34 +101,60 @@ def load_kubeconfig_dict(raw: Any, source: str) -> Endpoint:
             ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
     except (OSError, ssl.SSLError) as e:
         raise KubeconfigError(f"kubeconfig {source}: bad certificate data: {e}") from e
-    token_file = _token_file_of(raw)
-    bearer = (cfg.api_key or {}).get("BearerToken") or (cfg.api_key or {}).get("authorization")
+    user = _current_user(raw)
     token: Callable[[], str | None]
-    if token_file:
-        tf = TokenFile(token_file)
-        token = tf.read
-    elif bearer:
-        static = str(bearer).removeprefix("Bearer ").strip()
-        token = lambda: static  # noqa: E731
+    if user.get("tokenFile"):
+        token = TokenFile(str(user["tokenFile"])).read
+    elif "exec" in user:
+        token = _exec_token(cfg, source)
+    elif bearer := _bearer(cfg):
+        token = lambda: bearer  # noqa: E731
     elif cfg.cert_file:
         token = lambda: None  # noqa: E731
     else:
         raise KubeconfigError(
-            f"kubeconfig {source}: the current user has no token, tokenFile or client certificate"
+            f"kubeconfig {source}: the current user has no token, tokenFile, exec plugin "
+            "or client certificate"
         )
     return Endpoint(str(cfg.host).rstrip("/"), ctx, token, source)
 
 
-def _token_file_of(raw: dict[str, Any]) -> str | None:
-    """``users[].user.tokenFile`` of the current context: the kubernetes loader does not re-read it."""
+def _bearer(cfg: k8s_client.Configuration) -> str:
+    value = (cfg.api_key or {}).get("BearerToken") or (cfg.api_key or {}).get("authorization") or ""
+    return str(value).removeprefix("Bearer ").strip()
+
+
+def _exec_token(cfg: k8s_client.Configuration, source: str) -> Callable[[], str | None]:
+    """The exec plugin's token, renewed by the kubernetes loader's own hook: it runs the plugin
+    again once the token is within five minutes of its ``expirationTimestamp``. The plugin
+    runs inside the event loop: a plugin that takes seconds is a stall, which the decider
+    treats as a gap in its view (judging nothing), never as stale leases."""
+    if not _bearer(cfg):
+        raise KubeconfigError(
+            f"kubeconfig {source}: the exec plugin gave no token (client certificates from an exec "
+            "plugin are not supported: put them into the kubeconfig)"
+        )
+    refresh: Callable[[Any], None] | None = cfg.refresh_api_key_hook
+
+    def token() -> str | None:
+        # A plugin that fails is logged by the loader and leaves the last token in place: the
+        # API server's 401 then says it expired.
+        if refresh is not None:
+            refresh(cfg)
+        return _bearer(cfg) or None
+
+    return token
+
+
+def _current_user(raw: dict[str, Any]) -> dict[str, Any]:
+    """The current context's user entry: what the loader does not handle is decided on it."""
     current = raw.get("current-context")
     contexts = {c.get("name"): c.get("context") or {} for c in raw.get("contexts") or []}
     user_name = contexts.get(current, {}).get("user")
     for u in raw.get("users") or []:
         if u.get("name") == user_name:
-            value = (u.get("user") or {}).get("tokenFile")
-            return str(value) if value else None
-    return None
+            return dict(u.get("user") or {})
+    return {}
 
 
 def in_cluster(env: Mapping[str, str] = os.environ, directory: Path = IN_CLUSTER_DIR) -> Endpoint:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,14 @@ def test_bad_dependents_name_each_entry(tmp_path: Path) -> None:
             "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
             "clusters: [{name: k, cluster: {server: 'https://a:443'}}]\n"
             "contexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {}}]\n",
-            "no token, tokenFile or client certificate",
+            "no token, tokenFile, exec plugin or client certificate",
+        ),
+        (
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+            "clusters: [{name: k, cluster: {server: 'https://a:443'}}]\n"
+            "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+            "users: [{name: u, user: {auth-provider: {name: oidc, config: {}}}}]\n",
+            "auth-provider 'oidc' is not supported",
         ),
     ],
 )
@@ -150,3 +158,53 @@ def test_bad_kubeconfig_names_the_file(tmp_path: Path, content: str, message: st
         load_kubeconfig(p)
     assert str(p) in str(e.value)
     assert message in str(e.value)
+
+
+EXEC_PLUGIN = """#!{python}
+# An exec credential plugin whose token rotates: a new one on every run, valid {valid_s} s.
+import datetime, json, pathlib
+runs = pathlib.Path({runs!r})
+n = int(runs.read_text()) + 1 if runs.exists() else 1
+runs.write_text(str(n))
+expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds={valid_s})
+print(json.dumps({{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+    "status": {{"token": f"token-{{n}}", "expirationTimestamp": expiry.strftime("%Y-%m-%dT%H:%M:%SZ")}}}}))
+"""
+
+
+def _exec_kubeconfig(tmp_path: Path, valid_s: int) -> tuple[Path, Path]:
+    plugin, runs = tmp_path / "plugin", tmp_path / "runs"
+    plugin.write_text(EXEC_PLUGIN.format(python=sys.executable, runs=str(runs), valid_s=valid_s))
+    plugin.chmod(0o755)
+    kc = tmp_path / "kc"
+    exec_ = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": str(plugin),
+        "interactiveMode": "Never",
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://a:443"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        "users": [{"name": "u", "user": {"exec": exec_}}],
+    }
+    kc.write_text(yaml.safe_dump(config))
+    return kc, runs
+
+
+def test_an_exec_plugins_token_is_renewed_before_it_expires(tmp_path: Path) -> None:
+    """The kubernetes loader's refresh hook runs the plugin again once its token is within five
+    minutes of expiry: a token valid 1 s is renewed on every use, one valid 1 h is kept."""
+    kc, runs = _exec_kubeconfig(tmp_path, valid_s=1)
+    token = load_kubeconfig(kc).token
+    first, second = token(), token()
+    assert first != second and (first, second) == (
+        f"token-{int(runs.read_text()) - 1}",
+        f"token-{runs.read_text()}",
+    )
+    (tmp_path / "long").mkdir()
+    kc, runs = _exec_kubeconfig(tmp_path / "long", valid_s=3600)
+    token = load_kubeconfig(kc).token
+    assert token() == token() == "token-1" and runs.read_text() == "1"
