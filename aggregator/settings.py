@@ -1,4 +1,4 @@
-"""The aggregator's configuration, from the environment (DESIGN.md section 5).
+"""The aggregator's configuration, from the environment (docs/design.md, "Fixed and tunable").
 
 Defaults, and why:
 - DWD_LEASE_DURATION 8s: four renewals at the agent's 2 s; one or two lost

@@ -1,4 +1,4 @@
-"""The lease contract between the agent and the aggregator (DESIGN.md section 3).
+"""The lease contract between the agent and the aggregator (docs/design.md, "The lease contract").
 
 One coordination.k8s.io/v1 Lease per node, named like the node, in a dedicated
 namespace. The agent writes holderIdentity, renewTime and two annotations; the
