@@ -18,7 +18,7 @@ from typing import Any
 
 import uvloop
 
-from aggregator.dependents import DEFAULT_DEPENDENTS, load_dependents
+from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent, load_dependents
 from aggregator.kube import KubeClient, KubeconfigSource, in_cluster
 from aggregator.leader import LeaderElector
 from aggregator.metrics import AggregatorMetrics
@@ -42,8 +42,7 @@ def source_for(settings: Settings, seed: KubeClient) -> TargetSource:
     )
 
 
-async def run(settings: Settings) -> None:
-    dependents = load_dependents(settings.dependents_file) if settings.dependents_file else DEFAULT_DEPENDENTS
+async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     seed = KubeClient(KubeconfigSource(settings.seed_kubeconfig) if settings.seed_kubeconfig else in_cluster)
     seed.endpoint()  # credentials we cannot even load stop start-up; an unreachable server is retried
     metrics = AggregatorMetrics()
@@ -130,15 +129,16 @@ def main() -> None:
         sys.exit(status_main(sys.argv[2:]))
     try:
         settings = Settings.from_env(os.environ)
+        dependents = DEFAULT_DEPENDENTS
         if settings.dependents_file:
-            load_dependents(settings.dependents_file)
+            dependents = load_dependents(settings.dependents_file)
     except ConfigError as e:
         print(f"dwd-lease-aggregator: {e}", file=sys.stderr)
         sys.exit(2)
     logs.configure(settings.log_format, settings.log_level)
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(run(settings))
+            runner.run(run(settings, dependents))
     except KubeError as e:
         print(f"dwd-lease-aggregator: {e}", file=sys.stderr)
         sys.exit(1)

@@ -36,8 +36,8 @@ from aggregator.dependents import Dependent, levels
 from aggregator.kube import KubeClient
 from core import logs
 from core.errors import KubeError, NotFound
+from core.lease import PREFIX
 
-PREFIX = "dependency-watchdog.gardener.cloud/"
 REPLICAS = PREFIX + "replicas"
 MELTDOWN = PREFIX + "meltdown-protection-active"
 IGNORE_SCALING = PREFIX + "ignore-scaling"

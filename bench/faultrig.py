@@ -23,8 +23,8 @@ from typing import Any, TextIO
 
 import httpx
 
-from aggregator.scaler import PREFIX
 from core.errors import KubeError
+from core.lease import PREFIX
 from testenv.controlplane import ControlPlane, free_port
 from testenv.faultproxy import FaultProxy
 from testenv.standins import CONTROLLERS, DEPLOYMENTS, LoggedProcess

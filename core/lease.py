@@ -17,7 +17,6 @@ from typing import Any
 from core.durations import format_duration, parse_duration
 
 DEFAULT_LEASE_NAMESPACE = "dwd-node-lease"
-LEASE_API = "coordination.k8s.io/v1"
 
 PREFIX = "dependency-watchdog.gardener.cloud/"
 RENEW_INTERVAL = PREFIX + "renew-interval"

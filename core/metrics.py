@@ -42,10 +42,6 @@ class _Metric:
     def get(self, **labels: str) -> float:
         return self._values.get(self._key(labels), 0.0)
 
-    def remove(self, **labels: str) -> None:
-        """Forget one series, e.g. of a target that is gone."""
-        self._values.pop(self._key(labels), None)
-
     def remove_matching(self, **labels: str) -> None:
         idx = [(self.label_names.index(k), v) for k, v in labels.items()]
         for key in [k for k in self._values if all(k[i] == v for i, v in idx)]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -132,7 +131,3 @@ def find() -> dict[str, Path]:
             f"testenv binaries {', '.join(missing)} not built in {cache_root()}: run `make testenv`"
         )
     return found
-
-
-def clean() -> None:
-    shutil.rmtree(cache_root(), ignore_errors=True)
