@@ -4,14 +4,21 @@ A request gets a *window* (the renewer gives it twice the interval) and may use
 all of it. Within the window it races at most three attempts:
 
 - the warm connection leads while it is younger than a minute; if it has not
-  answered after the *hedge delay* (twice the slowest of its recent answers,
-  at least 0.5 s), a new connection is opened beside it, not after it;
+  answered after the *hedge delay* (twice the median of recent answers, at
+  least 0.5 s), a new connection is opened beside it, not after it;
 - a new connection leads when there is no warm one, when the warm one is due
   to be replaced (a minute old: a new connection means a new DNS lookup, so a
   moved load balancer is followed) or when its last request got no answer; the
-  warm one then follows after the time a new connection has recently needed;
+  warm one then follows, at once after an unanswered request (dead or only
+  lossy, it is often the first to get through), else after the time a new
+  connection has recently needed;
 - a new connection that fails at once (refused, a lost DNS answer) is followed
-  by one more.
+  by one more;
+- a new connection still in its handshake after the *handshake hedge* (twice
+  the fastest recent handshake, at least 0.5 s) gets a sibling beside it, at
+  most two per renewal: a lost SYN costs the kernel's 1 s retransmission and
+  leaves the connection with a 3 s retransmission timeout, a sibling started
+  before that is as likely to get through at once.
 
 The first HTTP answer wins. Recycling is make-before-break: a connection is
 dropped only when another has answered in its place, or when it failed itself.
@@ -52,6 +59,11 @@ HEDGE_FLOOR_S = 0.5
 # Hedging after a new connection waits at least this: a first connection pays DNS,
 # TCP and TLS before its request.
 NEW_HEDGE_FLOOR_S = 1.0
+# A handshake that takes longer than this (or twice the recent median) gets a sibling: well
+# before the kernel retransmits a lost SYN (1 s).
+HANDSHAKE_HEDGE_FLOOR_S = 0.5
+MAX_SIBLINGS = 2
+HANDSHAKE_PHASES = ("dns", "connect", "tls")
 HISTORY = 8
 HANDSHAKE_MARGIN_S = 0.02
 # A step that would get less than this of the window is not started: it could not finish.
@@ -95,6 +107,7 @@ class LeaseClient:
         self._recycle_at = 0.0
         self._warm_times: deque[float] = deque(maxlen=HISTORY)
         self._new_times: deque[float] = deque(maxlen=HISTORY)
+        self._handshake_times: deque[float] = deque(maxlen=HISTORY)
         self.connections_opened = 0
         self.on_attempt: Callable[[Attempt], None] = lambda attempt: None
 
@@ -139,24 +152,35 @@ class LeaseClient:
 
     def plan(self, window_s: float) -> list[Step]:
         warm, spare = self.warm, self.spare
-        warm_hedge = min(max(2 * max(self._warm_times, default=0.0), HEDGE_FLOOR_S), window_s / 2)
+        warm_hedge = min(max(2 * _median(self._warm_times), HEDGE_FLOOR_S), window_s / 2)
         new_hedge = min(max(1.5 * max(self._new_times, default=0.0), NEW_HEDGE_FLOOR_S), window_s * 0.75)
         if warm is None:
             return [Step(None, None), Step(None, None)]
         if self._suspect and spare is not None:
             return [Step(spare, warm_hedge), Step(None, new_hedge), Step(warm, None)]
-        if self._suspect or self.recycling():
+        if self._suspect:
+            # After a renewal got no answer: dead (half-open) or only lossy, the warm connection
+            # is asked at once beside the new one; waiting for the new one first costs a lossy
+            # path the window (a new connection needs three round trips).
+            return [Step(None, 0.0), Step(warm, None), Step(None, None)]
+        if self.recycling():
             return [Step(None, new_hedge), Step(warm, None), Step(None, None)]
         if spare is not None:
-            return [Step(warm, warm_hedge), Step(spare, warm_hedge), Step(None, None)]
+            return [Step(warm, warm_hedge), Step(spare, warm_hedge), Step(None, warm_hedge)]
         return [Step(warm, warm_hedge), Step(None, None)]
+
+    def handshake_hedge(self, window_s: float) -> float:
+        # A handshake waits on no etcd commit: its fastest recent time is the path's own cost,
+        # and one that takes twice that has lost a packet.
+        fastest = min(self._handshake_times, default=0.0)
+        return min(max(2 * fastest, HANDSHAKE_HEDGE_FLOOR_S), window_s * 0.75)
 
     async def request(self, req: Request, window_s: float) -> httpx.Response:
         """The first HTTP answer any step of the plan gets within the window."""
         if self.spare is not None and self.clock() >= self._spare_until:
             await self.drop(self.spare)
         recycling = self.recycling() and not self._suspect
-        race = _Race(self, req, self.clock() + window_s, self.plan(window_s))
+        race = _Race(self, req, self.clock() + window_s, self.plan(window_s), self.handshake_hedge(window_s))
         winner = None
         try:
             winner = await race.run()
@@ -178,6 +202,7 @@ class LeaseClient:
         self._warm_times.append(attempt.phases.get("request", 0.0))
         if attempt.new:
             self._new_times.append(sum(attempt.phases.values()))
+            self._handshake_times.append(sum(attempt.phases.get(p, 0.0) for p in HANDSHAKE_PHASES))
         if conn is self.spare:
             self.spare, self.warm = self.warm, conn
         elif conn is not self.warm:
@@ -213,23 +238,43 @@ class LeaseClient:
 class _Race:
     """The steps of one plan, side by side, until one gets an answer or the window closes."""
 
-    def __init__(self, client: LeaseClient, req: Request, deadline: float, plan: list[Step]) -> None:
+    def __init__(
+        self, client: LeaseClient, req: Request, deadline: float, plan: list[Step], handshake_hedge_s: float
+    ) -> None:
         self.client = client
         self.req = req
         self.deadline = deadline
         self.plan = plan
+        self.handshake_hedge_s = handshake_hedge_s
         self.running: dict[asyncio.Task[httpx.Response], tuple[Connection, Attempt]] = {}
         self.failures: list[TransportError] = []
         self.next_at = client.clock()
+        self.siblings = 0
+        # When each new connection started, for the handshake hedge.
+        self._handshake_started: dict[asyncio.Task[httpx.Response], float] = {}
 
     def _start(self, step: Step, now: float) -> None:
-        conn = step.conn or self.client.new_connection()
+        self._launch(step.conn, now)
+        self.next_at = now + step.hedge_after_s if step.hedge_after_s is not None else float("inf")
+
+    def _launch(self, conn: Connection | None, now: float) -> None:
+        conn = conn or self.client.new_connection()
         attempt = Attempt(new=conn.answered == 0, reached="dns" if conn.answered == 0 else "request")
         # The handshake times out itself just before the window closes (agent/path.py says why).
         connect_timeout = self.deadline - now - HANDSHAKE_MARGIN_S
         task = asyncio.create_task(conn.request(self.req, attempt, connect_timeout_s=connect_timeout))
         self.running[task] = (conn, attempt)
-        self.next_at = now + step.hedge_after_s if step.hedge_after_s is not None else float("inf")
+        if attempt.new:
+            self._handshake_started[task] = now
+
+    def _sibling_at(self) -> float:
+        """When a sibling is due beside the new connections still in their handshake."""
+        if self.siblings >= MAX_SIBLINGS:
+            return float("inf")
+        starts = self._handshake_started.items()
+        handshaking = [at for task, at in starts if self.running[task][1].reached in HANDSHAKE_PHASES]
+        at = max(handshaking, default=float("inf")) + self.handshake_hedge_s
+        return at if self.deadline - at >= MIN_STEP_S else float("inf")
 
     async def run(self) -> tuple[Connection, Attempt, httpx.Response] | None:
         clock = self.client.clock
@@ -239,14 +284,20 @@ class _Race:
             if can_start and (not self.running or now >= self.next_at):
                 self._start(self.plan.pop(0), now)
                 continue
+            sibling_at = self._sibling_at()
+            if now >= sibling_at:
+                self.siblings += 1
+                self._launch(None, now)
+                continue
             if not self.running or now >= self.deadline:
                 return None
-            wake = min(self.deadline, self.next_at) if can_start else self.deadline
+            wake = min(self.deadline, self.next_at if can_start else self.deadline, sibling_at)
             done, _ = await asyncio.wait(
                 self.running, timeout=max(0.0, wake - now), return_when=asyncio.FIRST_COMPLETED
             )
             for task in done:
                 conn, attempt = self.running.pop(task)
+                self._handshake_started.pop(task, None)
                 self.client.on_attempt(attempt)
                 try:
                     return conn, attempt, task.result()
@@ -269,6 +320,10 @@ class _Race:
             if conn.answered == 0 or conn is self.client.spare:
                 await self.client.drop(conn)
         return unanswered
+
+
+def _median(xs: deque[float]) -> float:
+    return sorted(xs)[len(xs) // 2] if xs else 0.0
 
 
 def _failure(failures: list[TransportError], unanswered: list[Attempt], window_s: float) -> TransportError:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import socket
 import ssl
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +38,14 @@ _TRACE_PHASES = {
     "connection.connect_tcp": "connect",
     "connection.start_tls": "tls",
 }
+
+
+# Linear retransmission timeouts for a connection with few packets in flight, which a
+# renewal's always is: TCP's exponential backoff after a lost packet (0.2, 0.4, 0.8, 1.6 s)
+# would stall a kept connection for longer than a window on a lossy path; the first six
+# retransmissions then come every RTO instead. Linux only (include/uapi/linux/tcp.h).
+TCP_THIN_LINEAR_TIMEOUTS = 16
+SOCKET_OPTIONS = [(socket.IPPROTO_TCP, TCP_THIN_LINEAR_TIMEOUTS, 1)] if sys.platform == "linux" else []
 
 
 def classify(exc: BaseException) -> TransportKind:
@@ -145,13 +154,18 @@ class Connection:
         self._client: httpx.AsyncClient | None = None
 
     def _client_for(self, address: str) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=f"https://{_url_host(address)}:{self.origin.port}",
+        transport = httpx.AsyncHTTPTransport(
             http2=True,
             verify=self.ssl,
             # The point is the external path: no proxy, no netrc, no SSL_CERT_FILE from the environment.
             trust_env=False,
             limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=None),
+            socket_options=SOCKET_OPTIONS,
+        )
+        return httpx.AsyncClient(
+            base_url=f"https://{_url_host(address)}:{self.origin.port}",
+            transport=transport,
+            trust_env=False,
             # Bounded from outside: see the module docstring.
             timeout=httpx.Timeout(None),
             headers={"Accept": "application/json", "User-Agent": "dwd-lease-agent"},

@@ -278,6 +278,8 @@ class Renewer:
             del self._unrenewed[1 : max(1, len(self._unrenewed) - MAX_PENDING)]
         if self.state != "failing" or self.failure_class != e.failure_class:
             self.log.warning("renew_failing", failure=e.failure_class, error=str(e), path=list(path))
+        else:
+            self.log.debug("renew_failed", failure=e.failure_class, path=list(path))
         self.failure_class = e.failure_class
         self.state = "failing"
 

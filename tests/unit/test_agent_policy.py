@@ -27,14 +27,21 @@ REQ = Request("PATCH", "/lease", {})
 
 
 class FakeConnection:
-    """Answers after ``delay`` (None: never), or fails with ``error`` after ``delay``."""
+    """Answers after ``delay`` (None: never), or fails with ``error`` after ``delay``; a new
+    one first spends ``handshake`` connecting (None: never connects)."""
 
     def __init__(
-        self, delay: float | None, error: TransportError | None = None, *, sent: bool = True
+        self,
+        delay: float | None,
+        error: TransportError | None = None,
+        *,
+        sent: bool = True,
+        handshake: float | None = 0.0,
     ) -> None:
         self.delay = delay
         self.error = error
         self.sent = sent
+        self.handshake = handshake
         self.born = time.monotonic()
         self.answered = 0
         self.closed = False
@@ -42,6 +49,13 @@ class FakeConnection:
 
     async def request(self, req: Request, attempt: Attempt, *, connect_timeout_s: float) -> httpx.Response:
         self.requests += 1
+        if self.answered == 0:
+            attempt.reached = "connect"
+            if self.handshake is None:
+                await asyncio.Event().wait()
+            await asyncio.sleep(self.handshake or 0)
+            attempt.phases["connect"] = self.handshake or 0.0
+            attempt.reached = "request"
         started = time.monotonic()
         attempt.sent = self.sent
         if self.delay is None:
@@ -141,6 +155,28 @@ async def test_on_a_lossy_path_the_spare_answers_for_a_stalled_warm_connection(c
     assert (client.warm, client.spare) == (first, second)
 
 
+async def test_a_handshake_lost_on_the_way_gets_a_sibling_beside_it(client: LeaseClient) -> None:
+    """A lost SYN costs the kernel's 1 s retransmission and a 3 s retransmission timeout after
+    it; a second connection started after 0.5 s, beside the first, gets through at once."""
+    net = script(client, FakeConnection(0.01, handshake=None), FakeConnection(0.01, handshake=0.05))
+    took = await timed(lambda: client.request(REQ, 4.0))
+    assert 0.5 <= took < 0.8 and client.warm is net.opened[1]
+    assert net.opened[0].closed  # the stuck handshake is dropped, not left to finish
+
+
+async def test_siblings_are_bounded_and_follow_the_paths_handshake_time(client: LeaseClient) -> None:
+    # A black hole: the first new connection and two siblings, then the window closes.
+    net = script(client, *(FakeConnection(None, handshake=None) for _ in range(5)))
+    with pytest.raises(TransportError):
+        await client.request(REQ, 2.0)
+    assert len(net.opened) == 1 + policy.MAX_SIBLINGS
+    # A slow path whose handshakes take 0.4 s: no sibling for a handshake of that length.
+    client._handshake_times.extend([0.4] * 3)
+    net = script(client, FakeConnection(0.01, handshake=0.7))
+    await client.request(REQ, 4.0)
+    assert len(net.opened) == 1 and client.warm is net.opened[0]
+
+
 async def test_hedge_delay_follows_the_paths_own_pace(client: LeaseClient) -> None:
     """On a path whose warm requests take 0.3 s the hedge waits 0.6 s: no new connection
     on every renewal of a slow but working path."""
@@ -191,6 +227,24 @@ async def test_no_answer_within_the_window_is_a_timeout_that_may_have_landed(cli
     # renewal leads with a new connection in case it is dead.
     assert client.warm is warm and not warm.closed
     assert client.plan(4.0)[0].conn is None
+
+
+async def test_after_an_unanswered_renewal_the_warm_connection_is_asked_beside_a_new_one(
+    client: LeaseClient,
+) -> None:
+    """On a lossy path the warm connection is often the first to get through again: it is asked
+    at once beside the new connection, not after the new one has had its chance."""
+    warm = FakeConnection(0.0)
+    await warm_up(client, warm)
+    warm.delay = None
+    script(client, FakeConnection(None))
+    with pytest.raises(TransportError):
+        await client.request(REQ, 0.8)
+    warm.delay = 0.2
+    net = script(client, FakeConnection(None, handshake=None))
+    took = await timed(lambda: client.request(REQ, 4.0))
+    assert took < 0.45 and client.warm is warm
+    assert len(net.opened) == 1 and net.opened[0].closed
 
 
 async def test_a_request_never_sent_is_known_to_have_failed(client: LeaseClient) -> None:
