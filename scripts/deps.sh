@@ -9,6 +9,9 @@ command -v pgrep >/dev/null || need+=(procps)
 command -v curl >/dev/null || need+=(curl)
 command -v unzip >/dev/null || need+=(unzip)
 command -v chromium >/dev/null || need+=(chromium)   # the status page test renders in it
+# The images (make image) and the end-to-end test that runs them.
+for tool in podman buildah runc skopeo mmdebstrap; do command -v $tool >/dev/null || need+=($tool); done
+command -v newuidmap >/dev/null || need+=(uidmap)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 ((${#need[@]})) || exit 0
 if [ "$(id -u)" != 0 ]; then

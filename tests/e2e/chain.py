@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
+from testenv.apply import kustomize_build
 from testenv.controlplane import ControlPlane, free_port
 from testenv.standins import CONTROLLERS, LoggedProcess, grant_agent_rbac, wait_for
 from testenv.tcpproxy import TcpProxy
@@ -55,6 +56,7 @@ TICK_S = 1.0  # the aggregator judges every min(1 s, lease duration / 4)
 STATUS_EVERY_S = 0.2
 LEASES_EVERY_S = 0.1
 AGENT_METRICS_PORT = 9100
+MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
 
 
 def epoch(iso: str) -> float:
@@ -287,7 +289,11 @@ class Chain:
 
 
 @contextlib.contextmanager
-def chain(seed: ControlPlane, tmp: Path, namespace: str, nodes: int = 10) -> Iterator[Chain]:
+def chain(
+    seed: ControlPlane, tmp: Path, namespace: str, nodes: int = 10, images: dict[str, str] | None = None
+) -> Iterator[Chain]:
+    """``images``: run the agents and the aggregator from these (testenv.containers.images()),
+    the agents as the example overlay's DaemonSet runs them."""
     from testenv.pytest_plugin import EXTERNAL_NAMES
 
     with shoot_for(seed, namespace, tmp / "shoot", EXTERNAL_NAMES) as shoot:
@@ -300,16 +306,22 @@ def chain(seed: ControlPlane, tmp: Path, namespace: str, nodes: int = 10) -> Ite
         try:
             members = [world.add_node(f"node-{i}") for i in range(nodes)]
             world.start_dns()
+            daemonset = example_daemonset() if images else {}
             for node in members:
-                world.start_agent(
-                    node,
-                    fast=False,
-                    DWD_LOG_LEVEL="debug",  # a line per renewal: the record of what it did
-                    DWD_METRICS_ADDR=f"{node.ns.ns_ip}:{AGENT_METRICS_PORT}",
-                )
+                agent_env = {
+                    "DWD_LOG_LEVEL": "debug",  # a line per renewal: the record of what it did
+                    "DWD_METRICS_ADDR": f"{node.ns.ns_ip}:{AGENT_METRICS_PORT}",
+                }
+                if images:
+                    world.start_agent_container(node, images["agent"], daemonset, **agent_env)
+                else:
+                    world.start_agent(node, fast=False, **agent_env)
             port = free_port()
             aggregator = shoot.start_aggregator(
-                seed=None, **AGGREGATOR_DEFAULTS, DWD_METRICS_ADDR=f"127.0.0.1:{port}"
+                seed=None,
+                image=images["aggregator"] if images else None,
+                **AGGREGATOR_DEFAULTS,
+                DWD_METRICS_ADDR=f"127.0.0.1:{port}",
             )
             view = AggregatorView(f"http://127.0.0.1:{port}")
             leases = LeaseLog(shoot.shoot)
@@ -322,3 +334,11 @@ def chain(seed: ControlPlane, tmp: Path, namespace: str, nodes: int = 10) -> Ite
             for p in pollers:
                 p.stop()
             world.close()
+
+
+def example_daemonset() -> dict[str, Any]:
+    """The agent's DaemonSet as the example overlay renders it (its external name is this
+    world's)."""
+    docs = kustomize_build(MANIFESTS / "shoot" / "overlays" / "example")
+    ds: dict[str, Any] = next(d for d in docs if d["kind"] == "DaemonSet")
+    return ds

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from testenv import containers
 from testenv.controlplane import ControlPlane
 from testenv.dns import DnsServer
 from testenv.netns import NetNs, _ip, unused
@@ -62,6 +63,7 @@ class Node:
     impostor_ip: str
     agent: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    container: str | None = None  # the agent's container, when it runs from the image
     # The loss rules in place now, each as given to iptables after the chain name.
     loss_rules: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
 
@@ -148,6 +150,40 @@ class World:
         with open(node.log, "wb") as log:
             node.agent = node.ns.popen([sys.executable, "-m", "agent"], env=full_env, stdout=log, stderr=log)
 
+    def start_agent_container(self, node: Node, image: str, daemonset: dict[str, Any], **env: str) -> None:
+        """The agent from its image as the DaemonSet runs it: the DaemonSet's environment and
+        user, its token and CA as files at the DaemonSet's mount path, a read-only root, the
+        node's network namespace (hostNetwork) and the node's resolver (dnsPolicy: Default)."""
+        spec = daemonset["spec"]["template"]["spec"]
+        container = spec["containers"][0]
+        assert spec["hostNetwork"] and spec.get("dnsPolicy") == "Default"
+        assert container["securityContext"]["readOnlyRootFilesystem"]
+        mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "credentials")
+        creds = self.tmp / f"creds-{node.name}"
+        creds.mkdir(mode=0o755)
+        (creds / "token").write_text(self.cp.node_token(node.name))
+        (creds / "ca.crt").write_bytes(self.cp.ca_file.read_bytes())
+        full_env = {}
+        for var in container["env"]:
+            if "valueFrom" in var:
+                assert var["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+                full_env[var["name"]] = node.name
+            else:
+                full_env[var["name"]] = var["value"]
+        node.log = self.tmp / f"agent-{node.name}.log"
+        node.container = f"dwd-agent-{node.ns.name}"
+        user = spec["securityContext"]
+        node.agent = containers.run(
+            image,
+            name=node.container,
+            log_path=node.log,
+            env={**full_env, **env},
+            mounts={creds: mount},
+            network=f"ns:/run/netns/{node.ns.name}",
+            dns=[node.ns.host_ip],
+            user=f"{user['runAsUser']}:{user['runAsGroup']}",
+        ).popen
+
     def close(self) -> None:
         # Rules first: they live on the host and outlast everything else if left behind.
         for node in self.nodes.values():
@@ -159,6 +195,8 @@ class World:
                     node.agent.wait(5)
                 if node.agent.poll() is None:
                     node.agent.kill()
+            if node.container is not None:
+                containers.remove(node.container)
             # Rules may still be in place after a failed test.
             for action in ("DROP", "REJECT"):
                 with contextlib.suppress(subprocess.CalledProcessError):

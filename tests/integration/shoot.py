@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
+from testenv import containers
 from testenv.apply import apply, load_docs
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
@@ -173,11 +174,29 @@ class Shoot:
         sampler.start()
         return sampler
 
-    def start_aggregator(self, *, seed: FaultProxy | None = None, **overrides: str) -> LoggedProcess:
+    def start_aggregator(
+        self, *, seed: FaultProxy | None = None, image: str | None = None, **overrides: str
+    ) -> LoggedProcess:
+        """The aggregator as a process, or from its ``image`` (the host's network, its files
+        mounted read-only, kubeconfigs carrying their credentials as a Secret's would)."""
         if seed is not None:
             kubeconfig = seed.kubeconfig(self.tmp / f"seed-proxy-{seed.port}.kubeconfig")
             overrides.setdefault("DWD_SEED_KUBECONFIG", str(kubeconfig))
         log_path = self.tmp / f"aggregator-{len(self.aggregators)}.log"
+        if image is not None:
+            files = self.tmp / f"aggregator-{len(self.aggregators)}-files"
+            env = containers.mounted_files(self.env(**overrides), files, "/etc/dwd-lease")
+            env.pop("PATH")
+            agg = containers.run(
+                image,
+                name=f"dwd-aggregator-{self.namespace}-{len(self.aggregators)}",
+                log_path=log_path,
+                env=env,
+                mounts={files: "/etc/dwd-lease"},
+                network="host",
+            )
+            self.aggregators.append(agg)
+            return agg
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "aggregator"], env=self.env(**overrides), stdout=log, stderr=log

@@ -1,0 +1,259 @@
+"""Build the agent and aggregator images from the Containerfile, as OCI archives.
+
+Both images are built by buildah with chroot isolation (no OCI runtime, no
+cgroups needed) and saved under ``build/images/`` as ``<name>.oci.tar``. The
+base is either a registry image (``--base``: what the Containerfile defaults
+to) or, by default, two bases made here from Debian's own packages with
+mmdebstrap, so a builder without a registry (CI, an air-gapped machine) can
+build them: a runtime base with python3 and ca-certificates only, and a build
+base that adds the venv module.
+
+The result is cached in ``~/.cache/dwd-lease/images/<key>/``, the key a hash of
+every input (the Containerfile, the packages' sources, pyproject.toml, the
+bases), so a warm machine, or a fresh clone on it, copies instead of building.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_DIR = ROOT / "build" / "images"
+CACHE_DIR = Path(os.environ.get("DWD_IMAGE_CACHE", Path.home() / ".cache" / "dwd-lease" / "images"))
+TARGETS = ("agent", "aggregator")
+TOOLS = ("podman", "buildah", "runc", "skopeo", "mmdebstrap")
+# The inputs of the images besides the sources: a change to any of them is a new build.
+INPUT_FILES = ("Containerfile", ".containerignore", "pyproject.toml", "README.md")
+SOURCE_DIRS = ("core", "agent", "aggregator")
+
+MIRROR = "http://deb.debian.org/debian"
+SECURITY = "http://deb.debian.org/debian-security"
+SUITE = "bookworm"
+# Without -updates and -security OpenSSL and Python lag behind the fixes Debian ships.
+SOURCES = (
+    f"deb {MIRROR} {SUITE} main",
+    f"deb {MIRROR} {SUITE}-updates main",
+    f"deb {SECURITY} {SUITE}-security main",
+)
+# Documentation, man pages and translations are dead weight in an image; the copyright
+# files stay, as Debian's licences ask.
+DPKG_EXCLUDES = (
+    "path-exclude=/usr/share/man/*",
+    "path-exclude=/usr/share/doc/*",
+    "path-include=/usr/share/doc/*/copyright",
+    "path-exclude=/usr/share/locale/*",
+    "path-exclude=/usr/share/info/*",
+)
+BASES = {
+    "runtime": ("python3", "ca-certificates"),
+    # binutils: strip, for the extension modules (Containerfile).
+    "build": ("python3", "python3-venv", "ca-certificates", "binutils"),
+}
+# When the builder reaches PyPI through an intercepting proxy, its CA is in this bundle.
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def project_version() -> str:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return str(meta["project"]["version"])
+
+
+def image_name(target: str) -> str:
+    return f"dwd-lease-{target}"
+
+
+def archive(target: str, directory: Path = BUILD_DIR) -> Path:
+    return directory / f"{image_name(target)}.oci.tar"
+
+
+def reference(target: str) -> str:
+    """The name the image is loaded under into local container storage."""
+    return f"localhost/{image_name(target)}:{project_version()}"
+
+
+def containers_conf(directory: Path = BUILD_DIR) -> Path:
+    """A containers.conf for podman on a machine like this one: runc (crun refuses cgroups in
+    hybrid mode) and rlimits within what an unprivileged-resource root may set (podman's
+    defaults ask for more than the hard limit, and without CAP_SYS_RESOURCE that fails)."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    nofile = 1048576 if hard == resource.RLIM_INFINITY else hard
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "containers.conf"
+    text = (
+        "# Written by image/build.py: see its containers_conf().\n"
+        "[containers]\n"
+        f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc=32768:32768"]\n'
+        "[engine]\n"
+        'runtime = "runc"\n'
+    )
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def tool_env() -> dict[str, str]:
+    return {**os.environ, "CONTAINERS_CONF": str(containers_conf())}
+
+
+def missing_tools() -> list[str]:
+    return [t for t in TOOLS if shutil.which(t) is None]
+
+
+def run(argv: Sequence[str], *, quiet: bool = True) -> str:
+    proc = subprocess.run(list(argv), env=tool_env(), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise ImageError(f"{argv[0]} {argv[1] if len(argv) > 1 else ''} failed ({proc.returncode}):\n{tail}")
+    if not quiet:
+        sys.stderr.write(proc.stderr)
+    return proc.stdout
+
+
+def _hash(parts: Sequence[bytes]) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(len(p).to_bytes(8, "big"))
+        h.update(p)
+    return h.hexdigest()[:12]
+
+
+def base_key(kind: str) -> str:
+    args = (SUITE, *SOURCES, *DPKG_EXCLUDES, *BASES[kind])
+    return _hash([a.encode() for a in args])
+
+
+def inputs_key(base: str) -> str:
+    parts = [base.encode()]
+    for name in INPUT_FILES:
+        parts += [name.encode(), (ROOT / name).read_bytes()]
+    for d in SOURCE_DIRS:
+        for f in sorted((ROOT / d).rglob("*.py")):
+            parts += [str(f.relative_to(ROOT)).encode(), f.read_bytes()]
+    return _hash(parts)
+
+
+def image_exists(ref: str) -> bool:
+    proc = subprocess.run(["podman", "image", "exists", ref], env=tool_env(), check=False)
+    return proc.returncode == 0
+
+
+def debian_base(kind: str) -> str:
+    """A base image made from Debian's packages, imported into local storage once per key."""
+    ref = f"localhost/dwd-lease-base-{kind}:{base_key(kind)}"
+    if image_exists(ref):
+        return ref
+    tarball = CACHE_DIR / "bases" / f"{kind}-{base_key(kind)}.tar"
+    if not tarball.exists():
+        tarball.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        partial = tarball.with_suffix(".partial.tar")
+        run(
+            [
+                "mmdebstrap",
+                "--variant=minbase",
+                "--quiet",
+                # merged /usr the way Debian's own images are, without pulling a full Perl in.
+                "--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr",
+                *(f"--dpkgopt={o}" for o in DPKG_EXCLUDES),
+                "--include=" + ",".join(BASES[kind]),
+                SUITE,
+                str(partial),
+                *SOURCES,
+            ]
+        )
+        partial.rename(tarball)
+        log(f"base {kind}: mmdebstrap in {time.monotonic() - started:.0f}s")
+    run(["podman", "import", "--quiet", str(tarball), ref])
+    return ref
+
+
+def build(base: str | None = None, *, force: bool = False) -> dict[str, Path]:
+    """Both images as OCI archives under build/images/, from the cache when their inputs match."""
+    if missing := missing_tools():
+        raise ImageError(f"missing tools: {', '.join(missing)} (Debian: apt-get install {' '.join(missing)})")
+    bases = {"build": base, "runtime": base} if base else {k: debian_base(k) for k in BASES}
+    key = inputs_key(bases["build"] + bases["runtime"])
+    cached = CACHE_DIR / key
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    if force or not all(archive(t, cached).exists() for t in TARGETS):
+        started = time.monotonic()
+        cached.mkdir(parents=True, exist_ok=True)
+        for target in TARGETS:
+            _build_one(target, bases, cached)
+        log(f"images built in {time.monotonic() - started:.0f}s (key {key})")
+    else:
+        log(f"images cached (key {key})")
+    out = {}
+    for target in TARGETS:
+        shutil.copyfile(archive(target, cached), archive(target))
+        out[target] = archive(target)
+    return out
+
+
+def _build_one(target: str, bases: dict[str, str], directory: Path) -> None:
+    ref = reference(target)
+    argv = [
+        "buildah",
+        "bud",
+        "--quiet",
+        "--isolation",
+        "chroot",
+        "--layers=false",
+        "--target",
+        target,
+        "--build-arg",
+        f"BUILD_BASE={bases['build']}",
+        "--build-arg",
+        f"RUNTIME_BASE={bases['runtime']}",
+        "--build-arg",
+        f"VERSION={project_version()}",
+        "--build-arg",
+        f"SOURCE={source_url()}",
+        "--tag",
+        ref,
+        "--file",
+        str(ROOT / "Containerfile"),
+    ]
+    if HOST_CA_BUNDLE.exists():
+        argv += ["--secret", f"id=pip-cert,src={HOST_CA_BUNDLE}"]
+    run([*argv, str(ROOT)])
+    partial = directory / f"{image_name(target)}.partial.tar"
+    partial.unlink(missing_ok=True)
+    run(["buildah", "push", "--quiet", ref, f"oci-archive:{partial}:{ref}"])
+    partial.rename(archive(target, directory))
+
+
+def source_url() -> str:
+    """Where the sources come from: DWD_IMAGE_SOURCE, else the clone's remote when it is a URL.
+    Not part of the cache key: a label, not an input."""
+    if url := os.environ.get("DWD_IMAGE_SOURCE"):
+        return url
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "config", "remote.origin.url"], capture_output=True, text=True, check=False
+    )
+    url = proc.stdout.strip()
+    return url if "://" in url or "@" in url else "unknown"
+
+
+def load(target: str) -> str:
+    """Load the built archive into local container storage (for podman run); its reference."""
+    ref = reference(target)
+    run(["podman", "load", "--quiet", "--input", str(archive(target))])
+    return ref
+
+
+def log(message: str) -> None:
+    print(f"image: {message}", file=sys.stderr, flush=True)

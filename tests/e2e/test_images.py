@@ -1,0 +1,130 @@
+"""The images, as an operator gets them: what is in them, and the outage and recovery with the
+agents and the aggregator running from them.
+
+Root, podman and runc are needed (CI has them: scripts/deps.sh); the images are
+built by ``make image`` before the tests, or here, from the cache when warm.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from image import build
+from testenv import containers
+from testenv.controlplane import ControlPlane
+from testenv.standins import CONTROLLERS, wait_for
+from tests.e2e.chain import LEASE_DURATION_S, Chain, chain, example_daemonset
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+AGENT_MAX_BYTES = 150_000_000
+# What the agent imports, and what it must not carry (the aggregator's dependencies).
+AGENT_NEEDS = ("httpx", "httpcore", "h2", "structlog", "uvloop", "core", "agent")
+AGENT_MUST_NOT = ("kubernetes", "aiohttp", "yaml", "aggregator", "pip")
+SCRIPT = """
+import importlib.metadata as m, importlib.util as u, json, sys
+mods = sys.argv[1].split(",")
+print(json.dumps({"modules": {x: u.find_spec(x) is not None for x in mods},
+                  "dists": sorted(d.metadata["Name"] for d in m.distributions())}))
+"""
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, str]:
+    missing = build.missing_tools()
+    assert not missing, f"the image tests need {missing}: scripts/deps.sh installs them"
+    return containers.images()
+
+
+def podman(*argv: str) -> str:
+    return build.run(["podman", *argv])
+
+
+def inspect(ref: str) -> dict[str, Any]:
+    out: list[dict[str, Any]] = json.loads(podman("image", "inspect", ref))
+    return out[0]
+
+
+def test_the_agent_image_holds_the_agent_and_nothing_of_the_aggregator(images: dict[str, str]) -> None:
+    ref = images["agent"]
+    out = podman(
+        "run", "--rm", "--read-only", "--network=none", "--entrypoint", "python3", ref,
+        "-c", SCRIPT, ",".join(AGENT_NEEDS + AGENT_MUST_NOT),
+    )  # fmt: skip
+    found = json.loads(out)
+    assert [m for m in AGENT_NEEDS if not found["modules"][m]] == []
+    assert [m for m in AGENT_MUST_NOT if found["modules"][m]] == [], found["dists"]
+    assert not {"kubernetes", "aiohttp"} & {d.lower() for d in found["dists"]}
+
+    config = inspect(ref)
+    assert config["Config"]["User"] == "65532:65532"  # never root
+    assert config["Config"]["Entrypoint"] == ["dwd-lease-agent"]
+    assert config["Size"] < AGENT_MAX_BYTES, f"agent image is {config['Size'] / 1e6:.1f} MB"
+    labels = config["Config"]["Labels"]
+    assert labels["org.opencontainers.image.version"] == build.project_version()
+    assert labels["org.opencontainers.image.title"] == "dwd-lease-agent"
+
+
+def test_the_archives_are_oci_images_skopeo_can_read(images: dict[str, str]) -> None:
+    for target in build.TARGETS:
+        info = json.loads(build.run(["skopeo", "inspect", f"oci-archive:{build.archive(target)}"]))
+        assert info["Labels"]["org.opencontainers.image.title"] == f"dwd-lease-{target}"
+        assert info["Labels"]["org.opencontainers.image.version"] == build.project_version()
+
+
+def test_the_aggregator_image_runs_the_aggregator(images: dict[str, str]) -> None:
+    """Bad settings are named, from the image too: the aggregator starts, reads them, and says."""
+    proc = subprocess.run(
+        ["podman", "run", "--rm", "--read-only", "--network=none", "--env", "DWD_LEASE_DURATION=soon",
+         images["aggregator"]],
+        env=build.tool_env(), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "DWD_LEASE_DURATION" in proc.stdout + proc.stderr
+    assert inspect(images["aggregator"])["Config"]["User"] == "65532:65532"
+
+
+def test_the_daemonset_runs_the_agent_image_read_only_and_not_as_root() -> None:
+    ds = example_daemonset()
+    spec = ds["spec"]["template"]["spec"]
+    agent = spec["containers"][0]
+    assert agent["image"].rsplit("/", 1)[-1].split(":")[0] == "dwd-lease-agent"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] != 0
+    assert agent["securityContext"]["readOnlyRootFilesystem"] is True
+    assert agent["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+@pytest.fixture
+def from_images(seed_plane: ControlPlane, tmp_path: Path, images: dict[str, str]) -> Iterator[Chain]:
+    with chain(seed_plane, tmp_path, "images", nodes=5, images=images) as c:
+        yield c
+
+
+def test_outage_and_recovery_with_everything_running_from_the_images(from_images: Chain) -> None:
+    """Five nodes, each agent from its image in its node's namespace; the aggregator from its
+    image. Four paths dropped: the controllers go down; healed: they come back, all of them."""
+    c = from_images
+    c.wait_judging(timeout_s=120)
+    cut = c.nodes[:4]
+    for node in cut:
+        node.iptables("-I", "-j", "DROP")
+    t_cut = time.time()
+    wait_for(lambda: all(r == 0 for r in c.shoot.replicas().values()), 60, "the controllers scaled down")
+    took = time.time() - t_cut
+    # A lease duration after the last renewal, plus confirmation and a tick: generous.
+    assert LEASE_DURATION_S < took < 30
+    for node in cut:
+        node.iptables("-D", "-j", "DROP")
+    wait_for(lambda: c.shoot.replicas() == CONTROLLERS, 90, "the controllers restored")
+    renewed = [e for n in c.nodes for e in n.events() if e["event"] == "lease_renewing"]
+    assert renewed, "the agents in the containers logged no renewal"
+    names = c.aggregator.names()
+    assert "target_scale_down" in names and "target_scale_up" in names
