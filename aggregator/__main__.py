@@ -26,8 +26,7 @@ from aggregator.server import make_app, render_table, serve
 from aggregator.settings import Settings
 from aggregator.targets import EnvSource, FileSource, Fleet, GardenerSource, TargetSource, TargetSpec
 from core import logs
-from core.config import ConfigError
-from core.errors import KubeError
+from core.errors import ConfigError, KubeError
 
 log = logs.get("aggregator")
 

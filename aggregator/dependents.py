@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from core.config import ConfigError
 from core.durations import parse_duration
+from core.errors import ConfigError
 
 # Which API paths serve the scale subresource of each supported kind.
 KIND_PATHS = {

@@ -29,7 +29,7 @@ from kubernetes import config as k8s_config
 from core.credentials import TokenFile
 from core.errors import (
     BadResponse,
-    KubeError,
+    KubeconfigError,
     TransportError,
     TransportKind,
     api_error,
@@ -40,14 +40,6 @@ IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 RETIRED_SESSION_S = 60.0
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-
-
-class KubeconfigError(KubeError):
-    """A kubeconfig that cannot be used: missing, unparsable, without a server or credentials."""
-
-    @property
-    def failure_class(self) -> str:
-        return "kubeconfig"
 
 
 @dataclass(frozen=True)

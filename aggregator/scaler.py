@@ -35,7 +35,7 @@ from aggregator.decider import Desired
 from aggregator.dependents import Dependent, levels
 from aggregator.kube import KubeClient
 from core import logs
-from core.errors import KubeError, NotFound
+from core.errors import KubeError, NotFound, NotLeading
 from core.lease import PREFIX
 
 REPLICAS = PREFIX + "replicas"
@@ -49,14 +49,6 @@ REVERIFY_S = 10.0
 STEPS_PER_TICK = 3
 
 log = logs.get("scaler")
-
-
-class NotLeading(KubeError):
-    """This replica's leadership ended (or ends before the write could finish)."""
-
-    @property
-    def failure_class(self) -> str:
-        return "not-leading"
 
 
 @dataclass(frozen=True)

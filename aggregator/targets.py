@@ -23,13 +23,13 @@ import yaml
 
 from aggregator.decider import Desired
 from aggregator.dependents import Dependent
-from aggregator.kube import Endpoint, KubeClient, KubeconfigError, KubeconfigSource, load_kubeconfig_dict
+from aggregator.kube import Endpoint, KubeClient, KubeconfigSource, load_kubeconfig_dict
 from aggregator.metrics import AggregatorMetrics
 from aggregator.scaler import Scaler
 from aggregator.settings import Settings
 from aggregator.target import Target
 from core import logs
-from core.errors import KubeError, NotFound
+from core.errors import KubeconfigError, KubeError, NotFound
 
 log = logs.get("fleet")
 

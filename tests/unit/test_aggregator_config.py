@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from aggregator.dependents import DEFAULT_DEPENDENTS, levels, load_dependents
-from aggregator.kube import KubeconfigError, load_kubeconfig
+from aggregator.kube import load_kubeconfig
 from aggregator.settings import Settings
-from core.config import ConfigError
+from core.errors import ConfigError, KubeconfigError
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from typing import Any
 
 import pytest
 
-from aggregator.kube import KubeconfigError
 from aggregator.server import render_page, render_table
 from aggregator.targets import FileSource, TargetSpec, cluster_skip_reason
+from core.errors import KubeconfigError
 
 
 def cluster(**shoot: Any) -> dict[str, Any]:
