@@ -9,6 +9,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from aggregator import budget
@@ -33,6 +34,26 @@ WATCH_TIMEOUT_S = 10.0
 WATCH_FRESH_S = WATCH_TIMEOUT_S + 15.0
 
 
+class Interlock(StrEnum):
+    """The checks a scale-down must pass; the value is the metrics' reason label."""
+
+    KAPI_PROBE = "kapi_probe_failed"
+    WATCH_STALE = "watch_stale"
+    LIST_FAILED = "list_failed"
+    LIST_DISAGREES = "list_disagrees"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An interlock that refused a scale-down, and what it saw."""
+
+    interlock: Interlock
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.interlock}: {self.detail}"
+
+
 @dataclass
 class TargetStatus:
     phase: Phase = Phase.STARTING
@@ -42,7 +63,7 @@ class TargetStatus:
     reason: str = "starting"
     # The reason the current phase was entered: what the actuator's Events say.
     phase_reason: str = "starting"
-    blocked: str = ""
+    blocked: Refusal | None = None
     # Why the view of the shoot is not trusted now ("" when it is).
     view: str = "not listed yet"
     error: str = ""
@@ -254,13 +275,13 @@ class Target:
         if verdict.scale_down:
             # A standby checks too (the checks only read): its status must not claim a
             # scale-down the leader would have refused.
-            why = await self.interlocks()
-            if why:
-                verdict = blocked(verdict, now, why)
-                self._block(why)
+            refusal = await self.interlocks()
+            if refusal is not None:
+                verdict = blocked(verdict, now, str(refusal))
+                self._block(refusal)
         self._record(verdict)
         if verdict.scale_down or (verdict.judged and verdict.memory.phase is Phase.HEALTHY):
-            self.status.blocked = ""  # the last refusal is history once a verdict moved on
+            self.status.blocked = None  # the last refusal is history once a verdict moved on
         if leader and verdict.desired is not self.scaler.desired:
             # The decision to act, once: the actuator converges on it over the next ticks.
             if verdict.desired is Desired.SCALED_DOWN:
@@ -285,23 +306,23 @@ class Target:
         self._tick_done = self.clock()
         return verdict
 
-    async def interlocks(self) -> str:
-        """Why a scale-down must not happen now; "" when every check passes. A failed probe
+    async def interlocks(self) -> Refusal | None:
+        """Why a scale-down must not happen now; None when every check passes. A failed probe
         or LIST is a gap in the view: nothing is judged again for a lease duration."""
         try:
             await self.shoot.probe()
         except KubeError as e:
             self.metrics.probe_failures.inc(target=self.name)
             self._gap("the shoot KAPI did not answer the probe")
-            return f"kapi_probe_failed: {e}"
+            return Refusal(Interlock.KAPI_PROBE, str(e))
         if not self.leases.fresh(WATCH_FRESH_S) or not self.nodes.fresh(WATCH_FRESH_S):
             self._gap("no data from the watches")
-            return "watch_stale: no data from the watches recently, our view may be frozen"
+            return Refusal(Interlock.WATCH_STALE, "no data from the watches recently, our view may be frozen")
         try:
             await self.leases.list_now()
         except KubeError as e:
             self._gap("the confirming LIST failed")
-            return f"list_failed: {e}"
+            return Refusal(Interlock.LIST_FAILED, str(e))
         confirm = decide(
             self.observed.nodes,
             self.observed.leases,
@@ -312,15 +333,17 @@ class Target:
             sample=self.pacing().fast,
         )
         if not confirm.scale_down:
-            return f"list_disagrees: a fresh LIST shows {confirm.stale}/{confirm.candidates} stale"
-        return ""
+            return Refusal(
+                Interlock.LIST_DISAGREES, f"a fresh LIST shows {confirm.stale}/{confirm.candidates} stale"
+            )
+        return None
 
-    def _block(self, why: str) -> None:
-        kind = why.split(":", 1)[0]
-        self.metrics.blocked.inc(target=self.name, reason=kind)
-        if self.status.blocked.split(":", 1)[0] != kind:
-            self.log.warning("scale_down_blocked", why=why)
-        self.status.blocked = why
+    def _block(self, refusal: Refusal) -> None:
+        self.metrics.blocked.inc(target=self.name, reason=refusal.interlock)
+        previous = self.status.blocked
+        if previous is None or previous.interlock is not refusal.interlock:
+            self.log.warning("scale_down_blocked", why=str(refusal))
+        self.status.blocked = refusal
 
     def _record(self, v: Verdict) -> None:
         self.status.candidates, self.status.stale = v.candidates, v.stale
@@ -353,7 +376,7 @@ class Target:
             "fraction": round(s.fraction, 4),
             "reason": s.reason,
             "phase_reason": s.phase_reason,
-            "blocked": s.blocked,
+            "blocked": str(s.blocked or ""),
             "view": s.view,
             "desired": str(self.scaler.desired or ""),
             "converged": self.scaler.converged,

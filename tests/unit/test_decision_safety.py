@@ -14,6 +14,7 @@ import pytest
 
 from aggregator.decider import Phase
 from aggregator.scaler import MELTDOWN, REPLICAS
+from aggregator.target import Interlock
 from aggregator.watcher import Informer
 from core.errors import Forbidden, NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
@@ -78,7 +79,8 @@ async def test_a_blocked_scale_down_restarts_confirmation() -> None:
     w.shoot.fail("GET", "/readyz")  # the interlock: the internal probe fails
     await w.run(15)
     assert not w.ever_scaled_down()
-    assert w.target.status.blocked.startswith("kapi_probe_failed")
+    refusal = w.target.status.blocked
+    assert refusal is not None and refusal.interlock is Interlock.KAPI_PROBE
     w.shoot.clear()
     await w.run(1)
     # Confirmation starts again from nothing, after a lease duration of fresh view.
