@@ -103,11 +103,16 @@ class Verdict:
 
     @property
     def fraction(self) -> float:
-        return self.stale / self.candidates if self.candidates else 0.0
+        return stale_fraction(self.stale, self.candidates)
 
     @property
     def desired(self) -> Desired | None:
         return desired_for(self.memory.phase)
+
+
+def stale_fraction(stale: int, candidates: int) -> float:
+    """The share of candidates that are stale; 0 when there are none (no verdict, not an outage)."""
+    return stale / candidates if candidates else 0.0
 
 
 def desired_for(phase: Phase) -> Desired | None:
@@ -200,7 +205,7 @@ def decide(
         # Holding the controllers at 0 on no evidence is never the default.
         return _recover(memory, now, p, why, n=n, s=s, judged=False)
 
-    fraction = s / n
+    fraction = stale_fraction(s, n)
     ratio = f"{s}/{n} stale ({fraction:.0%})"
     at_failure = fraction >= p.failure_fraction
     below_recovery = fraction < p.recovery_fraction

@@ -32,7 +32,7 @@ class Provisioner:
         lease_duration_s: float,
         pacing: Callable[[], Pacing],
         writes_per_s: float = 50.0,
-        target: str = "",
+        label: str = "",
     ) -> None:
         self.shoot = shoot
         self.observed = observed
@@ -40,7 +40,7 @@ class Provisioner:
         self.lease_duration_s = lease_duration_s
         self.pacing = pacing
         self.min_gap_s = 1.0 / writes_per_s
-        self.log = log.bind(target=target)
+        self.log = log.bind(target=label)
 
     def desired(self, node: str, pacing: Pacing) -> dict[str, Any]:
         # A slow node's lease says how long it may be quiet: four of its intervals.

@@ -14,7 +14,7 @@ from typing import Any
 
 from aggregator import budget
 from aggregator.budget import Pacing
-from aggregator.decider import Desired, Memory, Phase, Verdict, blocked, decide, take_over
+from aggregator.decider import Desired, Memory, Phase, Verdict, blocked, decide, stale_fraction, take_over
 from aggregator.dependents import Dependent
 from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
 from aggregator.metrics import AggregatorMetrics
@@ -73,7 +73,7 @@ class TargetStatus:
 
     @property
     def fraction(self) -> float:
-        return self.stale / self.candidates if self.candidates else 0.0
+        return stale_fraction(self.stale, self.candidates)
 
 
 class Target:
@@ -114,7 +114,7 @@ class Target:
             list_accept=None if skip_unhealthy_nodes else METADATA_LIST,
             watch_timeout_s=WATCH_TIMEOUT_S,
             clock=clock,
-            target=name,
+            label=name,
         )
         self.leases = Informer(
             shoot,
@@ -124,7 +124,7 @@ class Target:
             on_event=self.observed.lease_event,
             watch_timeout_s=WATCH_TIMEOUT_S,
             clock=clock,
-            target=name,
+            label=name,
         )
         self.provisioner = Provisioner(
             shoot,
@@ -132,14 +132,14 @@ class Target:
             settings.lease_namespace,
             lease_duration_s=settings.lease_duration_s,
             pacing=self.pacing,
-            target=name,
+            label=name,
         )
         self.scaler = Scaler(
             seed,
             namespace,
             dependents,
             dry_run=settings.dry_run,
-            target=name,
+            label=name,
             clock=clock,
             deadline=term_end,
             on_action=lambda resource, direction, result: self.metrics.scale_actions.inc(

@@ -245,7 +245,7 @@ class Fleet:
         """A target that is no longer wanted must not leave its controllers at 0: after the
         recovery period, restore whatever carries its record, until that is done."""
         await asyncio.sleep(self.settings.recovery_period_s)
-        scaler = Scaler(self.seed, spec.namespace, self.dependents, target=spec.name, deadline=self.term_end)
+        scaler = Scaler(self.seed, spec.namespace, self.dependents, label=spec.name, deadline=self.term_end)
         reason = "the target was removed from the aggregator: restoring what it scaled down"
         while True:
             if self.is_leader() and await scaler.converge(Desired.RUNNING, reason):

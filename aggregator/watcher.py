@@ -50,7 +50,7 @@ class Informer:
         list_accept: str | None = None,
         watch_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
-        target: str = "",
+        label: str = "",
     ) -> None:
         self.client = client
         self.path = path
@@ -68,7 +68,7 @@ class Informer:
         self.failing = False
         self.resource_version = ""
         self.last_error = ""
-        self.log = log.bind(target=target, resource=name)
+        self.log = log.bind(target=label, resource=name)
         self.on_restart: Callable[[str], None] = lambda _reason: None
 
     async def list_now(self) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aggregator.dependents import DEFAULT_DEPENDENTS, levels, load_dependents
+from aggregator.dependents import DEFAULT_DEPENDENTS, Direction, levels, load_dependents
 from aggregator.kube import load_kubeconfig
 from aggregator.settings import Settings
 from core.errors import ConfigError, KubeconfigError
@@ -67,11 +67,11 @@ def test_relations(kubeconfig: str) -> None:
 
 
 def test_default_dependents_follow_dependency_watchdog() -> None:
-    assert [[d.name for d in lv] for lv in levels(DEFAULT_DEPENDENTS, "down")] == [
+    assert [[d.name for d in lv] for lv in levels(DEFAULT_DEPENDENTS, Direction.DOWN)] == [
         ["machine-controller-manager", "cluster-autoscaler"],
         ["kube-controller-manager"],
     ]
-    assert [[d.name for d in lv] for lv in levels(DEFAULT_DEPENDENTS, "up")] == [
+    assert [[d.name for d in lv] for lv in levels(DEFAULT_DEPENDENTS, Direction.UP)] == [
         ["kube-controller-manager"],
         ["machine-controller-manager"],
         ["cluster-autoscaler"],
