@@ -19,12 +19,13 @@ from typing import Any
 import uvloop
 
 from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent, load_dependents
+from aggregator.fleet import Fleet
 from aggregator.kube import KubeClient, KubeconfigSource, in_cluster
 from aggregator.leader import LeaderElector
 from aggregator.metrics import AggregatorMetrics
 from aggregator.server import make_app, render_table, serve
 from aggregator.settings import Settings
-from aggregator.targets import EnvSource, FileSource, Fleet, GardenerSource, TargetSource, TargetSpec
+from aggregator.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
 from core import logs
 from core.errors import ConfigError, KubeError
 

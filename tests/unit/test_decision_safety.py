@@ -415,8 +415,9 @@ def test_renewed_after_interval(
 
 
 async def test_a_removed_target_restores_what_it_scaled_down() -> None:
+    from aggregator.fleet import Fleet, Running
     from aggregator.metrics import AggregatorMetrics
-    from aggregator.targets import Fleet, Running, TargetSpec
+    from aggregator.sources import TargetSpec
 
     w = World()
     await settle(w)

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from aggregator.server import render_page, render_table
-from aggregator.targets import FileSource, TargetSpec, cluster_skip_reason
+from aggregator.sources import FileSource, TargetSpec, cluster_skip_reason
 from core.errors import KubeconfigError
 
 
