@@ -28,6 +28,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from aggregator.objects import NodeView
+from core.lease import LeaseView
+
 
 class Phase(StrEnum):
     STARTING = "starting"
@@ -46,24 +49,19 @@ class Desired(StrEnum):
 
 @dataclass(frozen=True)
 class NodeObs:
-    name: str
+    view: NodeView
+    # Our own monotonic clock at the node's creation (its age as the server's clock tells it).
     created_mono: float
-    deleting: bool = False
-    ignored: bool = False
-    unhealthy: bool = False
 
 
 @dataclass(frozen=True)
 class LeaseObs:
-    name: str
-    renew_time: str | None
+    view: LeaseView
     # Our own monotonic time when renew_time was last seen to change (or first seen).
     seen_renewed_mono: float
-    released: bool = False
-    # The interval its annotation asks for (None: none, or unreadable), and when the
-    # aggregator first saw that interval there. A renewal seen after that moment is
-    # one made at that pace: the agent adopts the interval from its PATCH response.
-    interval_s: float | None = None
+    # When the aggregator first saw the interval the lease asks for now. A renewal seen
+    # after that moment is one made at that pace: the agent adopts the interval from its
+    # PATCH response.
     paced_since_mono: float = float("-inf")
 
 
@@ -135,14 +133,16 @@ def candidates(
     renewed since they were asked."""
     out = {}
     for name, node in nodes.items():
-        if node.deleting or node.ignored or node.unhealthy or now - node.created_mono < p.node_grace_s:
+        n = node.view
+        if n.deleting or n.ignored or n.unhealthy or now - node.created_mono < p.node_grace_s:
             continue
         if sample is not None and name not in sample:
             continue
         lease = leases.get(name)
-        if lease is None or lease.renew_time is None or lease.released:
+        if lease is None or lease.view.renew_time is None or lease.view.released:
             continue
-        if lease.interval_s is None or lease.interval_s > p.fast_interval_s:
+        interval_s = lease.view.interval_s
+        if interval_s is None or interval_s > p.fast_interval_s:
             continue
         if lease.seen_renewed_mono <= lease.paced_since_mono:
             continue

@@ -26,7 +26,7 @@ import asyncio
 import math
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -35,6 +35,7 @@ from typing import Any
 from aggregator.decider import Desired
 from aggregator.dependents import Dependent, Direction, levels
 from aggregator.kube import KubeClient
+from aggregator.objects import metadata, resource_version, section
 from core import logs
 from core.errors import KubeError, NotFound, NotLeading
 from core.lease import PREFIX
@@ -77,9 +78,9 @@ class DependentState:
     resource_version: str = ""
 
     @classmethod
-    def read(cls, name: str, obj: dict[str, Any]) -> DependentState:
-        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-        ann = meta.get("annotations") or {}
+    def from_object(cls, name: str, obj: Mapping[str, Any]) -> DependentState:
+        meta, spec, status = metadata(obj), section(obj, "spec"), section(obj, "status")
+        ann = section(meta, "annotations")
         replicas = spec.get("replicas")
         return cls(
             name=name,
@@ -90,7 +91,7 @@ class DependentState:
             record=ann.get(REPLICAS),
             protected=MELTDOWN in ann,
             ignored=ann.get(IGNORE_SCALING) == "true",
-            resource_version=str(meta.get("resourceVersion") or ""),
+            resource_version=resource_version(obj),
         )
 
     @property
@@ -259,7 +260,7 @@ class Scaler:
 
     async def _read(self, d: Dependent) -> DependentState:
         try:
-            state = DependentState.read(d.name, await self.seed.get(d.path(self.namespace)))
+            state = DependentState.from_object(d.name, await self.seed.get(d.path(self.namespace)))
         except NotFound:
             state = DependentState(d.name, exists=False)
         self.state[d.name] = state

@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import yaml
 
 from aggregator.kube import Endpoint, KubeClient, load_kubeconfig_dict
+from aggregator.objects import ClusterView, section
 from core import logs
 from core.errors import KubeconfigError, NotFound
 
@@ -79,24 +81,6 @@ class FileSource:
         return out
 
 
-def cluster_skip_reason(cluster: dict[str, Any]) -> str:
-    """Why a Gardener Cluster gets no prober ("" when it gets one): dependency-watchdog's rules."""
-    if (cluster.get("metadata") or {}).get("deletionTimestamp"):
-        return "deleting"
-    shoot = (cluster.get("spec") or {}).get("shoot") or {}
-    spec, status = shoot.get("spec") or {}, shoot.get("status") or {}
-    if (spec.get("hibernation") or {}).get("enabled") or status.get("isHibernated"):
-        return "hibernated"
-    if not ((spec.get("provider") or {}).get("workers") or []):
-        return "worker-less"
-    last = status.get("lastOperation") or {}
-    if last.get("type") in ("Migrate", "Restore") and last.get("state") != "Succeeded":
-        return "migrating"
-    if not last or (last.get("type") == "Create" and last.get("state") != "Succeeded"):
-        return "not yet reconciled"
-    return ""
-
-
 @dataclass
 class GardenerSource:
     seed: KubeClient
@@ -104,21 +88,23 @@ class GardenerSource:
     skipped: dict[str, str] = field(default_factory=dict)
 
     async def desired(self) -> dict[str, TargetSpec]:
-        clusters = (await self.seed.get(CLUSTERS)).get("items") or []
         out, skipped = {}, {}
-        for c in clusters:
-            name = str((c.get("metadata") or {}).get("name") or "")
-            if not name:
+        for c in await self._clusters():
+            if c.skip_reason:
+                skipped[c.name] = c.skip_reason
                 continue
-            why = cluster_skip_reason(c)
-            if why:
-                skipped[name] = why
-                continue
-            out[name] = TargetSpec(name=name, namespace=name, kubeconfig_secret=self.secret)
+            out[c.name] = TargetSpec(name=c.name, namespace=c.name, kubeconfig_secret=self.secret)
         if skipped != self.skipped:
             log.info("clusters_skipped", skipped=skipped)
         self.skipped = skipped
         return out
+
+    async def _clusters(self) -> list[ClusterView]:
+        views = []
+        for obj in (await self.seed.get(CLUSTERS)).get("items") or []:
+            with contextlib.suppress(ValueError):  # without a name: nothing to run
+                views.append(ClusterView.from_object(obj))
+        return views
 
 
 class SecretKubeconfig:
@@ -144,7 +130,7 @@ class SecretKubeconfig:
         except NotFound as e:
             self.error = "the secret does not exist"
             raise KubeconfigError(f"kubeconfig {self.source}: the secret does not exist") from e
-        encoded = (secret.get("data") or {}).get("kubeconfig")
+        encoded = section(secret, "data").get("kubeconfig")
         if not encoded:
             self.error = "no 'kubeconfig' key"
             raise KubeconfigError(f"kubeconfig {self.source}: no 'kubeconfig' key")

@@ -18,13 +18,14 @@ from aggregator.decider import Desired, Memory, Phase, Verdict, blocked, decide,
 from aggregator.dependents import Dependent
 from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
 from aggregator.metrics import AggregatorMetrics
+from aggregator.objects import NodeView
 from aggregator.provisioner import Provisioner
 from aggregator.scaler import Scaler
 from aggregator.settings import Settings
 from aggregator.watcher import Informer, Observed
 from core import logs
 from core.errors import KubeError
-from core.lease import leases_path
+from core.lease import LeaseView, leases_path
 
 log = logs.get("target")
 
@@ -106,6 +107,7 @@ class Target:
             shoot,
             "/api/v1/nodes",
             name="nodes",
+            parse=NodeView.from_object,
             on_list=self.observed.nodes_listed,
             on_event=self.observed.node_event,
             # Node objects are large; their metadata is all a candidate needs
@@ -120,6 +122,7 @@ class Target:
             shoot,
             leases_path(settings.lease_namespace),
             name="leases",
+            parse=LeaseView.from_object,
             on_list=self.observed.leases_listed,
             on_event=self.observed.lease_event,
             watch_timeout_s=WATCH_TIMEOUT_S,
@@ -168,7 +171,7 @@ class Target:
 
     def pacing(self) -> Pacing:
         """Who renews fast and who slowly, to keep heartbeats within DWD_WRITE_BUDGET."""
-        names = frozenset(self.observed.node_uids)
+        names = frozenset(self.observed.nodes)
         if self._pacing is None or self._pacing_for != names:
             self._pacing = budget.plan(names, self.settings.renew_interval_s, self.settings.write_budget)
             self._pacing_for = names
@@ -385,7 +388,7 @@ class Target:
             "dry_run": self.settings.dry_run,
             "leader": self.is_leader(),
             "fast_nodes": len(self.pacing().fast),
-            "heartbeat_writes_per_s": round(self.pacing().writes_per_s(len(self.observed.node_uids)), 2),
+            "heartbeat_writes_per_s": round(self.pacing().writes_per_s(len(self.observed.nodes)), 2),
             "lease_ages": {k: round(v, 2) for k, v in sorted(self.observed.lease_ages().items())},
             "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],
         }

@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from aggregator.decider import Phase
+from aggregator.objects import NodeView
 from aggregator.scaler import MELTDOWN, REPLICAS
 from aggregator.target import Interlock
 from aggregator.watcher import Informer
@@ -361,7 +362,14 @@ async def test_an_own_stall_is_not_staleness() -> None:
 
 async def test_a_failing_watch_is_not_fresh() -> None:
     kube = FakeKube()
-    informer = Informer(kube, "/api/v1/nodes", name="nodes", on_list=lambda _: None, on_event=lambda *_: None)
+    informer = Informer(
+        kube,
+        "/api/v1/nodes",
+        name="nodes",
+        parse=NodeView.from_object,
+        on_list=lambda _: None,
+        on_event=lambda *_: None,
+    )
     task = asyncio.create_task(informer.run())
     await asyncio.wait_for(informer.synced.wait(), 5)
     assert informer.fresh(25)
@@ -406,7 +414,7 @@ def _lease(interval_at: str | None, renew_at: str | None, same_writer: bool = Fa
 def test_renewed_after_interval(
     interval_at: str | None, renew_at: str | None, same_writer: bool, after: bool
 ) -> None:
-    from aggregator.watcher import renewed_after_interval
+    from core.lease import renewed_after_interval
 
     assert renewed_after_interval(_lease(interval_at, renew_at, same_writer)) is after
 
