@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from aggregator.objects import NodeView
+from aggregator.settings import Decider
 from core.lease import LeaseView
 
 
@@ -63,19 +64,6 @@ class LeaseObs:
     # after that moment is one made at that pace: the agent adopts the interval from its
     # PATCH response.
     paced_since_mono: float = float("-inf")
-
-
-@dataclass(frozen=True)
-class Params:
-    lease_duration_s: float
-    node_grace_s: float
-    failure_fraction: float
-    recovery_fraction: float
-    confirm_period_s: float
-    recovery_period_s: float
-    min_candidates: int
-    fast_interval_s: float = 2.0
-    blind_limit_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -125,7 +113,7 @@ def candidates(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    p: Params,
+    p: Decider,
     sample: Collection[str] | None = None,
 ) -> dict[str, LeaseObs]:
     """The leases that count: of live, old-enough, not ignored nodes (in the fast-renewing
@@ -150,7 +138,7 @@ def candidates(
     return out
 
 
-def is_stale(lease: LeaseObs, now: float, p: Params) -> bool:
+def is_stale(lease: LeaseObs, now: float, p: Decider) -> bool:
     return now - lease.seen_renewed_mono >= p.lease_duration_s
 
 
@@ -158,7 +146,7 @@ def decide(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    p: Params,
+    p: Decider,
     memory: Memory,
     *,
     view_since: float | None,
@@ -227,7 +215,7 @@ def decide(
     return to(Phase.DOWN, ratio, n=n, s=s, judged=True)
 
 
-def _blind(memory: Memory, now: float, p: Params, why: str) -> Verdict:
+def _blind(memory: Memory, now: float, p: Decider, why: str) -> Verdict:
     """Nothing can be judged: confirmation starts again; scaled down stays so, for a while."""
     phase = memory.phase
     if phase in (Phase.HEALTHY, Phase.CONFIRMING):
@@ -245,7 +233,7 @@ def _blind(memory: Memory, now: float, p: Params, why: str) -> Verdict:
     return Verdict(replace(mem, blind_since=blind_since), 0, 0, f"holding: {why}")
 
 
-def _recover(memory: Memory, now: float, p: Params, why: str, *, n: int, s: int, judged: bool) -> Verdict:
+def _recover(memory: Memory, now: float, p: Decider, why: str, *, n: int, s: int, judged: bool) -> Verdict:
     if memory.phase is not Phase.RECOVERING:
         return Verdict(Memory(Phase.RECOVERING, now), n, s, f"{why}: recovering", judged=judged)
     if now - memory.since >= p.recovery_period_s:

@@ -26,10 +26,6 @@ from core.errors import KubeError
 
 log = logs.get("fleet")
 
-SECRET_REFRESH_S = 10.0
-SOURCE_POLL_S = 5.0
-RETIRE_RETRY_S = 2.0
-
 
 @dataclass
 class Running:
@@ -78,7 +74,7 @@ class Fleet:
                         log.error("targets_unavailable", error=str(e))
                     self.source_error = str(e)
                 self.reconciled.set()
-                await asyncio.sleep(SOURCE_POLL_S)
+                await asyncio.sleep(self.settings.shoots.poll_s)
         finally:
             tasks = [*self.tasks.values(), *self.retiring.values()]
             for task in tasks:
@@ -104,52 +100,66 @@ class Fleet:
     async def retire(self, spec: TargetSpec) -> None:
         """A target that is no longer wanted must not leave its controllers at 0: after the
         recovery period, restore whatever carries its record, until that is done."""
-        await asyncio.sleep(self.settings.recovery_period_s)
-        scaler = Scaler(self.seed, spec.namespace, self.dependents, label=spec.name, deadline=self.term_end)
+        await asyncio.sleep(self.settings.decider.recovery_period_s)
+        scaler = Scaler(
+            self.seed,
+            spec.namespace,
+            self.dependents,
+            settings=self.settings.scaling,
+            label=spec.name,
+            deadline=self.term_end,
+        )
         reason = "the target was removed from the aggregator: restoring what it scaled down"
+        retry = self.settings.shoots.retire_retry
+        delays = retry.delays()
         while True:
             if self.is_leader() and await scaler.converge(Desired.RUNNING, reason):
                 break
-            await asyncio.sleep(RETIRE_RETRY_S)
+            await asyncio.sleep(retry.spread(next(delays)))
         log.info("target_retired", target=spec.name)
         self.retiring.pop(spec.name, None)
 
     async def _supervise(self, running: Running) -> None:
         """Run one target forever; crashes are reported and retried with back-off, never spread."""
-        backoff_s = 2.0
-        spec = running.spec
+        restart = self.settings.shoots.restart
+        delays = restart.delays()
         while True:
-            shoot: KubeClient | None = None
-            try:
-                shoot, refresher = await self._shoot_client(spec)
-                target = Target(
-                    spec.name,
-                    spec.namespace,
-                    shoot,
-                    self.seed,
-                    settings=self.settings,
-                    dependents=self.dependents,
-                    is_leader=self.is_leader,
-                    term_end=self.term_end,
-                    metrics=self.metrics,
-                )
-                running.target, running.error = target, ""
-                async with asyncio.TaskGroup() as tg:
-                    tg.create_task(target.run())
-                    if refresher is not None:
-                        tg.create_task(refresher(target))
-            except* KubeError as group:
-                running.error = "; ".join(str(e) for e in group.exceptions)
-            except* Exception as group:  # a bug in one target must not take the others down
-                running.error = "; ".join(f"{type(e).__name__}: {e}" for e in group.exceptions)
-                log.exception("target_crashed", target=spec.name)
-            finally:
-                if shoot is not None:
-                    await shoot.close()
-            self.metrics.target_errors.inc(target=spec.name)
-            log.error("target_failed", target=spec.name, error=running.error, retry_in=backoff_s)
-            await asyncio.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, 60.0)
+            await self._run_target(running)
+            self.metrics.target_errors.inc(target=running.spec.name)
+            delay_s = next(delays)
+            log.error("target_failed", target=running.spec.name, error=running.error, retry_in=delay_s)
+            await asyncio.sleep(restart.spread(delay_s))
+
+    async def _run_target(self, running: Running) -> None:
+        """One life of a target, until it fails; why it failed is left in ``running.error``."""
+        spec = running.spec
+        shoot: KubeClient | None = None
+        try:
+            shoot, refresher = await self._shoot_client(spec)
+            target = Target(
+                spec.name,
+                spec.namespace,
+                shoot,
+                self.seed,
+                settings=self.settings,
+                dependents=self.dependents,
+                is_leader=self.is_leader,
+                term_end=self.term_end,
+                metrics=self.metrics,
+            )
+            running.target, running.error = target, ""
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(target.run())
+                if refresher is not None:
+                    tg.create_task(refresher(target))
+        except* KubeError as group:
+            running.error = "; ".join(str(e) for e in group.exceptions)
+        except* Exception as group:  # a bug in one target must not take the others down
+            running.error = "; ".join(f"{type(e).__name__}: {e}" for e in group.exceptions)
+            log.exception("target_crashed", target=spec.name)
+        finally:
+            if shoot is not None:
+                await shoot.close()
 
     async def _shoot_client(self, spec: TargetSpec) -> tuple[KubeClient, Callable[[Target], Any] | None]:
         if spec.kubeconfig_path:
@@ -161,7 +171,7 @@ class Fleet:
 
         async def refresh_forever(target: Target) -> None:
             while True:
-                await asyncio.sleep(SECRET_REFRESH_S)
+                await asyncio.sleep(self.settings.shoots.secret_refresh_s)
                 with contextlib.suppress(KubeError):
                     if await secret.refresh():
                         # Every request from now on, and every watch when it restarts,

@@ -335,7 +335,7 @@ class KubeClient:
         except ValueError as e:
             raise BadResponse(f"WATCH {path}: an event is not JSON") from e
 
-    async def probe(self, path: str = "/readyz", timeout_s: float = 3.0) -> None:
+    async def probe(self, *, timeout_s: float, path: str = "/readyz") -> None:
         """A request on a new connection: a half-broken kept-alive one must not fake health."""
         endpoint = self.endpoint()
         try:

@@ -20,9 +20,10 @@ from typing import Any
 
 from aggregator.kube import KubeClient
 from aggregator.objects import section
+from aggregator.settings import Leader
 from core import logs
 from core.errors import Conflict, KubeError, NotFound
-from core.lease import format_micro_time
+from core.lease import format_micro_time, lease_path, leases_path
 
 log = logs.get("leader")
 
@@ -51,24 +52,20 @@ class LeaderElector:
     def __init__(
         self,
         seed: KubeClient,
-        namespace: str,
+        settings: Leader,
         name: str = "dwd-lease-aggregator",
         *,
-        lease_duration_s: float = 15.0,
-        renew_deadline_s: float = 10.0,
-        retry_period_s: float = 2.0,
         identity: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not lease_duration_s > renew_deadline_s > retry_period_s:
-            raise ValueError("leader election needs lease duration > renew deadline > retry period")
+        # ``settings`` has checked lease duration > renew deadline > retry period.
         self.seed = seed
-        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
-        self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self.path = lease_path(settings.namespace, name)
+        self.collection = leases_path(settings.namespace)
         self.name = name
-        self.lease_duration_s = lease_duration_s
-        self.renew_deadline_s = renew_deadline_s
-        self.retry_period_s = retry_period_s
+        self.lease_duration_s = settings.lease_duration_s
+        self.renew_deadline_s = settings.renew_deadline_s
+        self.retry_period_s = settings.retry_period_s
         self.identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         self.clock = clock
         self._renewed_at = float("-inf")  # our clock, our last successful renewal

@@ -14,6 +14,7 @@ from typing import Any
 
 from aggregator.budget import Pacing
 from aggregator.kube import KubeClient
+from aggregator.settings import Provisioning
 from aggregator.watcher import Observed
 from core import logs
 from core.durations import format_duration
@@ -36,19 +37,18 @@ class Provisioner:
         self,
         shoot: KubeClient,
         observed: Observed,
-        namespace: str,
+        settings: Provisioning,
         *,
         lease_duration_s: float,
         pacing: Callable[[], Pacing],
-        writes_per_s: float = 50.0,
         label: str = "",
     ) -> None:
         self.shoot = shoot
         self.observed = observed
-        self.namespace = namespace
+        self.namespace = settings.lease_namespace
         self.lease_duration_s = lease_duration_s
         self.pacing = pacing
-        self.min_gap_s = 1.0 / writes_per_s
+        self.min_gap_s = 1.0 / settings.writes_per_s
         self.log = log.bind(target=label)
 
     def desired(self, node: str, pacing: Pacing) -> Wanted:

@@ -36,6 +36,7 @@ from aggregator.decider import Desired
 from aggregator.dependents import Dependent, Direction, levels
 from aggregator.kube import KubeClient
 from aggregator.objects import metadata, resource_version, section
+from aggregator.settings import Scaling
 from core import logs
 from core.errors import KubeError, NotFound, NotLeading
 from core.lease import PREFIX
@@ -44,11 +45,6 @@ REPLICAS = PREFIX + "replicas"
 MELTDOWN = PREFIX + "meltdown-protection-active"
 IGNORE_SCALING = PREFIX + "ignore-scaling"
 COMPONENT = "dwd-lease-aggregator"
-# Once converged while scaled down, look again this often: someone may scale a
-# protected controller back up by hand.
-REVERIFY_S = 10.0
-# A dependent that needs more writes than this in one tick continues next tick.
-STEPS_PER_TICK = 3
 
 log = logs.get("scaler")
 
@@ -125,7 +121,7 @@ class Scaler:
         namespace: str,
         dependents: Sequence[Dependent],
         *,
-        dry_run: bool = False,
+        settings: Scaling | None = None,
         label: str = "",
         clock: Callable[[], float] = time.monotonic,
         deadline: Callable[[], float] = lambda: math.inf,
@@ -134,7 +130,8 @@ class Scaler:
         self.seed = seed
         self.namespace = namespace
         self.dependents = tuple(dependents)
-        self.dry_run = dry_run
+        self.settings = settings or Scaling()
+        self.dry_run = self.settings.dry_run
         self.clock = clock
         # Until when (by ``clock``) this replica may write: the end of its leadership term.
         self.deadline = deadline
@@ -174,7 +171,8 @@ class Scaler:
             self._direction_since, self._level_done_at = now, {}
             self._at_target_since.clear()
             self._reported.clear()
-        if self.converged and (desired is Desired.RUNNING or now - self._verified_at < REVERIFY_S):
+        recently = now - self._verified_at < self.settings.reverify_s
+        if self.converged and (desired is Desired.RUNNING or recently):
             return True
         direction = Direction.DOWN if desired is Desired.SCALED_DOWN else Direction.UP
         base = self._direction_since
@@ -190,7 +188,7 @@ class Scaler:
     async def _one(self, d: Dependent, direction: Direction, base: float, reason: str) -> bool:
         step = d.step(direction)
         try:
-            for _ in range(STEPS_PER_TICK):
+            for _ in range(self.settings.steps_per_tick):
                 state = await self._read(d)
                 write = self._next_write(d, state, direction, self.clock() >= base + step.initial_delay_s)
                 if write is None:

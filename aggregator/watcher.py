@@ -14,7 +14,6 @@ node's own clock.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,13 +23,12 @@ from typing import Any, Generic, TypeVar
 from aggregator.decider import LeaseObs, NodeObs
 from aggregator.kube import KubeClient
 from aggregator.objects import NodeView, metadata, resource_version
+from aggregator.settings import Watching
 from core import logs
 from core.errors import BadResponse, Gone, KubeError, TransportError
 from core.lease import LeaseView
 
 log = logs.get("watcher")
-
-WATCH_GRACE_S = 15.0
 
 V = TypeVar("V")
 
@@ -50,7 +48,7 @@ class Informer(Generic[V]):
         on_event: Callable[[str, V], None],
         accept: str | None = None,
         list_accept: str | None = None,
-        watch_timeout_s: float = 10.0,
+        settings: Watching | None = None,
         clock: Callable[[], float] = time.monotonic,
         label: str = "",
     ) -> None:
@@ -62,7 +60,7 @@ class Informer(Generic[V]):
         self.on_event = on_event
         self.accept = accept
         self.list_accept = list_accept or accept
-        self.watch_timeout_s = watch_timeout_s
+        self.settings = settings or Watching()
         self.clock = clock
         self.synced = asyncio.Event()
         # Our clock when the server last answered with data; -inf: never.
@@ -95,7 +93,7 @@ class Informer(Generic[V]):
         self.on_list([v for v in map(self._view, items) if v is not None])
 
     async def run(self) -> None:
-        backoff_s = 0.5
+        delays = self.settings.backoff.delays()
         need_list = True
         while True:
             try:
@@ -103,11 +101,12 @@ class Informer(Generic[V]):
                     await self.list_now()
                     self.synced.set()
                     need_list = False
-                # The server ends every watch after watch_timeout_s; one that runs far
+                # The server ends every watch after its timeout; one that runs far
                 # longer sits on a dead connection that no read timeout noticed.
-                async with asyncio.timeout(self.watch_timeout_s + WATCH_GRACE_S):
+                async with asyncio.timeout(self.settings.timeout_s + self.settings.grace_s):
                     await self._watch_once()
-                backoff_s = 0.5  # a watch that ran to its timeout is healthy: resume at once
+                # A watch that ran to its timeout is healthy: resume at once.
+                delays = self.settings.backoff.delays()
                 self.last_error = ""
             except Gone:
                 self.on_restart("gone")
@@ -115,23 +114,24 @@ class Informer(Generic[V]):
                 need_list = True
             except (KubeError, TimeoutError) as e:
                 if isinstance(e, TimeoutError):
-                    e = TransportError("timeout", f"WATCH {self.path}: no end after {self.watch_timeout_s}s")
+                    why = f"WATCH {self.path}: no end after {self.settings.timeout_s}s"
+                    e = TransportError("timeout", why)
                 # Like client-go's reflector: resume the watch from the last
                 # resourceVersion (cheap, served from the watch cache); only a
                 # 410 or a failed list costs a re-list.
                 self.failing = True
                 self.on_restart(e.failure_class)
+                delay_s = next(delays)
                 if str(e) != self.last_error:
-                    self.log.warning("watch_failed", error=str(e), retry_in=round(backoff_s, 2))
+                    self.log.warning("watch_failed", error=str(e), retry_in=round(delay_s, 2))
                 self.last_error = str(e)
-                await asyncio.sleep(backoff_s * random.uniform(0.8, 1.2))
-                backoff_s = min(backoff_s * 2, 5.0)
+                await asyncio.sleep(self.settings.backoff.spread(delay_s))
 
     async def _watch_once(self) -> None:
         async for event in self.client.watch(
             self.path,
             resource_version=self.resource_version,
-            timeout_s=self.watch_timeout_s,
+            timeout_s=self.settings.timeout_s,
             accept=self.accept,
             on_open=self._received,
         ):

@@ -15,7 +15,7 @@ from typing import Any
 from aggregator import budget
 from aggregator.decider import Memory, Phase, decide
 from aggregator.objects import NodeView
-from aggregator.settings import Settings
+from aggregator.settings import Decider
 from aggregator.watcher import Observed
 from bench.table import print_table
 from core.lease import LeaseView, format_micro_time
@@ -72,7 +72,7 @@ def run(n: int = 5000) -> None:
     pacing = budget.plan(observed.nodes, 2.0, 100.0)
     plan_ms = (time.perf_counter() - t0) * 1000
 
-    params = Settings(node_grace_s=0).decider_params()
+    params = Decider(node_grace_s=0)
     ticks = 200
     # A view current since long before: every tick is judged, as in steady state.
     t0 = time.perf_counter()

@@ -131,7 +131,7 @@ class FakeKube:
     async def delete(self, path: str, body: Any = None) -> dict[str, Any]:
         return await self.request("DELETE", path)
 
-    async def probe(self, path: str = "/readyz", timeout_s: float = 3.0) -> None:
+    async def probe(self, *, timeout_s: float, path: str = "/readyz") -> None:
         self._check("GET", path)
 
     async def watch(

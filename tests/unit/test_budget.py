@@ -55,6 +55,7 @@ def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
     from aggregator.decider import LeaseObs, NodeObs
     from aggregator.objects import NodeView
     from aggregator.provisioner import Provisioner
+    from aggregator.settings import Provisioning
     from aggregator.watcher import Observed
     from core.lease import LeaseView
 
@@ -63,7 +64,7 @@ def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
     provisioner = Provisioner(
         None,  # type: ignore[arg-type]  # plan() does no I/O
         observed,
-        "dwd-node-lease",
+        Provisioning(),
         lease_duration_s=8.0,
         pacing=lambda: pacing[-1],
     )

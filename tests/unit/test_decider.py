@@ -11,7 +11,6 @@ from aggregator.decider import (
     LeaseObs,
     Memory,
     NodeObs,
-    Params,
     Phase,
     Verdict,
     blocked,
@@ -21,9 +20,10 @@ from aggregator.decider import (
     take_over,
 )
 from aggregator.objects import NodeView
+from aggregator.settings import Decider
 from core.lease import LeaseView
 
-P = Params(
+P = Decider(
     lease_duration_s=8.0,
     node_grace_s=60.0,
     failure_fraction=0.6,
@@ -43,7 +43,7 @@ def judge(
     nodes: dict[str, NodeObs],
     leases: dict[str, LeaseObs],
     now: float,
-    p: Params,
+    p: Decider,
     memory: Memory,
     **kw: object,
 ) -> Verdict:

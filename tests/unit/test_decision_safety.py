@@ -21,7 +21,7 @@ from core.errors import Forbidden, NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.standins import CONTROLLERS
 from tests.unit.fakekube import FakeKube
-from tests.unit.world import World, deployment_path
+from tests.unit.world import World, deployment_path, with_settings
 
 KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
 DOWN = dict.fromkeys(CONTROLLERS, 0)
@@ -192,7 +192,7 @@ async def test_a_write_in_flight_is_cancelled_when_the_term_ends() -> None:
     w.alive -= set(w.names[:7])
     for _ in range(30):
         # Each tick, the term has 0.2 s left (the manual clock stands still while a request hangs).
-        w.term_end = w.clock() + w.settings.tick_s + 0.2
+        w.term_end = w.clock() + w.settings.decider.tick_s + 0.2
         await w.step()
         if hang.hits:
             break
@@ -432,7 +432,7 @@ async def test_a_removed_target_restores_what_it_scaled_down() -> None:
     await outage(w)
     # No delays: what restores a removed target runs on the real clock.
     quick = [replace(d, scale_up=replace(d.scale_up, initial_delay_s=0.0)) for d in w.dependents]
-    fleet = Fleet(replace(w.settings, recovery_period_s=0.05), w.seed, quick, AggregatorMetrics())  # type: ignore[arg-type]
+    fleet = Fleet(with_settings(w.settings, recovery_period_s=0.05), w.seed, quick, AggregatorMetrics())  # type: ignore[arg-type]
     spec = TargetSpec("shoot", w.target.namespace, kubeconfig_path="-")
     fleet.running["shoot"] = Running(spec)
     fleet.tasks["shoot"] = asyncio.create_task(asyncio.sleep(3600))

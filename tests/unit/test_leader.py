@@ -9,6 +9,7 @@ import math
 import pytest
 
 from aggregator.leader import LeaderElector
+from aggregator.settings import Leader
 from core.errors import KubeError
 from tests.unit.fakekube import FakeKube, transport_error
 from tests.unit.world import Clock
@@ -17,7 +18,7 @@ PATH = "/apis/coordination.k8s.io/v1/namespaces/garden/leases/dwd-lease-aggregat
 
 
 def elector(kube: FakeKube, clock: Clock, identity: str) -> LeaderElector:
-    return LeaderElector(kube, "garden", identity=identity, clock=clock)  # type: ignore[arg-type]
+    return LeaderElector(kube, Leader(True, "garden"), identity=identity, clock=clock)  # type: ignore[arg-type]
 
 
 async def attempt(e: LeaderElector) -> None:
