@@ -159,24 +159,15 @@ def decide(
     gap (None: it is not fresh now). ``records``: whether a dependent carries the record of
     a scale-down (read while starting; None: not read yet).
     """
-
-    def to(phase: Phase, reason: str, *, n: int = 0, s: int = 0, judged: bool = False) -> Verdict:
-        mem = Memory(phase, memory.since if phase is memory.phase else now)
-        return Verdict(mem, n, s, reason, judged=judged)
-
     counted = candidates(nodes, leases, now, p, sample)
     n = len(counted)
     s = sum(1 for lease in counted.values() if is_stale(lease, now, p))
-    phase = memory.phase
-    if phase is Phase.STARTING:
+    if memory.phase is Phase.STARTING:
         # The record is the state a start continues from; the view rule below still
         # keeps any verdict back until the view has been fresh for a lease duration.
         if records is None:
-            return to(Phase.STARTING, "starting: reading the scale-down record", n=n, s=s)
-        if not records:
-            memory, phase = Memory(Phase.HEALTHY, now), Phase.HEALTHY
-        else:
-            memory, phase = Memory(Phase.DOWN, now), Phase.DOWN
+            return _to(memory, now, Phase.STARTING, "starting: reading the scale-down record", n=n, s=s)
+        memory = Memory(Phase.DOWN if records else Phase.HEALTHY, now)
     view_ready = view_since is not None and now - view_since >= p.lease_duration_s
     if not view_ready:
         why = (
@@ -185,34 +176,44 @@ def decide(
             else f"view fresh for {now - view_since:.1f}s, judging after {p.lease_duration_s:g}s"
         )
         return replace(_blind(memory, now, p, why), candidates=n, stale=s)
-
     if n < p.min_candidates:
         why = f"no verdict: {n} candidate(s), fewer than {p.min_candidates}"
-        if phase in (Phase.HEALTHY, Phase.CONFIRMING):
-            return to(Phase.HEALTHY, why, n=n, s=s)
+        if memory.phase in (Phase.HEALTHY, Phase.CONFIRMING):
+            return _to(memory, now, Phase.HEALTHY, why, n=n, s=s)
         # Holding the controllers at 0 on no evidence is never the default.
         return _recover(memory, now, p, why, n=n, s=s, judged=False)
+    return _quorum(memory, now, p, n=n, s=s)
 
+
+def _to(
+    memory: Memory, now: float, phase: Phase, reason: str, *, n: int, s: int, judged: bool = False
+) -> Verdict:
+    """A verdict for ``phase``, which keeps its ``since`` while the phase holds."""
+    return Verdict(Memory(phase, memory.since if phase is memory.phase else now), n, s, reason, judged=judged)
+
+
+def _quorum(memory: Memory, now: float, p: Decider, *, n: int, s: int) -> Verdict:
+    """The phase machine on a judged quorum of ``s`` stale out of ``n`` candidates."""
     fraction = stale_fraction(s, n)
     ratio = f"{s}/{n} stale ({fraction:.0%})"
     at_failure = fraction >= p.failure_fraction
-    below_recovery = fraction < p.recovery_fraction
+    phase = memory.phase
     if phase is Phase.HEALTHY:
         if at_failure:
-            return to(
-                Phase.CONFIRMING, f"{ratio} >= {p.failure_fraction:.0%}: confirming", n=n, s=s, judged=True
-            )
-        return to(Phase.HEALTHY, ratio, n=n, s=s, judged=True)
+            why = f"{ratio} >= {p.failure_fraction:.0%}: confirming"
+            return _to(memory, now, Phase.CONFIRMING, why, n=n, s=s, judged=True)
+        return _to(memory, now, Phase.HEALTHY, ratio, n=n, s=s, judged=True)
     if phase is Phase.CONFIRMING:
         if not at_failure:
-            return to(Phase.HEALTHY, f"{ratio}: below the failure fraction again", n=n, s=s, judged=True)
+            why = f"{ratio}: below the failure fraction again"
+            return _to(memory, now, Phase.HEALTHY, why, n=n, s=s, judged=True)
         if now - memory.since >= p.confirm_period_s:
-            v = to(Phase.DOWN, f"{ratio} for {now - memory.since:.1f}s: quorum lost", n=n, s=s, judged=True)
-            return replace(v, scale_down=True)
-        return to(Phase.CONFIRMING, f"{ratio}: confirming", n=n, s=s, judged=True)
-    if below_recovery:
+            why = f"{ratio} for {now - memory.since:.1f}s: quorum lost"
+            return replace(_to(memory, now, Phase.DOWN, why, n=n, s=s, judged=True), scale_down=True)
+        return _to(memory, now, Phase.CONFIRMING, f"{ratio}: confirming", n=n, s=s, judged=True)
+    if fraction < p.recovery_fraction:
         return _recover(memory, now, p, f"{ratio} < {p.recovery_fraction:.0%}", n=n, s=s, judged=True)
-    return to(Phase.DOWN, ratio, n=n, s=s, judged=True)
+    return _to(memory, now, Phase.DOWN, ratio, n=n, s=s, judged=True)
 
 
 def _blind(memory: Memory, now: float, p: Decider, why: str) -> Verdict:
