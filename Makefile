@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: deps install testenv test unit integration e2e lint fmt bench demo clean
+.PHONY: deps install testenv test unit integration e2e lint fmt bench demo clean coverage
 
 install: $(STAMP)
 
@@ -51,3 +51,9 @@ demo: install testenv
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Line coverage of the aggregator's I/O modules by the unit tests alone, module by module.
+IO_MODULES := aggregator/leader.py,aggregator/watcher.py,aggregator/scaler.py,aggregator/target.py,aggregator/provisioner.py,aggregator/fleet.py,aggregator/sources.py
+coverage: install
+	$(BIN)/coverage run -m pytest -q tests/unit $(PYTEST_ARGS)
+	$(BIN)/coverage report --include='$(IO_MODULES)'
