@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: deps install testenv image lowest test unit integration e2e lint fmt bench demo clean
+.PHONY: deps install testenv image lowest test unit integration e2e lint fmt bench demo clean coverage
 
 install: $(STAMP)
 
@@ -69,3 +69,9 @@ demo: install testenv
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .pytest_cache .mypy_cache .ruff_cache build
+
+# Line coverage of the aggregator's I/O modules by the unit tests alone, module by module.
+IO_MODULES := aggregator/leader.py,aggregator/watcher.py,aggregator/scaler.py,aggregator/target.py,aggregator/provisioner.py,aggregator/fleet.py,aggregator/sources.py
+coverage: install
+	$(BIN)/coverage run -m pytest -q tests/unit $(PYTEST_ARGS)
+	$(BIN)/coverage report --include='$(IO_MODULES)'

@@ -19,23 +19,23 @@ from typing import Any
 import uvloop
 
 from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent, load_dependents
+from aggregator.fleet import Fleet
 from aggregator.kube import KubeClient, KubeconfigSource, in_cluster
 from aggregator.leader import LeaderElector
 from aggregator.metrics import AggregatorMetrics
 from aggregator.server import make_app, render_table, serve
-from aggregator.settings import Settings
-from aggregator.targets import EnvSource, FileSource, Fleet, GardenerSource, TargetSource, TargetSpec
+from aggregator.settings import Settings, Shoots
+from aggregator.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
 from core import logs
-from core.config import ConfigError
-from core.errors import KubeError
+from core.errors import ConfigError, KubeError
 
 log = logs.get("aggregator")
 
 
-def source_for(settings: Settings, seed: KubeClient) -> TargetSource:
-    if settings.targets == "file":
-        return FileSource(settings.targets_file, settings.kubeconfig_secret)
-    if settings.targets == "gardener":
+def source_for(settings: Shoots, seed: KubeClient) -> TargetSource:
+    if settings.mode == "file":
+        return FileSource(settings.file, settings.kubeconfig_secret)
+    if settings.mode == "gardener":
         return GardenerSource(seed, settings.kubeconfig_secret)
     return EnvSource(
         TargetSpec(settings.namespace, settings.namespace, kubeconfig_path=settings.shoot_kubeconfig)
@@ -43,53 +43,55 @@ def source_for(settings: Settings, seed: KubeClient) -> TargetSource:
 
 
 async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
-    seed = KubeClient(KubeconfigSource(settings.seed_kubeconfig) if settings.seed_kubeconfig else in_cluster)
+    shoots = settings.shoots
+    seed = KubeClient(KubeconfigSource(shoots.seed_kubeconfig) if shoots.seed_kubeconfig else in_cluster)
     seed.endpoint()  # credentials we cannot even load stop start-up; an unreachable server is retried
     metrics = AggregatorMetrics()
-    metrics.dry_run.set(1 if settings.dry_run else 0)
-    elector = (
-        LeaderElector(
-            seed,
-            settings.leader_namespace,
-            lease_duration_s=settings.leader_lease_duration_s,
-            renew_deadline_s=settings.leader_renew_deadline_s,
-            retry_period_s=settings.leader_retry_period_s,
-        )
-        if settings.leader_election
-        else None
-    )
+    metrics.dry_run.set(1 if settings.scaling.dry_run else 0)
+    elector = LeaderElector(seed, settings.leader) if settings.leader.enabled else None
     is_leader = elector.is_leader if elector is not None else (lambda: True)
     term_end = elector.term_end if elector is not None else (lambda: math.inf)
     metrics.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
     fleet = Fleet(settings, seed, dependents, metrics, is_leader=is_leader, term_end=term_end)
-    source = source_for(settings, seed)
+    source = source_for(shoots, seed)
     identity = elector.identity if elector is not None else os.uname().nodename
 
     def status() -> dict[str, Any]:
         return {
             "identity": identity,
             "leader": is_leader(),
-            "dry_run": settings.dry_run,
-            "failure_fraction": settings.failure_fraction,
-            "lease_duration_s": settings.lease_duration_s,
+            "dry_run": settings.scaling.dry_run,
+            "failure_fraction": settings.decider.failure_fraction,
+            "lease_duration_s": settings.decider.lease_duration_s,
             "source_error": fleet.source_error,
             "skipped": getattr(source, "skipped", {}),
             "targets": fleet.snapshot(),
         }
 
     runner = None
-    if settings.metrics_addr is not None:
-        runner = await serve(
-            make_app(metrics.registry, status, fleet.reconciled.is_set), *settings.metrics_addr
-        )
+    if settings.serving.metrics_addr is not None:
+        app = make_app(metrics.registry, status, fleet.reconciled.is_set)
+        runner = await serve(app, *settings.serving.metrics_addr)
+    log.info("aggregator_started", identity=identity, targets=shoots.mode, dry_run=settings.scaling.dry_run)
+    tasks = [asyncio.create_task(fleet.run(source), name="fleet")]
+    if elector is not None:
+        tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
+    try:
+        await _until_stopped(tasks)
+    finally:
+        if elector is not None:
+            await asyncio.shield(elector.release())
+        if runner is not None:
+            await runner.cleanup()
+        await seed.close()
+
+
+async def _until_stopped(tasks: list[asyncio.Task[None]]) -> None:
+    """Run ``tasks`` until SIGTERM or SIGINT, or until one of them ends (its error is raised)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    log.info("aggregator_started", identity=identity, targets=settings.targets, dry_run=settings.dry_run)
-    tasks = [asyncio.create_task(fleet.run(source), name="fleet")]
-    if elector is not None:
-        tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     stopper = asyncio.create_task(stop.wait(), name="stop")
     try:
         done, _ = await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
@@ -97,11 +99,6 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         for t in (*tasks, stopper):
             t.cancel()
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
-        if elector is not None:
-            await asyncio.shield(elector.release())
-        if runner is not None:
-            await runner.cleanup()
-        await seed.close()
     for t in tasks:
         if t in done:
             t.result()  # re-raises whatever ended it
@@ -130,12 +127,12 @@ def main() -> None:
     try:
         settings = Settings.from_env(os.environ)
         dependents = DEFAULT_DEPENDENTS
-        if settings.dependents_file:
-            dependents = load_dependents(settings.dependents_file)
+        if settings.scaling.dependents_file:
+            dependents = load_dependents(settings.scaling.dependents_file)
     except ConfigError as e:
         print(f"dwd-lease-aggregator: {e}", file=sys.stderr)
         sys.exit(2)
-    logs.configure(settings.log_format, settings.log_level)
+    logs.configure(settings.serving.log_format, settings.serving.log_level)
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(run(settings, dependents))

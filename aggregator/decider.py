@@ -28,6 +28,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from aggregator.objects import NodeView
+from aggregator.settings import Decider
+from core.lease import LeaseView
+
 
 class Phase(StrEnum):
     STARTING = "starting"
@@ -46,38 +50,20 @@ class Desired(StrEnum):
 
 @dataclass(frozen=True)
 class NodeObs:
-    name: str
+    view: NodeView
+    # Our own monotonic clock at the node's creation (its age as the server's clock tells it).
     created_mono: float
-    deleting: bool = False
-    ignored: bool = False
-    unhealthy: bool = False
 
 
 @dataclass(frozen=True)
 class LeaseObs:
-    name: str
-    renew_time: str | None
+    view: LeaseView
     # Our own monotonic time when renew_time was last seen to change (or first seen).
     seen_renewed_mono: float
-    released: bool = False
-    # The interval its annotation asks for (None: none, or unreadable), and when the
-    # aggregator first saw that interval there. A renewal seen after that moment is
-    # one made at that pace: the agent adopts the interval from its PATCH response.
-    interval_s: float | None = None
+    # When the aggregator first saw the interval the lease asks for now. A renewal seen
+    # after that moment is one made at that pace: the agent adopts the interval from its
+    # PATCH response.
     paced_since_mono: float = float("-inf")
-
-
-@dataclass(frozen=True)
-class Params:
-    lease_duration_s: float
-    node_grace_s: float
-    failure_fraction: float
-    recovery_fraction: float
-    confirm_period_s: float
-    recovery_period_s: float
-    min_candidates: int
-    fast_interval_s: float = 2.0
-    blind_limit_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -103,11 +89,16 @@ class Verdict:
 
     @property
     def fraction(self) -> float:
-        return self.stale / self.candidates if self.candidates else 0.0
+        return stale_fraction(self.stale, self.candidates)
 
     @property
     def desired(self) -> Desired | None:
         return desired_for(self.memory.phase)
+
+
+def stale_fraction(stale: int, candidates: int) -> float:
+    """The share of candidates that are stale; 0 when there are none (no verdict, not an outage)."""
+    return stale / candidates if candidates else 0.0
 
 
 def desired_for(phase: Phase) -> Desired | None:
@@ -122,7 +113,7 @@ def candidates(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    p: Params,
+    p: Decider,
     sample: Collection[str] | None = None,
 ) -> dict[str, LeaseObs]:
     """The leases that count: of live, old-enough, not ignored nodes (in the fast-renewing
@@ -130,14 +121,16 @@ def candidates(
     renewed since they were asked."""
     out = {}
     for name, node in nodes.items():
-        if node.deleting or node.ignored or node.unhealthy or now - node.created_mono < p.node_grace_s:
+        n = node.view
+        if n.deleting or n.ignored or n.unhealthy or now - node.created_mono < p.node_grace_s:
             continue
         if sample is not None and name not in sample:
             continue
         lease = leases.get(name)
-        if lease is None or lease.renew_time is None or lease.released:
+        if lease is None or lease.view.renew_time is None or lease.view.released:
             continue
-        if lease.interval_s is None or lease.interval_s > p.fast_interval_s:
+        interval_s = lease.view.interval_s
+        if interval_s is None or interval_s > p.fast_interval_s:
             continue
         if lease.seen_renewed_mono <= lease.paced_since_mono:
             continue
@@ -145,7 +138,7 @@ def candidates(
     return out
 
 
-def is_stale(lease: LeaseObs, now: float, p: Params) -> bool:
+def is_stale(lease: LeaseObs, now: float, p: Decider) -> bool:
     return now - lease.seen_renewed_mono >= p.lease_duration_s
 
 
@@ -153,7 +146,7 @@ def decide(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    p: Params,
+    p: Decider,
     memory: Memory,
     *,
     view_since: float | None,
@@ -166,24 +159,15 @@ def decide(
     gap (None: it is not fresh now). ``records``: whether a dependent carries the record of
     a scale-down (read while starting; None: not read yet).
     """
-
-    def to(phase: Phase, reason: str, *, n: int = 0, s: int = 0, judged: bool = False) -> Verdict:
-        mem = Memory(phase, memory.since if phase is memory.phase else now)
-        return Verdict(mem, n, s, reason, judged=judged)
-
     counted = candidates(nodes, leases, now, p, sample)
     n = len(counted)
     s = sum(1 for lease in counted.values() if is_stale(lease, now, p))
-    phase = memory.phase
-    if phase is Phase.STARTING:
+    if memory.phase is Phase.STARTING:
         # The record is the state a start continues from; the view rule below still
         # keeps any verdict back until the view has been fresh for a lease duration.
         if records is None:
-            return to(Phase.STARTING, "starting: reading the scale-down record", n=n, s=s)
-        if not records:
-            memory, phase = Memory(Phase.HEALTHY, now), Phase.HEALTHY
-        else:
-            memory, phase = Memory(Phase.DOWN, now), Phase.DOWN
+            return _to(memory, now, Phase.STARTING, "starting: reading the scale-down record", n=n, s=s)
+        memory = Memory(Phase.DOWN if records else Phase.HEALTHY, now)
     view_ready = view_since is not None and now - view_since >= p.lease_duration_s
     if not view_ready:
         why = (
@@ -192,37 +176,47 @@ def decide(
             else f"view fresh for {now - view_since:.1f}s, judging after {p.lease_duration_s:g}s"
         )
         return replace(_blind(memory, now, p, why), candidates=n, stale=s)
-
     if n < p.min_candidates:
         why = f"no verdict: {n} candidate(s), fewer than {p.min_candidates}"
-        if phase in (Phase.HEALTHY, Phase.CONFIRMING):
-            return to(Phase.HEALTHY, why, n=n, s=s)
+        if memory.phase in (Phase.HEALTHY, Phase.CONFIRMING):
+            return _to(memory, now, Phase.HEALTHY, why, n=n, s=s)
         # Holding the controllers at 0 on no evidence is never the default.
         return _recover(memory, now, p, why, n=n, s=s, judged=False)
+    return _quorum(memory, now, p, n=n, s=s)
 
-    fraction = s / n
+
+def _to(
+    memory: Memory, now: float, phase: Phase, reason: str, *, n: int, s: int, judged: bool = False
+) -> Verdict:
+    """A verdict for ``phase``, which keeps its ``since`` while the phase holds."""
+    return Verdict(Memory(phase, memory.since if phase is memory.phase else now), n, s, reason, judged=judged)
+
+
+def _quorum(memory: Memory, now: float, p: Decider, *, n: int, s: int) -> Verdict:
+    """The phase machine on a judged quorum of ``s`` stale out of ``n`` candidates."""
+    fraction = stale_fraction(s, n)
     ratio = f"{s}/{n} stale ({fraction:.0%})"
     at_failure = fraction >= p.failure_fraction
-    below_recovery = fraction < p.recovery_fraction
+    phase = memory.phase
     if phase is Phase.HEALTHY:
         if at_failure:
-            return to(
-                Phase.CONFIRMING, f"{ratio} >= {p.failure_fraction:.0%}: confirming", n=n, s=s, judged=True
-            )
-        return to(Phase.HEALTHY, ratio, n=n, s=s, judged=True)
+            why = f"{ratio} >= {p.failure_fraction:.0%}: confirming"
+            return _to(memory, now, Phase.CONFIRMING, why, n=n, s=s, judged=True)
+        return _to(memory, now, Phase.HEALTHY, ratio, n=n, s=s, judged=True)
     if phase is Phase.CONFIRMING:
         if not at_failure:
-            return to(Phase.HEALTHY, f"{ratio}: below the failure fraction again", n=n, s=s, judged=True)
+            why = f"{ratio}: below the failure fraction again"
+            return _to(memory, now, Phase.HEALTHY, why, n=n, s=s, judged=True)
         if now - memory.since >= p.confirm_period_s:
-            v = to(Phase.DOWN, f"{ratio} for {now - memory.since:.1f}s: quorum lost", n=n, s=s, judged=True)
-            return replace(v, scale_down=True)
-        return to(Phase.CONFIRMING, f"{ratio}: confirming", n=n, s=s, judged=True)
-    if below_recovery:
+            why = f"{ratio} for {now - memory.since:.1f}s: quorum lost"
+            return replace(_to(memory, now, Phase.DOWN, why, n=n, s=s, judged=True), scale_down=True)
+        return _to(memory, now, Phase.CONFIRMING, f"{ratio}: confirming", n=n, s=s, judged=True)
+    if fraction < p.recovery_fraction:
         return _recover(memory, now, p, f"{ratio} < {p.recovery_fraction:.0%}", n=n, s=s, judged=True)
-    return to(Phase.DOWN, ratio, n=n, s=s, judged=True)
+    return _to(memory, now, Phase.DOWN, ratio, n=n, s=s, judged=True)
 
 
-def _blind(memory: Memory, now: float, p: Params, why: str) -> Verdict:
+def _blind(memory: Memory, now: float, p: Decider, why: str) -> Verdict:
     """Nothing can be judged: confirmation starts again; scaled down stays so, for a while."""
     phase = memory.phase
     if phase in (Phase.HEALTHY, Phase.CONFIRMING):
@@ -240,7 +234,7 @@ def _blind(memory: Memory, now: float, p: Params, why: str) -> Verdict:
     return Verdict(replace(mem, blind_since=blind_since), 0, 0, f"holding: {why}")
 
 
-def _recover(memory: Memory, now: float, p: Params, why: str, *, n: int, s: int, judged: bool) -> Verdict:
+def _recover(memory: Memory, now: float, p: Decider, why: str, *, n: int, s: int, judged: bool) -> Verdict:
     if memory.phase is not Phase.RECOVERING:
         return Verdict(Memory(Phase.RECOVERING, now), n, s, f"{why}: recovering", judged=judged)
     if now - memory.since >= p.recovery_period_s:

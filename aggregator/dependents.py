@@ -14,19 +14,25 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from core.config import ConfigError
 from core.durations import parse_duration
+from core.errors import ConfigError
 
 # Which API paths serve the scale subresource of each supported kind.
 KIND_PATHS = {
     ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{ns}/deployments/{name}",
     ("apps/v1", "StatefulSet"): "/apis/apps/v1/namespaces/{ns}/statefulsets/{name}",
 }
+
+
+class Direction(StrEnum):
+    UP = "up"
+    DOWN = "down"
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,9 @@ class Dependent:
     def path(self, namespace: str) -> str:
         return KIND_PATHS[(self.api_version, self.kind)].format(ns=namespace, name=self.name)
 
+    def step(self, direction: Direction) -> Step:
+        return self.scale_up if direction is Direction.UP else self.scale_down
+
 
 def _dep(name: str, optional: bool, up: tuple[int, float], down: tuple[int, float]) -> Dependent:
     return Dependent(
@@ -63,12 +72,11 @@ DEFAULT_DEPENDENTS: tuple[Dependent, ...] = (
 )
 
 
-def levels(dependents: Sequence[Dependent], direction: str) -> list[list[Dependent]]:
-    """Dependents grouped by level for ``direction`` ("up" or "down"), lowest level first."""
+def levels(dependents: Sequence[Dependent], direction: Direction) -> list[list[Dependent]]:
+    """Dependents grouped by level for ``direction``, lowest level first."""
     by_level: dict[int, list[Dependent]] = {}
     for d in dependents:
-        step = d.scale_up if direction == "up" else d.scale_down
-        by_level.setdefault(step.level, []).append(d)
+        by_level.setdefault(d.step(direction).level, []).append(d)
     return [by_level[k] for k in sorted(by_level)]
 
 

@@ -29,7 +29,7 @@ from kubernetes import config as k8s_config
 from core.credentials import TokenFile
 from core.errors import (
     BadResponse,
-    KubeError,
+    KubeconfigError,
     TransportError,
     TransportKind,
     api_error,
@@ -40,14 +40,6 @@ IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 RETIRED_SESSION_S = 60.0
 METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
-
-
-class KubeconfigError(KubeError):
-    """A kubeconfig that cannot be used: missing, unparsable, without a server or credentials."""
-
-    @property
-    def failure_class(self) -> str:
-        return "kubeconfig"
 
 
 @dataclass(frozen=True)
@@ -343,7 +335,7 @@ class KubeClient:
         except ValueError as e:
             raise BadResponse(f"WATCH {path}: an event is not JSON") from e
 
-    async def probe(self, path: str = "/readyz", timeout_s: float = 3.0) -> None:
+    async def probe(self, *, timeout_s: float, path: str = "/readyz") -> None:
         """A request on a new connection: a half-broken kept-alive one must not fake health."""
         endpoint = self.endpoint()
         try:

@@ -13,40 +13,59 @@ import asyncio
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.kube import KubeClient
+from aggregator.objects import section
+from aggregator.settings import Leader
 from core import logs
 from core.errors import Conflict, KubeError, NotFound
-from core.lease import format_micro_time
+from core.lease import format_micro_time, lease_path, leases_path
 
 log = logs.get("leader")
+
+
+@dataclass(frozen=True)
+class LeaderRecord:
+    """The election record in the seed Lease's spec."""
+
+    holder: str
+    renew_time: str
+    acquire_time: str
+    transitions: int
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> LeaderRecord:
+        spec = section(obj, "spec")
+        return cls(
+            holder=str(spec.get("holderIdentity") or ""),
+            renew_time=str(spec.get("renewTime") or ""),
+            acquire_time=str(spec.get("acquireTime") or ""),
+            transitions=int(spec.get("leaseTransitions") or 0),
+        )
 
 
 class LeaderElector:
     def __init__(
         self,
         seed: KubeClient,
-        namespace: str,
+        settings: Leader,
         name: str = "dwd-lease-aggregator",
         *,
-        lease_duration_s: float = 15.0,
-        renew_deadline_s: float = 10.0,
-        retry_period_s: float = 2.0,
         identity: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if not lease_duration_s > renew_deadline_s > retry_period_s:
-            raise ValueError("leader election needs lease duration > renew deadline > retry period")
+        # ``settings`` has checked lease duration > renew deadline > retry period.
         self.seed = seed
-        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}"
-        self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+        self.path = lease_path(settings.namespace, name)
+        self.collection = leases_path(settings.namespace)
         self.name = name
-        self.lease_duration_s = lease_duration_s
-        self.renew_deadline_s = renew_deadline_s
-        self.retry_period_s = retry_period_s
+        self.lease_duration_s = settings.lease_duration_s
+        self.renew_deadline_s = settings.renew_deadline_s
+        self.retry_period_s = settings.retry_period_s
         self.identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         self.clock = clock
         self._renewed_at = float("-inf")  # our clock, our last successful renewal
@@ -98,17 +117,16 @@ class LeaderElector:
             except Conflict:
                 pass
             return
-        spec = lease.get("spec") or {}
-        holder, renew = str(spec.get("holderIdentity") or ""), str(spec.get("renewTime") or "")
-        self.holder = holder
-        if (holder, renew) != self._observed:
-            self._observed, self._observed_at = (holder, renew), self.clock()
-        mine = holder == self.identity
+        record = LeaderRecord.from_object(lease)
+        self.holder = record.holder
+        if (record.holder, record.renew_time) != self._observed:
+            self._observed, self._observed_at = (record.holder, record.renew_time), self.clock()
+        mine = record.holder == self.identity
         expired = self.clock() - self._observed_at >= self.lease_duration_s
-        if not (mine or not holder or expired):
+        if not (mine or not record.holder or expired):
             return
-        transitions = int(spec.get("leaseTransitions") or 0) + (0 if mine else 1)
-        acquire = str(spec.get("acquireTime") or now_wall) if mine else now_wall
+        transitions = record.transitions + (0 if mine else 1)
+        acquire = (record.acquire_time or now_wall) if mine else now_wall
         lease["spec"] = self._spec(now_wall, transitions, acquire)
         try:
             # A PUT on the resourceVersion we read: of two candidates only one wins.
@@ -125,7 +143,7 @@ class LeaderElector:
         self._renewed_at = float("-inf")
         try:
             lease = await self.seed.get(self.path)
-            if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+            if LeaderRecord.from_object(lease).holder == self.identity:
                 lease["spec"]["holderIdentity"] = ""
                 await self.seed.request("PUT", self.path, body=lease)
         except KubeError as e:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from aggregator.budget import Pacing
 from aggregator.kube import KubeClient
+from aggregator.settings import Provisioning
 from aggregator.watcher import Observed
 from core import logs
 from core.durations import format_duration
@@ -22,35 +24,42 @@ from core.lease import RENEW_INTERVAL, lease_path, leases_path
 log = logs.get("provisioner")
 
 
+@dataclass(frozen=True)
+class Wanted:
+    """What the aggregator writes into a node's lease."""
+
+    duration_s: int
+    interval: str
+
+
 class Provisioner:
     def __init__(
         self,
         shoot: KubeClient,
         observed: Observed,
-        namespace: str,
+        settings: Provisioning,
         *,
         lease_duration_s: float,
         pacing: Callable[[], Pacing],
-        writes_per_s: float = 50.0,
-        target: str = "",
+        label: str = "",
     ) -> None:
         self.shoot = shoot
         self.observed = observed
-        self.namespace = namespace
+        self.namespace = settings.lease_namespace
         self.lease_duration_s = lease_duration_s
         self.pacing = pacing
-        self.min_gap_s = 1.0 / writes_per_s
-        self.log = log.bind(target=target)
+        self.min_gap_s = 1.0 / settings.writes_per_s
+        self.log = log.bind(target=label)
 
-    def desired(self, node: str, pacing: Pacing) -> dict[str, Any]:
+    def desired(self, node: str, pacing: Pacing) -> Wanted:
         # A slow node's lease says how long it may be quiet: four of its intervals.
         fast = node in pacing.fast
         duration = self.lease_duration_s if fast else 4 * pacing.slow_interval_s
-        return {"duration": max(1, round(duration)), "interval": format_duration(pacing.interval_s(node))}
+        return Wanted(max(1, round(duration)), format_duration(pacing.interval_s(node)))
 
     def plan(self) -> tuple[list[str], list[str], list[str]]:
         """(create, update, delete) lease names that bring the leases in line with the nodes."""
-        nodes, leases = self.observed.node_uids, self.observed.lease_objects
+        nodes, leases = self.observed.nodes, self.observed.leases
         pacing = self.pacing()
 
         def order(names: Iterable[str]) -> list[str]:
@@ -61,14 +70,11 @@ class Provisioner:
         delete = sorted(n for n in leases if n not in nodes)
         update = []
         for name in order(set(nodes) & set(leases)):
-            obj, want = leases[name], self.desired(name, pacing)
-            have_duration = (obj.get("spec") or {}).get("leaseDurationSeconds")
-            have_interval = ((obj.get("metadata") or {}).get("annotations") or {}).get(RENEW_INTERVAL)
-            owners = [r.get("uid") for r in (obj.get("metadata") or {}).get("ownerReferences") or []]
+            have, want = leases[name].view, self.desired(name, pacing)
             if (
-                have_duration != want["duration"]
-                or have_interval != want["interval"]
-                or nodes[name] not in owners
+                have.duration_s != want.duration_s
+                or have.interval != want.interval
+                or nodes[name].view.uid not in have.owner_uids
             ):
                 update.append(name)
         return create, update, delete
@@ -95,7 +101,7 @@ class Provisioner:
             "apiVersion": "v1",
             "kind": "Node",
             "name": name,
-            "uid": self.observed.node_uids[name],
+            "uid": self.observed.nodes[name].view.uid,
             "blockOwnerDeletion": False,
             "controller": False,
         }
@@ -107,10 +113,10 @@ class Provisioner:
             "kind": "Lease",
             "metadata": {
                 "name": name,
-                "annotations": {RENEW_INTERVAL: want["interval"]},
+                "annotations": {RENEW_INTERVAL: want.interval},
                 "ownerReferences": [self._owner(name)],
             },
-            "spec": {"leaseDurationSeconds": want["duration"]},
+            "spec": {"leaseDurationSeconds": want.duration_s},
         }
         try:
             await self.shoot.create(leases_path(self.namespace), body)
@@ -124,10 +130,10 @@ class Provisioner:
             lease_path(self.namespace, name),
             {
                 "metadata": {
-                    "annotations": {RENEW_INTERVAL: want["interval"]},
+                    "annotations": {RENEW_INTERVAL: want.interval},
                     "ownerReferences": [self._owner(name)],
                 },
-                "spec": {"leaseDurationSeconds": want["duration"]},
+                "spec": {"leaseDurationSeconds": want.duration_s},
             },
         )
 

@@ -26,37 +26,37 @@ import asyncio
 import math
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from aggregator.decider import Desired
-from aggregator.dependents import Dependent, levels
+from aggregator.dependents import Dependent, Direction, levels
 from aggregator.kube import KubeClient
+from aggregator.objects import metadata, resource_version, section
+from aggregator.settings import Scaling
 from core import logs
-from core.errors import KubeError, NotFound
+from core.errors import KubeError, NotFound, NotLeading
 from core.lease import PREFIX
 
 REPLICAS = PREFIX + "replicas"
 MELTDOWN = PREFIX + "meltdown-protection-active"
 IGNORE_SCALING = PREFIX + "ignore-scaling"
 COMPONENT = "dwd-lease-aggregator"
-# Once converged while scaled down, look again this often: someone may scale a
-# protected controller back up by hand.
-REVERIFY_S = 10.0
-# A dependent that needs more writes than this in one tick continues next tick.
-STEPS_PER_TICK = 3
 
 log = logs.get("scaler")
 
 
-class NotLeading(KubeError):
-    """This replica's leadership ended (or ends before the write could finish)."""
+class ActionResult(StrEnum):
+    """How a scale action ended; the value is the metrics' result label."""
 
-    @property
-    def failure_class(self) -> str:
-        return "not-leading"
+    SCALED = "scaled"
+    FAILED = "failed"
+
+
+OnAction = Callable[[str, Direction, ActionResult], None]
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,9 @@ class DependentState:
     resource_version: str = ""
 
     @classmethod
-    def read(cls, name: str, obj: dict[str, Any]) -> DependentState:
-        meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
-        ann = meta.get("annotations") or {}
+    def from_object(cls, name: str, obj: Mapping[str, Any]) -> DependentState:
+        meta, spec, status = metadata(obj), section(obj, "spec"), section(obj, "status")
+        ann = section(meta, "annotations")
         replicas = spec.get("replicas")
         return cls(
             name=name,
@@ -87,7 +87,7 @@ class DependentState:
             record=ann.get(REPLICAS),
             protected=MELTDOWN in ann,
             ignored=ann.get(IGNORE_SCALING) == "true",
-            resource_version=str(meta.get("resourceVersion") or ""),
+            resource_version=resource_version(obj),
         )
 
     @property
@@ -121,22 +121,23 @@ class Scaler:
         namespace: str,
         dependents: Sequence[Dependent],
         *,
-        dry_run: bool = False,
-        target: str = "",
+        settings: Scaling | None = None,
+        label: str = "",
         clock: Callable[[], float] = time.monotonic,
         deadline: Callable[[], float] = lambda: math.inf,
-        on_action: Callable[[str, str, str], None] = lambda _name, _direction, _result: None,
+        on_action: OnAction = lambda _name, _direction, _result: None,
     ) -> None:
         self.seed = seed
         self.namespace = namespace
         self.dependents = tuple(dependents)
-        self.dry_run = dry_run
+        self.settings = settings or Scaling()
+        self.dry_run = self.settings.dry_run
         self.clock = clock
         # Until when (by ``clock``) this replica may write: the end of its leadership term.
         self.deadline = deadline
         # Told (resource, direction, result) of every scale written or failed: for metrics.
         self.on_action = on_action
-        self.log = log.bind(target=target or namespace)
+        self.log = log.bind(target=label or namespace)
         self.state: dict[str, DependentState] = {}
         self.errors: dict[str, str] = {}
         self.desired: Desired | None = None
@@ -170,9 +171,10 @@ class Scaler:
             self._direction_since, self._level_done_at = now, {}
             self._at_target_since.clear()
             self._reported.clear()
-        if self.converged and (desired is Desired.RUNNING or now - self._verified_at < REVERIFY_S):
+        recently = now - self._verified_at < self.settings.reverify_s
+        if self.converged and (desired is Desired.RUNNING or recently):
             return True
-        direction = "down" if desired is Desired.SCALED_DOWN else "up"
+        direction = Direction.DOWN if desired is Desired.SCALED_DOWN else Direction.UP
         base = self._direction_since
         for i, level in enumerate(levels(self.dependents, direction)):
             done = await asyncio.gather(*(self._one(d, direction, base, reason) for d in level))
@@ -183,38 +185,38 @@ class Scaler:
         self.converged, self._verified_at = True, now
         return True
 
-    async def _one(self, d: Dependent, direction: str, base: float, reason: str) -> bool:
-        step = d.scale_down if direction == "down" else d.scale_up
+    async def _one(self, d: Dependent, direction: Direction, base: float, reason: str) -> bool:
+        step = d.step(direction)
         try:
-            for _ in range(STEPS_PER_TICK):
+            for _ in range(self.settings.steps_per_tick):
                 state = await self._read(d)
                 write = self._next_write(d, state, direction, self.clock() >= base + step.initial_delay_s)
                 if write is None:
                     done = self._settled(d, state, direction, step.timeout_s)
-                    if done and direction == "up" and state.record is not None:
+                    if done and direction is Direction.UP and state.record is not None:
                         await self._write(d, {REPLICAS: None, MELTDOWN: None}, None, state, reason)
                         self._report_done(d, state, reason)
-                    elif done and direction == "down" and state.exists and not state.ignored:
+                    elif done and direction is Direction.DOWN and state.exists and not state.ignored:
                         self._report_done(d, state, reason)
                     self.errors.pop(d.name, None)
                     return done
                 await self._write(d, *write, state, reason)
             return False
         except KubeError as e:
-            self.on_action(d.name, direction, "failed")
+            self.on_action(d.name, direction, ActionResult.FAILED)
             if self.errors.get(d.name) != str(e):
-                self.log.warning("scale_step_failed", resource=d.name, direction=direction, error=str(e))
+                self.log.warning("scale_step_failed", resource=d.name, direction=str(direction), error=str(e))
             self.errors[d.name] = str(e)
             return False
 
     def _next_write(
-        self, d: Dependent, s: DependentState, direction: str, may_start: bool
+        self, d: Dependent, s: DependentState, direction: Direction, may_start: bool
     ) -> tuple[dict[str, str | None] | None, int | None] | None:
         """(annotations, replicas) to write next; None when nothing is to be written now
         (done, or waiting for the initial delay: ``_settled`` tells which)."""
         if not s.exists or s.ignored:
             return None
-        if direction == "down":
+        if direction is Direction.DOWN:
             if self.dry_run:
                 self._once(d.name, "dry-run", "dry_run_scale", direction="down", replicas=s.replicas)
                 return None
@@ -225,26 +227,27 @@ class Scaler:
         if s.record is None:
             # Not ours to restore; a protection mark without a record is a leftover.
             return ({MELTDOWN: None}, None) if s.protected else None
-        target = s.restore_to()
-        if target != _as_int(s.record):
-            self._once(d.name, "invalid", "replicas_annotation_invalid", value=s.record, restoring=target)
-        if s.replicas < target:
-            return (None, target) if may_start else None
+        restore = s.restore_to()
+        if restore != _as_int(s.record):
+            self._once(d.name, "invalid", "replicas_annotation_invalid", value=s.record, restoring=restore)
+        if s.replicas < restore:
+            return (None, restore) if may_start else None
         return None
 
-    def _settled(self, d: Dependent, s: DependentState, direction: str, timeout_s: float) -> bool:
-        """At the target spec, and the controller has followed (or its timeout is spent)."""
-        if not s.exists or s.ignored or (direction == "down" and self.dry_run):
+    def _settled(self, d: Dependent, s: DependentState, direction: Direction, timeout_s: float) -> bool:
+        """At the wanted spec, and the controller has followed (or its timeout is spent)."""
+        down = direction is Direction.DOWN
+        if not s.exists or s.ignored or (down and self.dry_run):
             if not s.exists:
                 self._once(d.name, "absent", "scale_skipped", why="absent")
             return True
-        if direction == "up" and s.record is None:
+        if not down and s.record is None:
             return True
-        if direction == "down" and (s.record is None or not s.protected or s.replicas != 0):
+        if down and (s.record is None or not s.protected or s.replicas != 0):
             return False  # waiting for its initial delay
-        if direction == "up" and s.replicas < s.restore_to():
+        if not down and s.replicas < s.restore_to():
             return False
-        followed = s.current == 0 if direction == "down" else s.ready >= s.restore_to()
+        followed = s.current == 0 if down else s.ready >= s.restore_to()
         since = self._at_target_since.setdefault(d.name, self.clock())
         if followed:
             return True
@@ -255,7 +258,7 @@ class Scaler:
 
     async def _read(self, d: Dependent) -> DependentState:
         try:
-            state = DependentState.read(d.name, await self.seed.get(d.path(self.namespace)))
+            state = DependentState.from_object(d.name, await self.seed.get(d.path(self.namespace)))
         except NotFound:
             state = DependentState(d.name, exists=False)
         self.state[d.name] = state
@@ -287,7 +290,7 @@ class Scaler:
             raise NotLeading(f"leadership ended during a write to {d.name}") from e
         if replicas is not None:
             down = replicas == 0
-            self.on_action(d.name, "down" if down else "up", "scaled")
+            self.on_action(d.name, Direction.DOWN if down else Direction.UP, ActionResult.SCALED)
             self.log.info(
                 "resource_scaling", resource=d.name, replicas_from=state.replicas, replicas_to=replicas
             )

@@ -1,4 +1,11 @@
-"""The aggregator's configuration, from the environment (docs/design.md, "Fixed and tunable").
+"""The aggregator's configuration, grouped by concern (docs/design.md, "Fixed and tunable").
+
+Each group is a frozen dataclass that checks its own relations where it is built
+(as client-go's leaderelection checks its config), so a group made in a test is
+held to the same rules as one read from the environment. ``from_env`` reads
+every group and reports every bad variable at once. The variables and their
+defaults are a contract; the timings without a variable are the ones no
+operator has needed to change.
 
 Defaults, and why:
 - DWD_LEASE_DURATION 8s: four renewals at the agent's 2 s; one or two lost
@@ -19,160 +26,286 @@ Defaults, and why:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
-from aggregator.decider import Params
 from core.config import EnvReader
+from core.errors import ConfigError
 from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label
 from core.logs import LogFormat
 
 TargetsMode = Literal["env", "file", "gardener"]
 
 
+def _check(problems: list[str]) -> None:
+    if problems:
+        raise ConfigError(problems)
+
+
+def _readable(r: EnvReader, name: str, path: str) -> None:
+    if path and not os.access(path, os.R_OK):
+        r.problem(name, f"{path} is not a readable file")
+
+
+def _namespace(r: EnvReader, name: str, value: str) -> None:
+    if value and not is_dns_label(value):
+        r.problem(name, f"{value!r} is not a valid namespace name")
+
+
 @dataclass(frozen=True)
-class Settings:
-    shoot_kubeconfig: str = ""
-    seed_kubeconfig: str = ""
-    namespace: str = ""
-    lease_namespace: str = DEFAULT_LEASE_NAMESPACE
+class Backoff:
+    """Retry delays that double from ``first_s`` up to ``max_s``, each spread by ± ``jitter``."""
+
+    first_s: float
+    max_s: float
+    jitter: float = 0.0
+
+    def delays(self) -> Iterator[float]:
+        """The nominal delays, without jitter (what a log line reports)."""
+        delay_s = self.first_s
+        while True:
+            yield delay_s
+            delay_s = min(delay_s * 2, self.max_s)
+
+    def spread(self, delay_s: float) -> float:
+        """``delay_s`` with jitter, so that many retriers do not return in step."""
+        return delay_s * random.uniform(1 - self.jitter, 1 + self.jitter) if self.jitter else delay_s
+
+
+@dataclass(frozen=True)
+class Decider:
+    """What the decision judges by (aggregator/decider.py)."""
+
     lease_duration_s: float = 8.0
-    renew_interval_s: float = 2.0
     node_grace_s: float = 60.0
     failure_fraction: float = 0.6
     recovery_fraction: float = 0.4
     confirm_period_s: float = 4.0
     recovery_period_s: float = 10.0
     min_candidates: int = 2
+    # The renewal interval of the fast sample (DWD_RENEW_INTERVAL).
+    fast_interval_s: float = 2.0
     blind_limit_s: float = 120.0
-    dependents_file: str = ""
-    targets: TargetsMode = "env"
-    targets_file: str = ""
-    dry_run: bool = False
-    leader_election: bool = False
-    metrics_addr: tuple[str, int] | None = None
-    write_budget: float = 100.0
-    kubeconfig_secret: str = "shoot-access-dwd-lease-aggregator"
-    leader_namespace: str = "garden"
-    leader_lease_duration_s: float = 15.0
-    leader_renew_deadline_s: float = 10.0
-    leader_retry_period_s: float = 2.0
-    log_format: LogFormat = "auto"
-    log_level: str = "info"
 
-    def decider_params(self) -> Params:
-        return Params(
-            lease_duration_s=self.lease_duration_s,
-            node_grace_s=self.node_grace_s,
-            failure_fraction=self.failure_fraction,
-            recovery_fraction=self.recovery_fraction,
-            confirm_period_s=self.confirm_period_s,
-            recovery_period_s=self.recovery_period_s,
-            min_candidates=self.min_candidates,
-            fast_interval_s=self.renew_interval_s,
-            blind_limit_s=self.blind_limit_s,
-        )
+    def __post_init__(self) -> None:
+        problems = []
+        if self.fast_interval_s * 2 > self.lease_duration_s:
+            problems.append(
+                "DWD_LEASE_DURATION: must be at least twice DWD_RENEW_INTERVAL "
+                "(one lost renewal must not make a node stale)"
+            )
+        if self.recovery_fraction > self.failure_fraction:
+            problems.append(
+                f"DWD_RECOVERY_FRACTION: {self.recovery_fraction} must not exceed "
+                f"DWD_FAILURE_FRACTION ({self.failure_fraction})"
+            )
+        if self.blind_limit_s < self.lease_duration_s:
+            problems.append("DWD_BLIND_LIMIT: must be at least DWD_LEASE_DURATION")
+        _check(problems)
 
     @property
     def tick_s(self) -> float:
         """How often each target judges: a quarter lease, so detection is late by at most that."""
         return min(1.0, self.lease_duration_s / 4)
 
+    @property
+    def stall_s(self) -> float:
+        """A tick later than this past its due time means our own process stalled."""
+        return min(2.0, self.lease_duration_s / 4)
+
+    @classmethod
+    def from_env(cls, r: EnvReader) -> Decider:
+        lease_duration_s = r.duration("DWD_LEASE_DURATION", "8s", min_s=1, max_s=300)
+        fast_interval_s = r.duration("DWD_RENEW_INTERVAL", "2s", min_s=0.2, max_s=300)
+        node_grace_s = r.duration("DWD_NODE_GRACE", "60s")
+        failure = r.fraction("DWD_FAILURE_FRACTION", 0.6)
+        recovery = r.fraction("DWD_RECOVERY_FRACTION", 0.4)
+        confirm_period_s = r.duration("DWD_CONFIRM_PERIOD", "4s")
+        recovery_period_s = r.duration("DWD_RECOVERY_PERIOD", "10s")
+        min_candidates = r.integer("DWD_MIN_CANDIDATES", 2, min_value=1)
+        blind_limit_s = r.duration("DWD_BLIND_LIMIT", "2m", min_s=1)
+        try:
+            return cls(
+                lease_duration_s=lease_duration_s,
+                node_grace_s=node_grace_s,
+                failure_fraction=failure,
+                recovery_fraction=recovery,
+                confirm_period_s=confirm_period_s,
+                recovery_period_s=recovery_period_s,
+                min_candidates=min_candidates,
+                fast_interval_s=fast_interval_s,
+                blind_limit_s=blind_limit_s,
+            )
+        except ConfigError as e:
+            r.problems.extend(e.problems)
+            return cls()
+
+
+@dataclass(frozen=True)
+class Leader:
+    """Leader election on a seed Lease (aggregator/leader.py), with client-go's defaults."""
+
+    enabled: bool = False
+    namespace: str = "garden"
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.lease_duration_s > self.renew_deadline_s > self.retry_period_s:
+            # client-go rejects the same: a leader must stop before a standby may start.
+            _check(
+                [
+                    "DWD_LEADER_RENEW_DEADLINE: needs DWD_LEADER_LEASE_DURATION > "
+                    "DWD_LEADER_RENEW_DEADLINE > DWD_LEADER_RETRY_PERIOD"
+                ]
+            )
+
+    @classmethod
+    def from_env(cls, r: EnvReader) -> Leader:
+        enabled = r.boolean("DWD_LEADER_ELECTION", False)
+        namespace = r.string("DWD_LEADER_ELECTION_NAMESPACE", r.env.get("POD_NAMESPACE") or "garden")
+        _namespace(r, "DWD_LEADER_ELECTION_NAMESPACE", namespace)
+        timings = {
+            "lease_duration_s": r.duration("DWD_LEADER_LEASE_DURATION", "15s", min_s=1),
+            "renew_deadline_s": r.duration("DWD_LEADER_RENEW_DEADLINE", "10s", min_s=0.5),
+            "retry_period_s": r.duration("DWD_LEADER_RETRY_PERIOD", "2s", min_s=0.1),
+        }
+        try:
+            return cls(enabled, namespace, **timings)
+        except ConfigError as e:
+            r.problems.extend(e.problems)
+            return cls(enabled, namespace)
+
+
+@dataclass(frozen=True)
+class Watching:
+    """How the shoot is watched, and when the view of it stops being trusted."""
+
+    # The server ends every watch after this and it is restarted at once.
+    timeout_s: float = 10.0
+    # A watch running this long past its timeout sits on a dead connection.
+    grace_s: float = 15.0
+    # Silence this long past a watch's timeout means the view may be frozen.
+    silence_s: float = 15.0
+    backoff: Backoff = Backoff(0.5, 5.0, jitter=0.2)
+    # The interlock's probe of the shoot KAPI, on a new connection.
+    probe_timeout_s: float = 3.0
+
+    @property
+    def fresh_s(self) -> float:
+        return self.timeout_s + self.silence_s
+
+
+@dataclass(frozen=True)
+class Provisioning:
+    """The leases: where they live, and the write budget that paces their renewals."""
+
+    lease_namespace: str = DEFAULT_LEASE_NAMESPACE
+    write_budget: float = 100.0
+    # The provisioner's own writes, so a 5000-node start does not burst on KAPI.
+    writes_per_s: float = 50.0
+    # The leases are re-checked on every change, and this often regardless.
+    recheck_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, r: EnvReader) -> Provisioning:
+        lease_namespace = r.string("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE)
+        _namespace(r, "DWD_LEASE_NAMESPACE", lease_namespace)
+        return cls(lease_namespace, r.number("DWD_WRITE_BUDGET", 100.0))
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """The actuator (aggregator/scaler.py) and what it scales."""
+
+    dry_run: bool = False
+    dependents_file: str = ""
+    # Once converged while scaled down, look again this often: someone may scale a
+    # protected controller back up by hand.
+    reverify_s: float = 10.0
+    # A dependent that needs more writes than this in one tick continues next tick.
+    steps_per_tick: int = 3
+
+
+@dataclass(frozen=True)
+class Shoots:
+    """Where the shoots come from (aggregator/sources.py) and how the fleet runs them."""
+
+    mode: TargetsMode = "env"
+    file: str = ""
+    shoot_kubeconfig: str = ""
+    seed_kubeconfig: str = ""
+    namespace: str = ""
+    kubeconfig_secret: str = "shoot-access-dwd-lease-aggregator"
+    poll_s: float = 5.0
+    secret_refresh_s: float = 10.0
+    # A target that failed is started again after these delays.
+    restart: Backoff = Backoff(2.0, 60.0)
+    # A removed target tries to restore what it scaled down this often.
+    retire_retry: Backoff = Backoff(2.0, 2.0)
+
+    @classmethod
+    def from_env(cls, r: EnvReader) -> Shoots:
+        raw = r.string("DWD_TARGETS", "env")
+        mode: TargetsMode = "env"
+        file = ""
+        if raw == "gardener":
+            mode = "gardener"
+        elif raw.startswith("file:"):
+            mode, file = "file", raw.removeprefix("file:")
+            _readable(r, "DWD_TARGETS", file)
+        elif raw != "env":
+            r.problem("DWD_TARGETS", f"{raw!r} is not env, file:PATH or gardener")
+        shoot_kubeconfig = r.string("DWD_SHOOT_KUBECONFIG", required=mode == "env")
+        _readable(r, "DWD_SHOOT_KUBECONFIG", shoot_kubeconfig)
+        seed_kubeconfig = r.string("DWD_SEED_KUBECONFIG", "")
+        _readable(r, "DWD_SEED_KUBECONFIG", seed_kubeconfig)
+        namespace = r.string("DWD_NAMESPACE", required=mode == "env")
+        _namespace(r, "DWD_NAMESPACE", namespace)
+        secret = r.string("DWD_KUBECONFIG_SECRET", "shoot-access-dwd-lease-aggregator")
+        return cls(mode, file, shoot_kubeconfig, seed_kubeconfig, namespace, secret)
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The HTTP server and the logs."""
+
+    metrics_addr: tuple[str, int] | None = None
+    log_format: LogFormat = "auto"
+    log_level: str = "info"
+
+
+@dataclass(frozen=True)
+class Settings:
+    shoots: Shoots = field(default_factory=Shoots)
+    decider: Decider = field(default_factory=Decider)
+    leader: Leader = field(default_factory=Leader)
+    watching: Watching = field(default_factory=Watching)
+    provisioning: Provisioning = field(default_factory=Provisioning)
+    scaling: Scaling = field(default_factory=Scaling)
+    serving: Serving = field(default_factory=Serving)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         r = EnvReader(env)
-        targets_raw = r.string("DWD_TARGETS", "env")
-        targets: TargetsMode = "env"
-        targets_file = ""
-        if targets_raw == "gardener":
-            targets = "gardener"
-        elif targets_raw.startswith("file:"):
-            targets, targets_file = "file", targets_raw.removeprefix("file:")
-            if not os.access(targets_file, os.R_OK):
-                r.problem("DWD_TARGETS", f"{targets_file} is not a readable file")
-        elif targets_raw != "env":
-            r.problem("DWD_TARGETS", f"{targets_raw!r} is not env, file:PATH or gardener")
-
-        shoot_kubeconfig = r.string("DWD_SHOOT_KUBECONFIG", required=targets == "env")
-        if shoot_kubeconfig and not os.access(shoot_kubeconfig, os.R_OK):
-            r.problem("DWD_SHOOT_KUBECONFIG", f"{shoot_kubeconfig} is not a readable file")
-        seed_kubeconfig = r.string("DWD_SEED_KUBECONFIG", "")
-        if seed_kubeconfig and not os.access(seed_kubeconfig, os.R_OK):
-            r.problem("DWD_SEED_KUBECONFIG", f"{seed_kubeconfig} is not a readable file")
-        namespace = r.string("DWD_NAMESPACE", required=targets == "env")
-        if namespace and not is_dns_label(namespace):
-            r.problem("DWD_NAMESPACE", f"{namespace!r} is not a valid namespace name")
-        lease_namespace = r.string("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE)
-        if not is_dns_label(lease_namespace):
-            r.problem("DWD_LEASE_NAMESPACE", f"{lease_namespace!r} is not a valid namespace name")
-
-        lease_duration = r.duration("DWD_LEASE_DURATION", "8s", min_s=1, max_s=300)
-        renew_interval = r.duration("DWD_RENEW_INTERVAL", "2s", min_s=0.2, max_s=300)
-        if renew_interval * 2 > lease_duration:
-            r.problem(
-                "DWD_LEASE_DURATION",
-                "must be at least twice DWD_RENEW_INTERVAL (one lost renewal must not make a node stale)",
-            )
-        node_grace = r.duration("DWD_NODE_GRACE", "60s")
-        failure = r.fraction("DWD_FAILURE_FRACTION", 0.6)
-        recovery = r.fraction("DWD_RECOVERY_FRACTION", 0.4)
-        if recovery > failure:
-            r.problem("DWD_RECOVERY_FRACTION", f"{recovery} must not exceed DWD_FAILURE_FRACTION ({failure})")
-        confirm = r.duration("DWD_CONFIRM_PERIOD", "4s")
-        recovery_period = r.duration("DWD_RECOVERY_PERIOD", "10s")
-        min_candidates = r.integer("DWD_MIN_CANDIDATES", 2, min_value=1)
-        blind_limit = r.duration("DWD_BLIND_LIMIT", "2m", min_s=1)
-        if blind_limit < lease_duration:
-            r.problem("DWD_BLIND_LIMIT", "must be at least DWD_LEASE_DURATION")
-        dependents = r.string("DWD_DEPENDENTS_FILE", "")
-        if dependents and not os.access(dependents, os.R_OK):
-            r.problem("DWD_DEPENDENTS_FILE", f"{dependents} is not a readable file")
-        dry_run = r.boolean("DWD_DRY_RUN", False)
-        leader_election = r.boolean("DWD_LEADER_ELECTION", False)
-        metrics = r.address("DWD_METRICS_ADDR")
-        budget = r.number("DWD_WRITE_BUDGET", 100.0)
-        secret = r.string("DWD_KUBECONFIG_SECRET", "shoot-access-dwd-lease-aggregator")
-        leader_ns = r.string("DWD_LEADER_ELECTION_NAMESPACE", env.get("POD_NAMESPACE") or "garden")
-        if not is_dns_label(leader_ns):
-            r.problem("DWD_LEADER_ELECTION_NAMESPACE", f"{leader_ns!r} is not a valid namespace name")
-        le_duration = r.duration("DWD_LEADER_LEASE_DURATION", "15s", min_s=1)
-        le_deadline = r.duration("DWD_LEADER_RENEW_DEADLINE", "10s", min_s=0.5)
-        le_retry = r.duration("DWD_LEADER_RETRY_PERIOD", "2s", min_s=0.1)
-        if not le_duration > le_deadline > le_retry:
-            # client-go rejects the same: a leader must stop before a standby may start.
-            r.problem(
-                "DWD_LEADER_RENEW_DEADLINE",
-                "needs DWD_LEADER_LEASE_DURATION > DWD_LEADER_RENEW_DEADLINE > DWD_LEADER_RETRY_PERIOD",
-            )
-        log_format, log_level = r.logging()
+        shoots = Shoots.from_env(r)
+        provisioning = Provisioning.from_env(r)
+        decider = Decider.from_env(r)
+        dependents_file = r.string("DWD_DEPENDENTS_FILE", "")
+        _readable(r, "DWD_DEPENDENTS_FILE", dependents_file)
+        scaling = Scaling(r.boolean("DWD_DRY_RUN", False), dependents_file)
+        leader = Leader.from_env(r)
+        metrics_addr = r.address("DWD_METRICS_ADDR")
+        serving = Serving(metrics_addr, *r.logging())
         r.finish()
         return cls(
-            shoot_kubeconfig=shoot_kubeconfig,
-            seed_kubeconfig=seed_kubeconfig,
-            namespace=namespace,
-            lease_namespace=lease_namespace,
-            lease_duration_s=lease_duration,
-            renew_interval_s=renew_interval,
-            node_grace_s=node_grace,
-            failure_fraction=failure,
-            recovery_fraction=recovery,
-            confirm_period_s=confirm,
-            recovery_period_s=recovery_period,
-            min_candidates=min_candidates,
-            blind_limit_s=blind_limit,
-            dependents_file=dependents,
-            targets=targets,
-            targets_file=targets_file,
-            dry_run=dry_run,
-            leader_election=leader_election,
-            metrics_addr=metrics,
-            write_budget=budget,
-            kubeconfig_secret=secret,
-            leader_namespace=leader_ns,
-            leader_lease_duration_s=le_duration,
-            leader_renew_deadline_s=le_deadline,
-            leader_retry_period_s=le_retry,
-            log_format=log_format,
-            log_level=log_level,
+            shoots=shoots,
+            decider=decider,
+            leader=leader,
+            provisioning=provisioning,
+            scaling=scaling,
+            serving=serving,
         )

@@ -1,4 +1,10 @@
-"""One shoot: observe its leases and nodes, decide on each tick, act through the interlocks."""
+"""One shoot: observe its leases and nodes, decide on each tick, act through the interlocks.
+
+One observation travels one way: an informer parses it into a view and hands it
+to ``Observed`` (aggregator/watcher.py); each ``tick`` keeps the view's
+freshness, asks ``decide`` for a verdict, lets the interlocks refuse a
+scale-down, and hands the phase's desired state to the ``Scaler``.
+"""
 
 from __future__ import annotations
 
@@ -9,28 +15,45 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from aggregator import budget
 from aggregator.budget import Pacing
-from aggregator.decider import Desired, Memory, Phase, Verdict, blocked, decide, take_over
+from aggregator.decider import Desired, Memory, Phase, Verdict, blocked, decide, stale_fraction, take_over
 from aggregator.dependents import Dependent
 from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
 from aggregator.metrics import AggregatorMetrics
+from aggregator.objects import NodeView
 from aggregator.provisioner import Provisioner
 from aggregator.scaler import Scaler
 from aggregator.settings import Settings
 from aggregator.watcher import Informer, Observed
 from core import logs
 from core.errors import KubeError
-from core.lease import leases_path
+from core.lease import LeaseView, leases_path
 
 log = logs.get("target")
 
-WATCH_TIMEOUT_S = 10.0
-# A watch is ended by the server every WATCH_TIMEOUT_S and restarted at once;
-# silence much longer than that means our view may be frozen.
-WATCH_FRESH_S = WATCH_TIMEOUT_S + 15.0
+
+class Interlock(StrEnum):
+    """The checks a scale-down must pass; the value is the metrics' reason label."""
+
+    KAPI_PROBE = "kapi_probe_failed"
+    WATCH_STALE = "watch_stale"
+    LIST_FAILED = "list_failed"
+    LIST_DISAGREES = "list_disagrees"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An interlock that refused a scale-down, and what it saw."""
+
+    interlock: Interlock
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.interlock}: {self.detail}"
 
 
 @dataclass
@@ -42,7 +65,7 @@ class TargetStatus:
     reason: str = "starting"
     # The reason the current phase was entered: what the actuator's Events say.
     phase_reason: str = "starting"
-    blocked: str = ""
+    blocked: Refusal | None = None
     # Why the view of the shoot is not trusted now ("" when it is).
     view: str = "not listed yet"
     error: str = ""
@@ -52,7 +75,7 @@ class TargetStatus:
 
     @property
     def fraction(self) -> float:
-        return self.stale / self.candidates if self.candidates else 0.0
+        return stale_fraction(self.stale, self.candidates)
 
 
 class Target:
@@ -74,51 +97,28 @@ class Target:
         self.name = name
         self.namespace = namespace
         self.shoot = shoot
-        self.seed = seed
         self.settings = settings
+        self.params = settings.decider
         self.is_leader = is_leader
         self.clock = clock
         self.log = log.bind(target=name)
-        self.params = settings.decider_params()
+        self.metrics = metrics or AggregatorMetrics()
         self.observed = Observed(clock=clock)
-        self.nodes = Informer(
-            shoot,
-            "/api/v1/nodes",
-            name="nodes",
-            on_list=self.observed.nodes_listed,
-            on_event=self.observed.node_event,
-            # Node objects are large; their metadata is all a candidate needs
-            # unless unhealthy conditions are to be read.
-            accept=None if skip_unhealthy_nodes else METADATA_ONLY,
-            list_accept=None if skip_unhealthy_nodes else METADATA_LIST,
-            watch_timeout_s=WATCH_TIMEOUT_S,
-            clock=clock,
-            target=name,
-        )
-        self.leases = Informer(
-            shoot,
-            leases_path(settings.lease_namespace),
-            name="leases",
-            on_list=self.observed.leases_listed,
-            on_event=self.observed.lease_event,
-            watch_timeout_s=WATCH_TIMEOUT_S,
-            clock=clock,
-            target=name,
-        )
+        self.nodes, self.leases = self._informers(skip_unhealthy_nodes)
         self.provisioner = Provisioner(
             shoot,
             self.observed,
-            settings.lease_namespace,
-            lease_duration_s=settings.lease_duration_s,
+            settings.provisioning,
+            lease_duration_s=self.params.lease_duration_s,
             pacing=self.pacing,
-            target=name,
+            label=name,
         )
         self.scaler = Scaler(
             seed,
             namespace,
             dependents,
-            dry_run=settings.dry_run,
-            target=name,
+            settings=settings.scaling,
+            label=name,
             clock=clock,
             deadline=term_end,
             on_action=lambda resource, direction, result: self.metrics.scale_actions.inc(
@@ -129,36 +129,60 @@ class Target:
         self.status = TargetStatus()
         # Since when the view of the shoot has been fresh without a gap (None: not now).
         self.view_since: float | None = None
-        # A tick later than this past its due time means our own process stalled.
-        self.stall_s = min(2.0, settings.lease_duration_s / 4)
         self._tick_done: float | None = None
         self._started = clock()
         self._was_leader = False
         self._pacing: Pacing | None = None
         self._pacing_for: frozenset[str] = frozenset()
-        self.metrics = metrics or AggregatorMetrics()
         self.metrics.set_phase(name, Phase.STARTING)
         self.metrics.synced.set(0, target=name)
-        for informer in (self.nodes, self.leases):
+
+    def _informers(self, skip_unhealthy_nodes: bool) -> tuple[Informer[NodeView], Informer[LeaseView]]:
+        common: dict[str, Any] = {"settings": self.settings.watching, "clock": self.clock, "label": self.name}
+        nodes = Informer(
+            self.shoot,
+            "/api/v1/nodes",
+            name="nodes",
+            parse=NodeView.from_object,
+            on_list=self.observed.nodes_listed,
+            on_event=self.observed.node_event,
+            # Node objects are large; their metadata is all a candidate needs
+            # unless unhealthy conditions are to be read.
+            accept=None if skip_unhealthy_nodes else METADATA_ONLY,
+            list_accept=None if skip_unhealthy_nodes else METADATA_LIST,
+            **common,
+        )
+        leases = Informer(
+            self.shoot,
+            leases_path(self.settings.provisioning.lease_namespace),
+            name="leases",
+            parse=LeaseView.from_object,
+            on_list=self.observed.leases_listed,
+            on_event=self.observed.lease_event,
+            **common,
+        )
+        for informer in (nodes, leases):
             informer.on_restart = functools.partial(self._watch_restarted, informer.name)
+        return nodes, leases
 
     def _watch_restarted(self, resource: str, reason: str) -> None:
         self.metrics.watch_restarts.inc(target=self.name, resource=resource, reason=reason)
 
     def pacing(self) -> Pacing:
         """Who renews fast and who slowly, to keep heartbeats within DWD_WRITE_BUDGET."""
-        names = frozenset(self.observed.node_uids)
+        names = frozenset(self.observed.nodes)
         if self._pacing is None or self._pacing_for != names:
-            self._pacing = budget.plan(names, self.settings.renew_interval_s, self.settings.write_budget)
+            write_budget = self.settings.provisioning.write_budget
+            self._pacing = budget.plan(names, self.params.fast_interval_s, write_budget)
             self._pacing_for = names
             writes = self._pacing.writes_per_s(len(names))
             self.metrics.fast_nodes.set(len(self._pacing.fast), target=self.name)
             self.metrics.heartbeat_writes.set(writes, target=self.name)
-            if writes > self.settings.write_budget * 1.01:
+            if writes > write_budget * 1.01:
                 self.log.warning(
                     "write_budget_exceeded",
                     planned=round(writes, 1),
-                    budget=self.settings.write_budget,
+                    budget=write_budget,
                     why=f"a sample smaller than {budget.MIN_SAMPLE} nodes would make the verdict a guess",
                 )
         return self._pacing
@@ -179,7 +203,7 @@ class Target:
             self.observed.changed.clear()
             # Re-check on every change, and now and then regardless (a failed write is retried).
             try:
-                async with asyncio.timeout(10):
+                async with asyncio.timeout(self.settings.provisioning.recheck_s):
                     await self.observed.changed.wait()
             except TimeoutError:
                 pass
@@ -188,20 +212,53 @@ class Target:
         while not (self.nodes.synced.is_set() and self.leases.synced.is_set()):
             # Not listed yet (unreachable KAPI, bad credentials): say why on the status page.
             self.status.error = self.leases.last_error or self.nodes.last_error
-            await asyncio.sleep(self.settings.tick_s)
+            await asyncio.sleep(self.params.tick_s)
         self.status.error = ""
         self.log.info("target_observing", wait_s=self.params.lease_duration_s)
         while True:
-            await asyncio.sleep(self.settings.tick_s)
+            await asyncio.sleep(self.params.tick_s)
             await self.tick()
+
+    # -- one tick: the view, the verdict, the interlocks, the actuator
+
+    async def tick(self) -> Verdict:
+        now = self.clock()
+        leader = self.is_leader()
+        self._take_over_if_new_leader(now, leader)
+        self._see(now)
+        verdict = await self._judge(now)
+        if verdict.scale_down:
+            # A standby checks too (the checks only read): its status must not claim a
+            # scale-down the leader would have refused.
+            refusal = await self.interlocks()
+            if refusal is not None:
+                verdict = blocked(verdict, now, str(refusal))
+                self._block(refusal)
+        self._record(verdict)
+        if leader:
+            self._announce(verdict)
+        self._set_memory(verdict.memory, verdict.reason)
+        if leader:
+            await self._act(verdict, now)
+        self._tick_done = self.clock()
+        return verdict
+
+    def _take_over_if_new_leader(self, now: float, leader: bool) -> None:
+        if leader and not self._was_leader and self.memory.phase is not Phase.STARTING:
+            # A standby judged without acting; as the new leader it resumes from the
+            # annotations, like a restart, but its observations are already warm.
+            self.log.info("target_leading", phase=str(self.memory.phase))
+            self.memory = take_over(now)
+            self.scaler.forget()  # another leader may have written since we last looked
+        self._was_leader = leader
 
     def _see(self, now: float) -> None:
         """Keep ``view_since``: since when the view of the shoot has been fresh without a gap."""
         if not (self.nodes.synced.is_set() and self.leases.synced.is_set()):
             self._gap("not listed yet")
-        elif not (self.leases.fresh(WATCH_FRESH_S) and self.nodes.fresh(WATCH_FRESH_S)):
+        elif not self._watches_fresh():
             self._gap("no data from the watches")
-        elif self._tick_done is not None and now - self._tick_done > self.settings.tick_s + self.stall_s:
+        elif self._tick_done is not None and now - self._tick_done > self.params.tick_s + self.params.stall_s:
             # Our own process did not run (SIGSTOP, a long GC, CPU starvation): whatever
             # the watches delivered meanwhile is still queued, the leases only look old.
             # Measured from the end of the last tick: a tick slowed by its own requests is
@@ -212,6 +269,13 @@ class Target:
         elif self.view_since is None:
             self.view_since = now
             self.log.info("view_fresh", judging_in_s=self.params.lease_duration_s)
+        if self.view_since is not None and now - self.view_since >= self.params.lease_duration_s:
+            self.status.view = ""  # the last gap is a lease duration behind us: judging again
+        self.metrics.synced.set(1 if self.view_since is not None else 0, target=self.name)
+
+    def _watches_fresh(self) -> bool:
+        fresh_s = self.settings.watching.fresh_s
+        return self.leases.fresh(fresh_s) and self.nodes.fresh(fresh_s)
 
     def _gap(self, why: str) -> None:
         if self.view_since is not None:
@@ -219,21 +283,8 @@ class Target:
         self.view_since = None
         self.status.view = why
 
-    async def tick(self) -> Verdict:
-        now = self.clock()
-        leader = self.is_leader()
-        if leader and not self._was_leader and self.memory.phase is not Phase.STARTING:
-            # A standby judged without acting; as the new leader it resumes from the
-            # annotations, like a restart, but its observations are already warm.
-            self.log.info("target_leading", phase=str(self.memory.phase))
-            self.memory = take_over(now)
-            self.scaler.forget()  # another leader may have written since we last looked
-        self._was_leader = leader
-        self._see(now)
-        if self.view_since is not None and now - self.view_since >= self.params.lease_duration_s:
-            self.status.view = ""  # the last gap is a lease duration behind us: judging again
-        synced = self.view_since is not None
-        self.metrics.synced.set(1 if synced else 0, target=self.name)
+    async def _judge(self, now: float) -> Verdict:
+        """The verdict on what is observed now (while starting, with the seed's record)."""
         self.status.error = self.leases.last_error or self.nodes.last_error
         records = None
         if self.memory.phase is Phase.STARTING:
@@ -241,7 +292,7 @@ class Target:
                 records = await self.scaler.records()
             except KubeError as e:
                 self.status.error = f"reading the scale-down record: {e}"
-        verdict = decide(
+        return decide(
             self.observed.nodes,
             self.observed.leases,
             now,
@@ -251,57 +302,24 @@ class Target:
             records=records,
             sample=self.pacing().fast,
         )
-        if verdict.scale_down:
-            # A standby checks too (the checks only read): its status must not claim a
-            # scale-down the leader would have refused.
-            why = await self.interlocks()
-            if why:
-                verdict = blocked(verdict, now, why)
-                self._block(why)
-        self._record(verdict)
-        if verdict.scale_down or (verdict.judged and verdict.memory.phase is Phase.HEALTHY):
-            self.status.blocked = ""  # the last refusal is history once a verdict moved on
-        if leader and verdict.desired is not self.scaler.desired:
-            # The decision to act, once: the actuator converges on it over the next ticks.
-            if verdict.desired is Desired.SCALED_DOWN:
-                self.log.info("target_scale_down", reason=verdict.reason, dry_run=self.settings.dry_run)
-            elif self.scaler.desired is Desired.SCALED_DOWN:
-                self.log.info("target_scale_up", reason=verdict.reason)
-        self._set_memory(verdict.memory, verdict.reason)
-        desired = verdict.desired
-        if (
-            self.settings.dry_run
-            and desired is Desired.SCALED_DOWN
-            and self.scaler.holds_records
-            and now - self._started >= self.params.recovery_period_s
-        ):
-            # Dry-run never writes a scale-down, and never holds controllers at 0: what an
-            # earlier run took away comes back after the recovery period.
-            desired, why = Desired.RUNNING, "dry-run: restoring what an earlier run scaled down"
-        else:
-            why = self.status.phase_reason
-        if leader and desired is not None:
-            await self.scaler.converge(desired, why)
-        self._tick_done = self.clock()
-        return verdict
 
-    async def interlocks(self) -> str:
-        """Why a scale-down must not happen now; "" when every check passes. A failed probe
+    async def interlocks(self) -> Refusal | None:
+        """Why a scale-down must not happen now; None when every check passes. A failed probe
         or LIST is a gap in the view: nothing is judged again for a lease duration."""
         try:
-            await self.shoot.probe()
+            await self.shoot.probe(timeout_s=self.settings.watching.probe_timeout_s)
         except KubeError as e:
             self.metrics.probe_failures.inc(target=self.name)
             self._gap("the shoot KAPI did not answer the probe")
-            return f"kapi_probe_failed: {e}"
-        if not self.leases.fresh(WATCH_FRESH_S) or not self.nodes.fresh(WATCH_FRESH_S):
+            return Refusal(Interlock.KAPI_PROBE, str(e))
+        if not self._watches_fresh():
             self._gap("no data from the watches")
-            return "watch_stale: no data from the watches recently, our view may be frozen"
+            return Refusal(Interlock.WATCH_STALE, "no data from the watches recently, our view may be frozen")
         try:
             await self.leases.list_now()
         except KubeError as e:
             self._gap("the confirming LIST failed")
-            return f"list_failed: {e}"
+            return Refusal(Interlock.LIST_FAILED, str(e))
         confirm = decide(
             self.observed.nodes,
             self.observed.leases,
@@ -312,15 +330,17 @@ class Target:
             sample=self.pacing().fast,
         )
         if not confirm.scale_down:
-            return f"list_disagrees: a fresh LIST shows {confirm.stale}/{confirm.candidates} stale"
-        return ""
+            return Refusal(
+                Interlock.LIST_DISAGREES, f"a fresh LIST shows {confirm.stale}/{confirm.candidates} stale"
+            )
+        return None
 
-    def _block(self, why: str) -> None:
-        kind = why.split(":", 1)[0]
-        self.metrics.blocked.inc(target=self.name, reason=kind)
-        if self.status.blocked.split(":", 1)[0] != kind:
-            self.log.warning("scale_down_blocked", why=why)
-        self.status.blocked = why
+    def _block(self, refusal: Refusal) -> None:
+        self.metrics.blocked.inc(target=self.name, reason=refusal.interlock)
+        previous = self.status.blocked
+        if previous is None or previous.interlock is not refusal.interlock:
+            self.log.warning("scale_down_blocked", why=str(refusal))
+        self.status.blocked = refusal
 
     def _record(self, v: Verdict) -> None:
         self.status.candidates, self.status.stale = v.candidates, v.stale
@@ -328,6 +348,17 @@ class Target:
         self.metrics.candidates.set(v.candidates, target=self.name)
         self.metrics.stale.set(v.stale, target=self.name)
         self.metrics.fraction.set(v.fraction, target=self.name)
+        if v.scale_down or (v.judged and v.memory.phase is Phase.HEALTHY):
+            self.status.blocked = None  # the last refusal is history once a verdict moved on
+
+    def _announce(self, verdict: Verdict) -> None:
+        """The decision to act, logged once: the actuator converges on it over the next ticks."""
+        if verdict.desired is self.scaler.desired:
+            return
+        if verdict.desired is Desired.SCALED_DOWN:
+            self.log.info("target_scale_down", reason=verdict.reason, dry_run=self.settings.scaling.dry_run)
+        elif self.scaler.desired is Desired.SCALED_DOWN:
+            self.log.info("target_scale_up", reason=verdict.reason)
 
     def _set_memory(self, memory: Memory, reason: str) -> None:
         if memory.phase is not self.memory.phase or self.status.phase is not memory.phase:
@@ -341,8 +372,23 @@ class Target:
         self.status.reason = reason
         self.memory = memory
 
+    async def _act(self, verdict: Verdict, now: float) -> None:
+        desired, why = verdict.desired, self.status.phase_reason
+        if (
+            self.settings.scaling.dry_run
+            and desired is Desired.SCALED_DOWN
+            and self.scaler.holds_records
+            and now - self._started >= self.params.recovery_period_s
+        ):
+            # Dry-run never writes a scale-down, and never holds controllers at 0: what an
+            # earlier run took away comes back after the recovery period.
+            desired, why = Desired.RUNNING, "dry-run: restoring what an earlier run scaled down"
+        if desired is not None:
+            await self.scaler.converge(desired, why)
+
     def snapshot(self) -> dict[str, Any]:
         s = self.status
+        pacing = self.pacing()
         return {
             "name": self.name,
             "namespace": self.namespace,
@@ -353,16 +399,16 @@ class Target:
             "fraction": round(s.fraction, 4),
             "reason": s.reason,
             "phase_reason": s.phase_reason,
-            "blocked": s.blocked,
+            "blocked": str(s.blocked or ""),
             "view": s.view,
             "desired": str(self.scaler.desired or ""),
             "converged": self.scaler.converged,
             "dependents": self.scaler.snapshot(),
             "error": s.error,
-            "dry_run": self.settings.dry_run,
+            "dry_run": self.settings.scaling.dry_run,
             "leader": self.is_leader(),
-            "fast_nodes": len(self.pacing().fast),
-            "heartbeat_writes_per_s": round(self.pacing().writes_per_s(len(self.observed.node_uids)), 2),
+            "fast_nodes": len(pacing.fast),
+            "heartbeat_writes_per_s": round(pacing.writes_per_s(len(self.observed.nodes)), 2),
             "lease_ages": {k: round(v, 2) for k, v in sorted(self.observed.lease_ages().items())},
             "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],
         }

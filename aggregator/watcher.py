@@ -14,52 +14,53 @@ node's own clock.
 from __future__ import annotations
 
 import asyncio
-import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from aggregator.decider import LeaseObs, NodeObs
 from aggregator.kube import KubeClient
+from aggregator.objects import NodeView, metadata, resource_version
+from aggregator.settings import Watching
 from core import logs
-from core.durations import parse_duration
 from core.errors import BadResponse, Gone, KubeError, TransportError
-from core.lease import IGNORE_NODE, RENEW_INTERVAL, LeaseView
+from core.lease import LeaseView
 
 log = logs.get("watcher")
 
-WATCH_GRACE_S = 15.0
-# The renew-interval annotation as metadata.managedFields names it.
-RENEW_INTERVAL_FIELD = "f:" + RENEW_INTERVAL
-# dependency-watchdog's list of conditions that make a node's silence meaningless.
-UNHEALTHY_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "DiskPressure", "NetworkUnavailable")
+V = TypeVar("V")
 
 
-class Informer:
+class Informer(Generic[V]):
+    """List+watch of one collection; every object is parsed into its view (``parse``) on
+    arrival, and one that does not parse is skipped."""
+
     def __init__(
         self,
         client: KubeClient,
         path: str,
         *,
         name: str,
-        on_list: Callable[[list[dict[str, Any]]], None],
-        on_event: Callable[[str, dict[str, Any]], None],
+        parse: Callable[[Mapping[str, Any]], V],
+        on_list: Callable[[list[V]], None],
+        on_event: Callable[[str, V], None],
         accept: str | None = None,
         list_accept: str | None = None,
-        watch_timeout_s: float = 10.0,
+        settings: Watching | None = None,
         clock: Callable[[], float] = time.monotonic,
-        target: str = "",
+        label: str = "",
     ) -> None:
         self.client = client
         self.path = path
         self.name = name
+        self.parse = parse
         self.on_list = on_list
         self.on_event = on_event
         self.accept = accept
         self.list_accept = list_accept or accept
-        self.watch_timeout_s = watch_timeout_s
+        self.settings = settings or Watching()
         self.clock = clock
         self.synced = asyncio.Event()
         # Our clock when the server last answered with data; -inf: never.
@@ -68,10 +69,16 @@ class Informer:
         self.failing = False
         self.resource_version = ""
         self.last_error = ""
-        self.log = log.bind(target=target, resource=name)
+        self.log = log.bind(target=label, resource=name)
         self.on_restart: Callable[[str], None] = lambda _reason: None
 
-    async def list_now(self) -> list[dict[str, Any]]:
+    def _view(self, obj: Mapping[str, Any]) -> V | None:
+        try:
+            return self.parse(obj)
+        except ValueError:
+            return None
+
+    async def list_now(self) -> None:
         """A consistent LIST (read from etcd, not the watch cache) fed through on_list."""
         try:
             result = await self.client.request("GET", self.path, accept=self.list_accept)
@@ -81,13 +88,12 @@ class Informer:
         except KubeError:
             self.failing = True
             raise
-        self.resource_version = str((result.get("metadata") or {}).get("resourceVersion") or "")
+        self.resource_version = resource_version(result)
         self._received()
-        self.on_list(items)
-        return items
+        self.on_list([v for v in map(self._view, items) if v is not None])
 
     async def run(self) -> None:
-        backoff_s = 0.5
+        delays = self.settings.backoff.delays()
         need_list = True
         while True:
             try:
@@ -95,11 +101,12 @@ class Informer:
                     await self.list_now()
                     self.synced.set()
                     need_list = False
-                # The server ends every watch after watch_timeout_s; one that runs far
+                # The server ends every watch after its timeout; one that runs far
                 # longer sits on a dead connection that no read timeout noticed.
-                async with asyncio.timeout(self.watch_timeout_s + WATCH_GRACE_S):
+                async with asyncio.timeout(self.settings.timeout_s + self.settings.grace_s):
                     await self._watch_once()
-                backoff_s = 0.5  # a watch that ran to its timeout is healthy: resume at once
+                # A watch that ran to its timeout is healthy: resume at once.
+                delays = self.settings.backoff.delays()
                 self.last_error = ""
             except Gone:
                 self.on_restart("gone")
@@ -107,33 +114,33 @@ class Informer:
                 need_list = True
             except (KubeError, TimeoutError) as e:
                 if isinstance(e, TimeoutError):
-                    e = TransportError("timeout", f"WATCH {self.path}: no end after {self.watch_timeout_s}s")
+                    why = f"WATCH {self.path}: no end after {self.settings.timeout_s}s"
+                    e = TransportError("timeout", why)
                 # Like client-go's reflector: resume the watch from the last
                 # resourceVersion (cheap, served from the watch cache); only a
                 # 410 or a failed list costs a re-list.
                 self.failing = True
                 self.on_restart(e.failure_class)
+                delay_s = next(delays)
                 if str(e) != self.last_error:
-                    self.log.warning("watch_failed", error=str(e), retry_in=round(backoff_s, 2))
+                    self.log.warning("watch_failed", error=str(e), retry_in=round(delay_s, 2))
                 self.last_error = str(e)
-                await asyncio.sleep(backoff_s * random.uniform(0.8, 1.2))
-                backoff_s = min(backoff_s * 2, 5.0)
+                await asyncio.sleep(self.settings.backoff.spread(delay_s))
 
     async def _watch_once(self) -> None:
         async for event in self.client.watch(
             self.path,
             resource_version=self.resource_version,
-            timeout_s=self.watch_timeout_s,
+            timeout_s=self.settings.timeout_s,
             accept=self.accept,
             on_open=self._received,
         ):
             self._received()
             obj = event.get("object") or {}
-            rv = (obj.get("metadata") or {}).get("resourceVersion")
-            if rv:
+            if rv := metadata(obj).get("resourceVersion"):
                 self.resource_version = str(rv)
-            if event.get("type") != "BOOKMARK":
-                self.on_event(str(event.get("type")), obj)
+            if event.get("type") != "BOOKMARK" and (view := self._view(obj)) is not None:
+                self.on_event(str(event.get("type")), view)
 
     def _received(self) -> None:
         self.last_data = self.clock()
@@ -144,44 +151,6 @@ class Informer:
         return not self.failing and self.clock() - self.last_data <= max_age_s
 
 
-def _parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-
-
-def _interval_s(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return parse_duration(text)
-    except ValueError:
-        return None
-
-
-def renewed_after_interval(obj: dict[str, Any]) -> bool:
-    """Whether the lease's renewTime was last written after its renew-interval annotation.
-
-    Read from ``metadata.managedFields``: the server stamps, per writer, when that writer
-    last changed one of its fields (second resolution). The same second, or an entry that
-    is missing, is not "after".
-    """
-    interval_at = renew_at = None
-    for entry in (obj.get("metadata") or {}).get("managedFields") or ():
-        fields = entry.get("fieldsV1") or {}
-        when = _parse_time(entry.get("time"))
-        if when is None:
-            continue
-        if RENEW_INTERVAL_FIELD in ((fields.get("f:metadata") or {}).get("f:annotations") or {}):
-            interval_at = when if interval_at is None else max(interval_at, when)
-        if "f:renewTime" in (fields.get("f:spec") or {}):
-            renew_at = when if renew_at is None else max(renew_at, when)
-    return interval_at is not None and renew_at is not None and renew_at > interval_at
-
-
 @dataclass
 class Observed:
     """Nodes and leases as this aggregator has seen them."""
@@ -189,107 +158,56 @@ class Observed:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime] = lambda: datetime.now(UTC)
     nodes: dict[str, NodeObs] = field(default_factory=dict)
-    node_uids: dict[str, str] = field(default_factory=dict)
     leases: dict[str, LeaseObs] = field(default_factory=dict)
-    lease_objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     # -- nodes
-    def _node(self, obj: dict[str, Any]) -> NodeObs | None:
-        meta = obj.get("metadata") or {}
-        name = meta.get("name")
-        if not name:
-            return None
-        created = _parse_time(meta.get("creationTimestamp"))
-        now = self.clock()
+    def _node(self, view: NodeView) -> NodeObs:
+        created = view.created
         age_s = max(0.0, (self.wall() - created).total_seconds()) if created else 0.0
-        conditions = (obj.get("status") or {}).get("conditions") or []
-        unhealthy = any(
-            c.get("type") in UNHEALTHY_CONDITIONS and c.get("status") == "True" for c in conditions
-        )
-        return NodeObs(
-            name=name,
-            created_mono=now - age_s,
-            deleting=bool(meta.get("deletionTimestamp")),
-            ignored=(meta.get("annotations") or {}).get(IGNORE_NODE) == "true",
-            unhealthy=unhealthy,
-        )
+        return NodeObs(view, created_mono=self.clock() - age_s)
 
-    def nodes_listed(self, items: list[dict[str, Any]]) -> None:
-        fresh = {}
-        for obj in items:
-            node = self._node(obj)
-            if node is not None:
-                fresh[node.name] = node
-                self.node_uids[node.name] = str((obj.get("metadata") or {}).get("uid", ""))
-        for gone in set(self.node_uids) - set(fresh):
-            del self.node_uids[gone]
-        self.nodes = fresh
+    def nodes_listed(self, views: list[NodeView]) -> None:
+        self.nodes = {v.name: self._node(v) for v in views}
         self.changed.set()
 
-    def node_event(self, kind: str, obj: dict[str, Any]) -> None:
-        node = self._node(obj)
-        if node is None:
-            return
+    def node_event(self, kind: str, view: NodeView) -> None:
         if kind == "DELETED":
-            self.nodes.pop(node.name, None)
-            self.node_uids.pop(node.name, None)
+            self.nodes.pop(view.name, None)
         else:
-            self.nodes[node.name] = node
-            self.node_uids[node.name] = str((obj.get("metadata") or {}).get("uid", ""))
+            self.nodes[view.name] = self._node(view)
         self.changed.set()
 
     # -- leases
-    def _lease(self, obj: dict[str, Any]) -> LeaseObs | None:
-        try:
-            view = LeaseView.from_object(obj)
-        except ValueError:
-            return None
-        name, renew, interval_s = view.name, view.renew_time, _interval_s(view.renew_interval)
-        previous = self.leases.get(name)
+    def _lease(self, view: LeaseView) -> LeaseObs:
+        previous = self.leases.get(view.name)
         # First sight or a changed renewTime: renewed "now" as far as we can tell.
         # First sight is generous on purpose: a just-started aggregator must not
         # call a lease stale before it has watched it for a whole lease duration.
         now = self.clock()
-        seen = now if previous is None or previous.renew_time != renew else previous.seen_renewed_mono
+        if previous is None or previous.view.renew_time != view.renew_time:
+            seen = now
+        else:
+            seen = previous.seen_renewed_mono
         if previous is None:
             # Only a renewal made after the interval was set proves the agent renews at
             # that pace. At first sight the server's own record of who wrote last says so.
-            paced = float("-inf") if renewed_after_interval(obj) else now
-        elif previous.interval_s != interval_s:
+            paced = float("-inf") if view.renewed_after_interval else now
+        elif previous.view.interval_s != view.interval_s:
             paced = now
         else:
             paced = previous.paced_since_mono
-        return LeaseObs(
-            name=name,
-            renew_time=renew,
-            seen_renewed_mono=seen,
-            released=view.released,
-            interval_s=interval_s,
-            paced_since_mono=paced,
-        )
+        return LeaseObs(view, seen_renewed_mono=seen, paced_since_mono=paced)
 
-    def leases_listed(self, items: list[dict[str, Any]]) -> None:
-        fresh: dict[str, LeaseObs] = {}
-        objects: dict[str, dict[str, Any]] = {}
-        for obj in items:
-            lease = self._lease(obj)
-            if lease is not None:
-                fresh[lease.name] = lease
-                objects[lease.name] = obj
-        self.leases, self.lease_objects = fresh, objects
+    def leases_listed(self, views: list[LeaseView]) -> None:
+        self.leases = {v.name: self._lease(v) for v in views}
         self.changed.set()
 
-    def lease_event(self, kind: str, obj: dict[str, Any]) -> None:
-        lease = self._lease(obj)
-        if lease is None:
-            return
+    def lease_event(self, kind: str, view: LeaseView) -> None:
         if kind == "DELETED":
-            self.leases.pop(lease.name, None)
-            self.lease_objects.pop(lease.name, None)
+            self.leases.pop(view.name, None)
         else:
-            self.leases[lease.name] = lease
-            self.lease_objects[lease.name] = obj
+            self.leases[view.name] = self._lease(view)
         self.changed.set()
 
     def lease_ages(self) -> dict[str, float]:

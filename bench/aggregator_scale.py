@@ -14,10 +14,11 @@ from typing import Any
 
 from aggregator import budget
 from aggregator.decider import Memory, Phase, decide
-from aggregator.settings import Settings
+from aggregator.objects import NodeView
+from aggregator.settings import Decider
 from aggregator.watcher import Observed
 from bench.table import print_table
-from core.lease import format_micro_time
+from core.lease import LeaseView, format_micro_time
 
 
 def _rss_mib() -> float:
@@ -41,9 +42,16 @@ def run(n: int = 5000) -> None:
     created = "2026-01-01T00:00:00Z"
     rss0 = _rss_mib()
     observed.nodes_listed(
-        [{"metadata": {"name": f"node-{i}", "uid": str(i), "creationTimestamp": created}} for i in range(n)]
+        [
+            NodeView.from_object(
+                {"metadata": {"name": f"node-{i}", "uid": str(i), "creationTimestamp": created}}
+            )
+            for i in range(n)
+        ]
     )
-    observed.leases_listed([_lease(f"node-{i}", format_micro_time(datetime.now(UTC))) for i in range(n)])
+    observed.leases_listed(
+        [LeaseView.from_object(_lease(f"node-{i}", format_micro_time(datetime.now(UTC)))) for i in range(n)]
+    )
     rss1 = _rss_mib()
 
     events = 50_000
@@ -57,14 +65,14 @@ def run(n: int = 5000) -> None:
     for line in lines:
         clock[0] += 0.0004
         event = json.loads(line)  # what the watch loop does with each line, then hands it on
-        observed.lease_event(event["type"], event["object"])
+        observed.lease_event(event["type"], LeaseView.from_object(event["object"]))
     per_event_us = (time.perf_counter() - t0) / events * 1e6
 
     t0 = time.perf_counter()
-    pacing = budget.plan(observed.node_uids, 2.0, 100.0)
+    pacing = budget.plan(observed.nodes, 2.0, 100.0)
     plan_ms = (time.perf_counter() - t0) * 1000
 
-    params = Settings(node_grace_s=0).decider_params()
+    params = Decider(node_grace_s=0)
     ticks = 200
     # A view current since long before: every tick is judged, as in steady state.
     t0 = time.perf_counter()

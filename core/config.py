@@ -11,15 +11,13 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from core.durations import format_duration, parse_duration
+from core.errors import ConfigError
 from core.logs import LEVELS, LogFormat
 
+# ConfigError lives with the other errors; the agent still catches it from here.
+__all__ = ["ConfigError", "EnvReader"]
+
 T = TypeVar("T", bound=str)
-
-
-class ConfigError(Exception):
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
 class EnvReader:

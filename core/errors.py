@@ -1,17 +1,42 @@
-"""One error hierarchy for every call to a Kubernetes API server.
+"""The one error hierarchy of dwd-lease.
 
 The HTTP libraries (httpx in the agent, aiohttp in the aggregator) are
 translated into these at their one boundary; nothing of theirs leaks past it.
+
+    Exception
+     ├── ConfigError            settings or a settings file that cannot be used: every problem at once
+     └── KubeError              anything that went wrong talking to an API server (``failure_class``)
+          ├── TransportError    no HTTP answer: dns, connect, tls or timeout
+          ├── BadResponse       an answer that is not what the API promises
+          ├── KubeconfigError   credentials or an endpoint that cannot be used
+          ├── CredentialError   a token file missing or empty (core/credentials.py)
+          ├── NotLeading        the leader's term ended: no writes
+          └── ApiError          a non-2xx status
+               ├── BadRequest        400
+               ├── Unauthorized      401
+               ├── Forbidden         403
+               ├── NotFound          404
+               ├── Conflict          409
+               ├── Gone              410: re-list
+               ├── Invalid           422
+               ├── TooManyRequests   429, with Retry-After
+               └── ServerError       5xx
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from typing import Any, Literal
 
 TransportKind = Literal["dns", "connect", "tls", "timeout"]
+
+
+class ConfigError(Exception):
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
 
 
 class KubeError(Exception):
@@ -53,6 +78,22 @@ class BadResponse(KubeError):
     @property
     def failure_class(self) -> str:
         return "bad-response"
+
+
+class KubeconfigError(KubeError):
+    """A kubeconfig that cannot be used: missing, unparsable, without a server or credentials."""
+
+    @property
+    def failure_class(self) -> str:
+        return "kubeconfig"
+
+
+class NotLeading(KubeError):
+    """This replica's leadership ended (or ends before the write could finish)."""
+
+    @property
+    def failure_class(self) -> str:
+        return "not-leading"
 
 
 class ApiError(KubeError):

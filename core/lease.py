@@ -7,6 +7,7 @@ aggregator writes the owner reference, leaseDurationSeconds and the interval.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -148,19 +149,72 @@ def release_patch() -> dict[str, Any]:
     return {"metadata": {"annotations": {RELEASED: "true"}}}
 
 
+def parse_time(text: object) -> datetime | None:
+    """A metav1.Time (whole seconds, as creationTimestamp and managedFields carry it); None if absent
+    or unreadable."""
+    if not isinstance(text, str) or not text:
+        return None
+    return _parse_time(text)
+
+
+# Every watch event carries managedFields times, and many leases share the same second:
+# strptime would otherwise dominate the cost of an event.
+@functools.lru_cache(maxsize=4096)
+def _parse_time(text: str) -> datetime | None:
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+# The renew-interval annotation as metadata.managedFields names it.
+_RENEW_INTERVAL_FIELD = "f:" + RENEW_INTERVAL
+
+
+def renewed_after_interval(obj: Mapping[str, Any]) -> bool:
+    """Whether the lease's renewTime was last written after its renew-interval annotation.
+
+    Read from ``metadata.managedFields``: the server stamps, per writer, when that writer
+    last changed one of its fields (second resolution). The same second, or an entry that
+    is missing, is not "after".
+    """
+    interval_at = renew_at = None
+    for entry in (obj.get("metadata") or {}).get("managedFields") or ():
+        fields = entry.get("fieldsV1") or {}
+        when = parse_time(entry.get("time"))
+        if when is None:
+            continue
+        if _RENEW_INTERVAL_FIELD in ((fields.get("f:metadata") or {}).get("f:annotations") or {}):
+            interval_at = when if interval_at is None else max(interval_at, when)
+        if "f:renewTime" in (fields.get("f:spec") or {}):
+            renew_at = when if renew_at is None else max(renew_at, when)
+    return interval_at is not None and renew_at is not None and renew_at > interval_at
+
+
+def _interval_s(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class LeaseView:
-    """The fields of a Lease object that either side acts on."""
+    """A node's Lease as the aggregator acts on it, parsed once where it is listed or watched."""
 
     name: str
-    resource_version: str
-    holder: str | None
-    renew_time: str | None
-    duration_s: int | None
-    renew_interval: str | None
-    released: bool
-    deleting: bool
-    owner_uids: tuple[str, ...]
+    renew_time: str | None = None
+    # The renew-interval annotation as written (compared as text with what is wanted), and
+    # in seconds (None: none, or unreadable).
+    interval: str | None = None
+    interval_s: float | None = None
+    duration_s: int | None = None
+    released: bool = False
+    owner_uids: tuple[str, ...] = ()
+    # The server's own record says renewTime was written after renew-interval.
+    renewed_after_interval: bool = False
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> LeaseView:
@@ -171,14 +225,14 @@ class LeaseView:
         if not isinstance(name, str) or not name:
             raise ValueError(f"lease object without metadata.name: {dict(meta)!r}")
         duration = spec.get("leaseDurationSeconds")
+        interval = annotations.get(RENEW_INTERVAL)
         return cls(
             name=name,
-            resource_version=str(meta.get("resourceVersion", "")),
-            holder=spec.get("holderIdentity"),
             renew_time=spec.get("renewTime"),
+            interval=interval,
+            interval_s=_interval_s(interval),
             duration_s=duration if isinstance(duration, int) else None,
-            renew_interval=annotations.get(RENEW_INTERVAL),
             released=annotations.get(RELEASED) == "true",
-            deleting=bool(meta.get("deletionTimestamp")),
-            owner_uids=tuple(str(r.get("uid", "")) for r in meta.get("ownerReferences") or ()),
+            owner_uids=tuple(str(r["uid"]) for r in meta.get("ownerReferences") or () if r.get("uid")),
+            renewed_after_interval=renewed_after_interval(obj),
         )

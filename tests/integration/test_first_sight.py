@@ -8,8 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from aggregator.watcher import renewed_after_interval
-from core.lease import RENEW_INTERVAL, format_micro_time, lease_path, leases_path
+from core.lease import RENEW_INTERVAL, format_micro_time, lease_path, leases_path, renewed_after_interval
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
 

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import Conflict, KubeError, NotFound, TransportError, api_error
+from core.errors import Conflict, KubeError, NotFound, TransportError, api_error, raise_for_watch_event
 
 Fault = Callable[[str, str], KubeError | None]
 
@@ -49,6 +49,8 @@ class FakeKube:
         self.hang: Rule | None = None
         self.controller = True
         self.writes: list[tuple[str, str, Any]] = []
+        # Events the next watches deliver, one list per watch, before it ends quietly.
+        self.watches: list[list[dict[str, Any]]] = []
         self._rv = 0
         # The server's wall clock, for metadata.managedFields times.
         self.wall: Callable[[], str] = lambda: "2026-11-30T12:00:00Z"
@@ -131,7 +133,7 @@ class FakeKube:
     async def delete(self, path: str, body: Any = None) -> dict[str, Any]:
         return await self.request("DELETE", path)
 
-    async def probe(self, path: str = "/readyz", timeout_s: float = 3.0) -> None:
+    async def probe(self, *, timeout_s: float, path: str = "/readyz") -> None:
         self._check("GET", path)
 
     async def watch(
@@ -141,9 +143,10 @@ class FakeKube:
         on_open = kw.get("on_open")
         if on_open is not None:
             on_open()
-        await asyncio.sleep(0.01)
-        return
-        yield  # an async generator that ends without events, as a quiet watch does
+        for event in self.watches.pop(0) if self.watches else ():
+            raise_for_watch_event(event)
+            yield event
+        await asyncio.sleep(0.01)  # then ends without more events, as a quiet watch does
 
     async def close(self) -> None:
         pass

@@ -1,15 +1,16 @@
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from aggregator.dependents import DEFAULT_DEPENDENTS, levels, load_dependents
-from aggregator.kube import KubeconfigError, load_kubeconfig
-from aggregator.settings import Settings
-from core.config import ConfigError
+from aggregator.dependents import DEFAULT_DEPENDENTS, Direction, levels, load_dependents
+from aggregator.kube import load_kubeconfig
+from aggregator.settings import Backoff, Decider, Leader, Settings, Shoots, Watching
+from core.errors import ConfigError, KubeconfigError
 
 
 @pytest.fixture
@@ -21,14 +22,20 @@ def kubeconfig(tmp_path: Path) -> str:
 
 def test_defaults(kubeconfig: str) -> None:
     s = Settings.from_env({"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "shoot--p--s"})
-    assert (s.lease_duration_s, s.confirm_period_s, s.failure_fraction, s.recovery_fraction) == (
+    d = s.decider
+    assert (d.lease_duration_s, d.confirm_period_s, d.failure_fraction, d.recovery_fraction) == (
         8.0,
         4.0,
         0.6,
         0.4,
     )
-    assert (s.min_candidates, s.lease_namespace, s.dry_run, s.targets) == (2, "dwd-node-lease", False, "env")
-    assert s.tick_s == 1.0
+    assert (d.min_candidates, s.provisioning.lease_namespace, s.scaling.dry_run, s.shoots.mode) == (
+        2,
+        "dwd-node-lease",
+        False,
+        "env",
+    )
+    assert d.tick_s == 1.0
 
 
 def test_every_bad_variable_is_named(tmp_path: Path) -> None:
@@ -67,11 +74,11 @@ def test_relations(kubeconfig: str) -> None:
 
 
 def test_default_dependents_follow_dependency_watchdog() -> None:
-    assert [[d.name for d in lv] for lv in levels(DEFAULT_DEPENDENTS, "down")] == [
+    assert [[d.name for d in lv] for lv in levels(DEFAULT_DEPENDENTS, Direction.DOWN)] == [
         ["machine-controller-manager", "cluster-autoscaler"],
         ["kube-controller-manager"],
     ]
-    assert [[d.name for d in lv] for lv in levels(DEFAULT_DEPENDENTS, "up")] == [
+    assert [[d.name for d in lv] for lv in levels(DEFAULT_DEPENDENTS, Direction.UP)] == [
         ["kube-controller-manager"],
         ["machine-controller-manager"],
         ["cluster-autoscaler"],
@@ -208,3 +215,26 @@ def test_an_exec_plugins_token_is_renewed_before_it_expires(tmp_path: Path) -> N
     kc, runs = _exec_kubeconfig(tmp_path / "long", valid_s=3600)
     token = load_kubeconfig(kc).token
     assert token() == token() == "token-1" and runs.read_text() == "1"
+
+
+def test_each_group_checks_its_own_relations_wherever_it_is_built(kubeconfig: str) -> None:
+    with pytest.raises(ConfigError, match="DWD_LEADER_RENEW_DEADLINE: needs"):
+        Leader(lease_duration_s=10.0, renew_deadline_s=10.0)
+    with pytest.raises(ConfigError, match="DWD_BLIND_LIMIT: must be at least DWD_LEASE_DURATION"):
+        Decider(blind_limit_s=4.0)
+    base = {"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "ns"}
+    with pytest.raises(ConfigError, match="DWD_LEADER_RENEW_DEADLINE: needs") as e:
+        Settings.from_env({**base, "DWD_LEADER_RETRY_PERIOD": "10s", "DWD_BLIND_LIMIT": "5s"})
+    assert {p.split(":")[0] for p in e.value.problems} == {"DWD_LEADER_RENEW_DEADLINE", "DWD_BLIND_LIMIT"}
+
+
+def test_the_three_back_off_schedules_keep_their_numbers() -> None:
+    def first(backoff: Backoff, n: int) -> list[float]:
+        return list(itertools.islice(backoff.delays(), n))
+
+    assert first(Watching().backoff, 6) == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    assert first(Shoots().restart, 7) == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    assert first(Shoots().retire_retry, 3) == [2.0, 2.0, 2.0]
+    spread = [Watching().backoff.spread(1.0) for _ in range(200)]
+    assert 0.8 <= min(spread) < max(spread) <= 1.2
+    assert Shoots().restart.spread(4.0) == 4.0

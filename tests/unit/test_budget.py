@@ -52,33 +52,31 @@ def test_a_tiny_budget_still_keeps_a_useful_sample() -> None:
 
 def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
     from aggregator.budget import Pacing
+    from aggregator.decider import LeaseObs, NodeObs
+    from aggregator.objects import NodeView
     from aggregator.provisioner import Provisioner
+    from aggregator.settings import Provisioning
     from aggregator.watcher import Observed
-    from core.lease import RENEW_INTERVAL
+    from core.lease import LeaseView
 
     observed = Observed()
     pacing: list[Pacing] = []
     provisioner = Provisioner(
         None,  # type: ignore[arg-type]  # plan() does no I/O
         observed,
-        "dwd-node-lease",
+        Provisioning(),
         lease_duration_s=8.0,
         pacing=lambda: pacing[-1],
     )
     names = nodes(5000)
-    observed.node_uids = {n: f"uid-{n}" for n in names}
+    observed.nodes = {n: NodeObs(NodeView(n, uid=f"uid-{n}"), 0.0) for n in names}
     pacing.append(plan(names, 2.0, 100))
     for n in names:  # every lease as the provisioner wants it
         want = provisioner.desired(n, pacing[-1])
-        observed.lease_objects[n] = {
-            "metadata": {
-                "annotations": {RENEW_INTERVAL: want["interval"]},
-                "ownerReferences": [{"uid": f"uid-{n}"}],
-            },
-            "spec": {"leaseDurationSeconds": want["duration"]},
-        }
+        view = LeaseView(n, interval=want.interval, duration_s=want.duration_s, owner_uids=(f"uid-{n}",))
+        observed.leases[n] = LeaseObs(view, 0.0)
     assert provisioner.plan() == ([], [], [])
-    observed.node_uids["node-new"] = "uid-node-new"
+    observed.nodes["node-new"] = NodeObs(NodeView("node-new", uid="uid-node-new"), 0.0)
     pacing.append(plan([*names, "node-new"], 2.0, 100))
     create, update, delete = provisioner.plan()
     assert (create, delete) == (["node-new"], [])

@@ -11,7 +11,6 @@ from aggregator.decider import (
     LeaseObs,
     Memory,
     NodeObs,
-    Params,
     Phase,
     Verdict,
     blocked,
@@ -20,8 +19,11 @@ from aggregator.decider import (
     is_stale,
     take_over,
 )
+from aggregator.objects import NodeView
+from aggregator.settings import Decider
+from core.lease import LeaseView
 
-P = Params(
+P = Decider(
     lease_duration_s=8.0,
     node_grace_s=60.0,
     failure_fraction=0.6,
@@ -41,22 +43,23 @@ def judge(
     nodes: dict[str, NodeObs],
     leases: dict[str, LeaseObs],
     now: float,
-    p: Params,
+    p: Decider,
     memory: Memory,
     **kw: object,
 ) -> Verdict:
     return decide(nodes, leases, now, p, memory, **{"view_since": WARM, **kw})  # type: ignore[arg-type]
 
 
-def cluster(n: int, stale: int, **node_kw: bool) -> tuple[dict[str, NodeObs], dict[str, LeaseObs]]:
+def lease(name: str, seen_renewed_mono: float, **view_kw: object) -> LeaseObs:
+    """A lease asked to renew every 2 s and seen renewed at ``seen_renewed_mono``."""
+    view = LeaseView(name, **{"renew_time": "t", "interval_s": 2.0, **view_kw})  # type: ignore[arg-type]
+    return LeaseObs(view, seen_renewed_mono)
+
+
+def cluster(n: int, stale: int) -> tuple[dict[str, NodeObs], dict[str, LeaseObs]]:
     """n old nodes; the first ``stale`` were last seen renewed 9 s ago (> 8 s), the rest 1 s ago."""
-    nodes = {f"n{i}": NodeObs(f"n{i}", created_mono=0.0, **node_kw) for i in range(n)}
-    leases = {
-        f"n{i}": LeaseObs(
-            f"n{i}", renew_time="t", seen_renewed_mono=NOW - (9.0 if i < stale else 1.0), interval_s=2.0
-        )
-        for i in range(n)
-    }
+    nodes = {f"n{i}": NodeObs(NodeView(f"n{i}"), created_mono=0.0) for i in range(n)}
+    leases = {f"n{i}": lease(f"n{i}", NOW - (9.0 if i < stale else 1.0)) for i in range(n)}
     return nodes, leases
 
 
@@ -201,8 +204,8 @@ def test_memory_keeps_its_since_while_the_phase_holds() -> None:
 
 
 def test_staleness_is_exactly_the_lease_duration() -> None:
-    assert is_stale(LeaseObs("a", "t", seen_renewed_mono=NOW - 8.0), NOW, P)
-    assert not is_stale(LeaseObs("b", "t", seen_renewed_mono=NOW - 7.999), NOW, P)
+    assert is_stale(lease("a", NOW - 8.0), NOW, P)
+    assert not is_stale(lease("b", NOW - 7.999), NOW, P)
 
 
 @pytest.mark.parametrize(
@@ -217,21 +220,23 @@ def test_staleness_is_exactly_the_lease_duration() -> None:
 )
 def test_node_filters(change: dict[str, object], counted: bool) -> None:
     nodes, leases = cluster(3, 0)
-    nodes["n0"] = replace(nodes["n0"], **change)  # type: ignore[arg-type]
+    node = nodes["n0"]
+    created_mono = change.pop("created_mono", node.created_mono)
+    nodes["n0"] = NodeObs(replace(node.view, **change), created_mono)  # type: ignore[arg-type]
     assert ("n0" in candidates(nodes, leases, NOW, P)) is counted
 
 
 def test_lease_filters() -> None:
     nodes, leases = cluster(4, 4)
-    leases["n0"] = replace(leases["n0"], released=True)
-    leases["n1"] = replace(leases["n1"], renew_time=None)  # never renewed
+    leases["n0"] = lease("n0", NOW - 9.0, released=True)
+    leases["n1"] = lease("n1", NOW - 9.0, renew_time=None)  # never renewed
     del leases["n2"]  # not provisioned yet
     assert set(candidates(nodes, leases, NOW, P)) == {"n3"}
 
 
 def test_all_agents_released_means_no_verdict_and_controllers_up() -> None:
     nodes, leases = cluster(10, 10)
-    leases = {k: replace(v, released=True) for k, v in leases.items()}
+    leases = {k: lease(k, v.seen_renewed_mono, released=True) for k, v in leases.items()}
     assert judge(nodes, leases, NOW, P, healthy()).memory.phase is Phase.HEALTHY
     v = judge(nodes, leases, NOW, P, Memory(Phase.DOWN, 0))
     v = judge(nodes, leases, NOW + 10, P, v.memory)
@@ -250,8 +255,8 @@ def test_a_node_that_leaves_during_an_outage_changes_the_fraction() -> None:
 def test_a_node_that_joins_during_an_outage_is_not_counted_until_it_is_old_enough() -> None:
     nodes, leases = cluster(10, 7)
     down = Memory(Phase.DOWN, NOW - 30)
-    nodes["new"] = NodeObs("new", created_mono=NOW - 5)
-    leases["new"] = LeaseObs("new", "t", seen_renewed_mono=NOW, interval_s=2.0)
+    nodes["new"] = NodeObs(NodeView("new"), created_mono=NOW - 5)
+    leases["new"] = lease("new", NOW)
     v = judge(nodes, leases, NOW, P, down)
     assert (v.candidates, v.stale, v.memory.phase) == (10, 7, Phase.DOWN)
 
@@ -283,5 +288,5 @@ def test_a_node_whose_pace_just_changed_counts_once_it_renewed_since() -> None:
 @pytest.mark.parametrize(("interval_s", "counted"), [(None, False), (60.0, False), (2.0, True), (1.0, True)])
 def test_only_leases_asked_to_renew_fast_are_judged(interval_s: float | None, counted: bool) -> None:
     nodes, leases = cluster(3, 0)
-    leases["n0"] = replace(leases["n0"], interval_s=interval_s)
+    leases["n0"] = lease("n0", NOW - 1.0, interval_s=interval_s)
     assert ("n0" in candidates(nodes, leases, NOW, P)) is counted

@@ -13,13 +13,15 @@ from dataclasses import replace
 import pytest
 
 from aggregator.decider import Phase
+from aggregator.objects import NodeView
 from aggregator.scaler import MELTDOWN, REPLICAS
+from aggregator.target import Interlock
 from aggregator.watcher import Informer
 from core.errors import Forbidden, NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.standins import CONTROLLERS
 from tests.unit.fakekube import FakeKube
-from tests.unit.world import World, deployment_path
+from tests.unit.world import World, deployment_path, with_settings
 
 KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
 DOWN = dict.fromkeys(CONTROLLERS, 0)
@@ -78,7 +80,8 @@ async def test_a_blocked_scale_down_restarts_confirmation() -> None:
     w.shoot.fail("GET", "/readyz")  # the interlock: the internal probe fails
     await w.run(15)
     assert not w.ever_scaled_down()
-    assert w.target.status.blocked.startswith("kapi_probe_failed")
+    refusal = w.target.status.blocked
+    assert refusal is not None and refusal.interlock is Interlock.KAPI_PROBE
     w.shoot.clear()
     await w.run(1)
     # Confirmation starts again from nothing, after a lease duration of fresh view.
@@ -189,7 +192,7 @@ async def test_a_write_in_flight_is_cancelled_when_the_term_ends() -> None:
     w.alive -= set(w.names[:7])
     for _ in range(30):
         # Each tick, the term has 0.2 s left (the manual clock stands still while a request hangs).
-        w.term_end = w.clock() + w.settings.tick_s + 0.2
+        w.term_end = w.clock() + w.settings.decider.tick_s + 0.2
         await w.step()
         if hang.hits:
             break
@@ -359,7 +362,14 @@ async def test_an_own_stall_is_not_staleness() -> None:
 
 async def test_a_failing_watch_is_not_fresh() -> None:
     kube = FakeKube()
-    informer = Informer(kube, "/api/v1/nodes", name="nodes", on_list=lambda _: None, on_event=lambda *_: None)
+    informer = Informer(
+        kube,
+        "/api/v1/nodes",
+        name="nodes",
+        parse=NodeView.from_object,
+        on_list=lambda _: None,
+        on_event=lambda *_: None,
+    )
     task = asyncio.create_task(informer.run())
     await asyncio.wait_for(informer.synced.wait(), 5)
     assert informer.fresh(25)
@@ -404,7 +414,7 @@ def _lease(interval_at: str | None, renew_at: str | None, same_writer: bool = Fa
 def test_renewed_after_interval(
     interval_at: str | None, renew_at: str | None, same_writer: bool, after: bool
 ) -> None:
-    from aggregator.watcher import renewed_after_interval
+    from core.lease import renewed_after_interval
 
     assert renewed_after_interval(_lease(interval_at, renew_at, same_writer)) is after
 
@@ -413,15 +423,16 @@ def test_renewed_after_interval(
 
 
 async def test_a_removed_target_restores_what_it_scaled_down() -> None:
+    from aggregator.fleet import Fleet, Running
     from aggregator.metrics import AggregatorMetrics
-    from aggregator.targets import Fleet, Running, TargetSpec
+    from aggregator.sources import TargetSpec
 
     w = World()
     await settle(w)
     await outage(w)
     # No delays: what restores a removed target runs on the real clock.
     quick = [replace(d, scale_up=replace(d.scale_up, initial_delay_s=0.0)) for d in w.dependents]
-    fleet = Fleet(replace(w.settings, recovery_period_s=0.05), w.seed, quick, AggregatorMetrics())  # type: ignore[arg-type]
+    fleet = Fleet(with_settings(w.settings, recovery_period_s=0.05), w.seed, quick, AggregatorMetrics())  # type: ignore[arg-type]
     spec = TargetSpec("shoot", w.target.namespace, kubeconfig_path="-")
     fleet.running["shoot"] = Running(spec)
     fleet.tasks["shoot"] = asyncio.create_task(asyncio.sleep(3600))

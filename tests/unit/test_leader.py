@@ -9,7 +9,8 @@ import math
 import pytest
 
 from aggregator.leader import LeaderElector
-from core.errors import KubeError
+from aggregator.settings import Leader
+from core.errors import KubeError, NotFound
 from tests.unit.fakekube import FakeKube, transport_error
 from tests.unit.world import Clock
 
@@ -17,7 +18,7 @@ PATH = "/apis/coordination.k8s.io/v1/namespaces/garden/leases/dwd-lease-aggregat
 
 
 def elector(kube: FakeKube, clock: Clock, identity: str) -> LeaderElector:
-    return LeaderElector(kube, "garden", identity=identity, clock=clock)  # type: ignore[arg-type]
+    return LeaderElector(kube, Leader(True, "garden"), identity=identity, clock=clock)  # type: ignore[arg-type]
 
 
 async def attempt(e: LeaderElector) -> None:
@@ -100,3 +101,49 @@ async def test_release_hands_over_at_once() -> None:
     assert not a.is_leader() and kube.objects[PATH]["spec"]["holderIdentity"] == ""
     await attempt(b)
     assert b.is_leader()
+
+
+async def test_run_acquires_keeps_renewing_and_loses_the_term_when_the_seed_fails() -> None:
+    kube = FakeKube()
+    quick = Leader(True, "garden", lease_duration_s=0.6, renew_deadline_s=0.4, retry_period_s=0.05)
+    a = LeaderElector(kube, quick, identity="a")  # type: ignore[arg-type]
+    task = asyncio.create_task(a.run())
+    try:
+        await asyncio.sleep(0.3)
+        assert a.is_leader()
+        renewals = [w for w in kube.writes if w[0] == "PUT"]
+        assert len(renewals) >= 3  # every retry period, on the resourceVersion it read
+        kube.fail(error=transport_error)
+        await asyncio.sleep(0.6)
+        assert not a.is_leader()  # a renew deadline without a renewal ends the term
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_of_two_creating_at_once_the_second_conflicts_and_stays_standby() -> None:
+    kube, clock = FakeKube(), Clock()
+    a = elector(kube, clock, "a")
+    # a read no lease; b created one before a's POST arrived.
+    kube.fail("GET", PATH + "$", error=lambda: NotFound(404, "NotFound", PATH))
+    kube.put(PATH, {"spec": {"holderIdentity": "b", "renewTime": "t"}})
+    await attempt(a)
+    assert not a.is_leader() and kube.objects[PATH]["spec"]["holderIdentity"] == "b"
+
+
+async def test_release_leaves_a_lease_held_by_another_alone_and_survives_a_failing_seed() -> None:
+    kube, clock = FakeKube(), Clock()
+    a, b = elector(kube, clock, "a"), elector(kube, clock, "b")
+    await attempt(a)
+    await b.release()  # not the leader: nothing to give up
+    assert kube.objects[PATH]["spec"]["holderIdentity"] == "a"
+    kube.objects[PATH]["spec"]["holderIdentity"] = "b"  # taken over meanwhile
+    await a.release()
+    assert kube.objects[PATH]["spec"]["holderIdentity"] == "b" and not a.is_leader()
+    await attempt(a)
+    clock.now += 15
+    await attempt(a)  # b's renewTime never changed: a takes the lease back
+    assert a.is_leader()
+    kube.fail(error=transport_error)
+    await a.release()  # logged, not raised
+    assert not a.is_leader()

@@ -82,11 +82,12 @@ def test_lease_view() -> None:
             },
         }
     )
-    assert (view.name, view.released, view.duration_s, view.renew_interval, view.owner_uids) == (
+    assert (view.name, view.released, view.duration_s, view.interval, view.interval_s, view.owner_uids) == (
         "n1",
         True,
         6,
         "2s",
+        2.0,
         ("u1",),
     )
     with pytest.raises(ValueError, match=r"metadata\.name"):

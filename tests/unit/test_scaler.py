@@ -9,6 +9,7 @@ import pytest
 from aggregator.decider import Desired
 from aggregator.dependents import DEFAULT_DEPENDENTS
 from aggregator.scaler import IGNORE_SCALING, MELTDOWN, REPLICAS, Scaler
+from aggregator.settings import Scaling
 from testenv.standins import CONTROLLERS
 from tests.unit.fakekube import FakeKube
 from tests.unit.world import NS, Clock, deployment_path
@@ -25,8 +26,9 @@ def seed(**overrides: dict[str, Any]) -> FakeKube:
     return kube
 
 
-def scaler(kube: FakeKube, clock: Clock, **kw: Any) -> Scaler:
-    return Scaler(kube, NS, DEFAULT_DEPENDENTS, clock=clock, **kw)  # type: ignore[arg-type]
+def scaler(kube: FakeKube, clock: Clock, *, dry_run: bool = False, **kw: Any) -> Scaler:
+    settings = Scaling(dry_run=dry_run)
+    return Scaler(kube, NS, DEFAULT_DEPENDENTS, settings=settings, clock=clock, **kw)  # type: ignore[arg-type]
 
 
 def view(kube: FakeKube, name: str) -> tuple[int, dict[str, str]]:

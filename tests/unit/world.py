@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.scaler import MELTDOWN, REPLICAS
-from aggregator.settings import Settings
+from aggregator.settings import Settings, Shoots
 from aggregator.target import Target
 from core.durations import parse_duration
 from core.errors import KubeError
@@ -26,6 +27,17 @@ NS = "shoot--p--s"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INTERVAL_FIELDS = {"f:metadata": {"f:annotations": {f"f:{RENEW_INTERVAL}": {}}}}
 RENEW_FIELDS = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
+
+
+def with_settings(settings: Settings, **changes: Any) -> Settings:
+    """``settings`` with fields changed by their own names, whichever group holds them."""
+    groups: dict[str, dict[str, Any]] = {}
+    for key, value in changes.items():
+        group = next(
+            g.name for g in fields(settings) if key in {f.name for f in fields(getattr(settings, g.name))}
+        )
+        groups.setdefault(group, {})[key] = value
+    return replace(settings, **{g: replace(getattr(settings, g), **kw) for g, kw in groups.items()})
 
 
 def deployment_path(name: str) -> str:
@@ -52,7 +64,7 @@ class World:
         self.clock = Clock()
         self.shoot, self.seed = FakeKube(), FakeKube()
         self.shoot.wall = self.wall
-        self.settings = Settings(shoot_kubeconfig="-", namespace=NS, **settings)
+        self.settings = with_settings(Settings(Shoots(shoot_kubeconfig="-", namespace=NS)), **settings)
         self.dependents = tuple(dependents)
         self.names = [f"node-{i:04d}" for i in range(nodes)]
         self.alive = set(self.names)
@@ -73,7 +85,7 @@ class World:
                     },
                     "spec": {
                         "holderIdentity": name,
-                        "leaseDurationSeconds": round(self.settings.lease_duration_s),
+                        "leaseDurationSeconds": round(self.settings.decider.lease_duration_s),
                         "renewTime": format_micro_time(T0),
                     },
                 },
@@ -92,7 +104,7 @@ class World:
 
     def new_target(self, **settings: Any) -> Target:
         if settings:
-            self.settings = Settings(**{**self.settings.__dict__, **settings})
+            self.settings = with_settings(self.settings, **settings)
         target = Target(
             "shoot",
             NS,
@@ -132,7 +144,7 @@ class World:
 
     # -- one tick of everything
     async def step(self, *, provision: bool = True) -> None:
-        self.clock.now += self.settings.tick_s
+        self.clock.now += self.settings.decider.tick_s
         self.renew()
         t = self.target
         for informer in (t.nodes, t.leases):
@@ -147,13 +159,13 @@ class World:
         self.trace.append((self.clock(), self.replicas()))
 
     async def run(self, seconds: float, **kw: Any) -> None:
-        for _ in range(round(seconds / self.settings.tick_s)):
+        for _ in range(round(seconds / self.settings.decider.tick_s)):
             await self.step(**kw)
 
     async def until(self, predicate: Any, seconds: float, what: str) -> float:
         """Step until ``predicate()`` holds; the seconds it took."""
         start = self.clock()
-        for _ in range(round(seconds / self.settings.tick_s)):
+        for _ in range(round(seconds / self.settings.decider.tick_s)):
             await self.step()
             if predicate():
                 return self.clock() - start

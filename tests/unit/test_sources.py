@@ -5,9 +5,10 @@ from typing import Any
 
 import pytest
 
-from aggregator.kube import KubeconfigError
+from aggregator.objects import ClusterView
 from aggregator.server import render_page, render_table
-from aggregator.targets import FileSource, TargetSpec, cluster_skip_reason
+from aggregator.sources import FileSource, TargetSpec
+from core.errors import KubeconfigError
 
 
 def cluster(**shoot: Any) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def cluster(**shoot: Any) -> dict[str, Any]:
     ],
 )
 def test_cluster_skip_reason(c: dict[str, Any], why: str) -> None:
-    assert cluster_skip_reason(c) == why
+    assert ClusterView.from_object(c) == ClusterView("shoot--p--s", why)
 
 
 async def test_file_source(tmp_path: Path) -> None:

@@ -1,0 +1,191 @@
+"""The Fleet: one Target per shoot a source names, each supervised alone.
+
+A target that crashes is retried with back-off and reported; one that is no
+longer wanted restores what it scaled down before it goes (``retire``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from aggregator.decider import Desired
+from aggregator.dependents import Dependent
+from aggregator.kube import KubeClient, KubeconfigSource
+from aggregator.metrics import AggregatorMetrics
+from aggregator.scaler import Scaler
+from aggregator.settings import Settings
+from aggregator.sources import SecretKubeconfig, TargetSource, TargetSpec
+from aggregator.target import Target
+from core import logs
+from core.errors import KubeError
+
+log = logs.get("fleet")
+
+
+@dataclass
+class Running:
+    """One supervised target: what it was started for, and what it reports."""
+
+    spec: TargetSpec
+    target: Target | None = None
+    error: str = ""
+
+
+class Fleet:
+    """Runs one Target per desired spec; a failing target is retried alone and reported."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        seed: KubeClient,
+        dependents: Sequence[Dependent],
+        metrics: AggregatorMetrics,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+        term_end: Callable[[], float] = lambda: math.inf,
+    ) -> None:
+        self.settings = settings
+        self.seed = seed
+        self.dependents = dependents
+        self.metrics = metrics
+        self.is_leader = is_leader
+        self.term_end = term_end
+        self.running: dict[str, Running] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        # Targets no longer wanted: what they scaled down is restored (retire()).
+        self.retiring: dict[str, asyncio.Task[None]] = {}
+        self.source_error = ""
+        self.reconciled = asyncio.Event()
+
+    async def run(self, source: TargetSource) -> None:
+        try:
+            while True:
+                try:
+                    desired = await source.desired()
+                    self.source_error = ""
+                    self._reconcile(desired)
+                except KubeError as e:
+                    if str(e) != self.source_error:
+                        log.error("targets_unavailable", error=str(e))
+                    self.source_error = str(e)
+                self.reconciled.set()
+                await asyncio.sleep(self.settings.shoots.poll_s)
+        finally:
+            tasks = [*self.tasks.values(), *self.retiring.values()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _reconcile(self, desired: dict[str, TargetSpec]) -> None:
+        for name in [n for n, r in self.running.items() if n not in desired or desired[n] != r.spec]:
+            log.info("target_stopped", target=name)
+            spec = self.running.pop(name).spec
+            self.tasks.pop(name).cancel()
+            self.metrics.forget(name)
+            if name not in desired:
+                self.retiring[name] = asyncio.create_task(self.retire(spec), name=f"retire/{name}")
+        for name, spec in desired.items():
+            if name in self.retiring:
+                self.retiring.pop(name).cancel()  # wanted again: its own target takes over
+            if name not in self.running:
+                log.info("target_started", target=name, namespace=spec.namespace)
+                running = self.running[name] = Running(spec)
+                self.tasks[name] = asyncio.create_task(self._supervise(running), name=f"target/{name}")
+
+    async def retire(self, spec: TargetSpec) -> None:
+        """A target that is no longer wanted must not leave its controllers at 0: after the
+        recovery period, restore whatever carries its record, until that is done."""
+        await asyncio.sleep(self.settings.decider.recovery_period_s)
+        scaler = Scaler(
+            self.seed,
+            spec.namespace,
+            self.dependents,
+            settings=self.settings.scaling,
+            label=spec.name,
+            deadline=self.term_end,
+        )
+        reason = "the target was removed from the aggregator: restoring what it scaled down"
+        retry = self.settings.shoots.retire_retry
+        delays = retry.delays()
+        while True:
+            if self.is_leader() and await scaler.converge(Desired.RUNNING, reason):
+                break
+            await asyncio.sleep(retry.spread(next(delays)))
+        log.info("target_retired", target=spec.name)
+        self.retiring.pop(spec.name, None)
+
+    async def _supervise(self, running: Running) -> None:
+        """Run one target forever; crashes are reported and retried with back-off, never spread."""
+        restart = self.settings.shoots.restart
+        delays = restart.delays()
+        while True:
+            await self._run_target(running)
+            self.metrics.target_errors.inc(target=running.spec.name)
+            delay_s = next(delays)
+            log.error("target_failed", target=running.spec.name, error=running.error, retry_in=delay_s)
+            await asyncio.sleep(restart.spread(delay_s))
+
+    async def _run_target(self, running: Running) -> None:
+        """One life of a target, until it fails; why it failed is left in ``running.error``."""
+        spec = running.spec
+        shoot: KubeClient | None = None
+        try:
+            shoot, refresher = await self._shoot_client(spec)
+            target = Target(
+                spec.name,
+                spec.namespace,
+                shoot,
+                self.seed,
+                settings=self.settings,
+                dependents=self.dependents,
+                is_leader=self.is_leader,
+                term_end=self.term_end,
+                metrics=self.metrics,
+            )
+            running.target, running.error = target, ""
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(target.run())
+                if refresher is not None:
+                    tg.create_task(refresher(target))
+        except* KubeError as group:
+            running.error = "; ".join(str(e) for e in group.exceptions)
+        except* Exception as group:  # a bug in one target must not take the others down
+            running.error = "; ".join(f"{type(e).__name__}: {e}" for e in group.exceptions)
+            log.exception("target_crashed", target=spec.name)
+        finally:
+            if shoot is not None:
+                await shoot.close()
+
+    async def _shoot_client(self, spec: TargetSpec) -> tuple[KubeClient, Callable[[Target], Any] | None]:
+        if spec.kubeconfig_path:
+            source = KubeconfigSource(spec.kubeconfig_path)
+            source()  # a missing or broken file is reported now, not on the first watch
+            return KubeClient(source), None
+        secret = SecretKubeconfig(self.seed, spec.namespace, spec.kubeconfig_secret)
+        await secret.refresh()
+
+        async def refresh_forever(target: Target) -> None:
+            while True:
+                await asyncio.sleep(self.settings.shoots.secret_refresh_s)
+                with contextlib.suppress(KubeError):
+                    if await secret.refresh():
+                        # Every request from now on, and every watch when it restarts,
+                        # uses the new credentials.
+                        log.info("kubeconfig_rotated", target=target.name)
+
+        return KubeClient(secret), refresh_forever
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        out = []
+        for name, r in sorted(self.running.items()):
+            snap = r.target.snapshot() if r.target is not None else {"name": name, "phase": "unavailable"}
+            if r.error:
+                snap["error"] = r.error
+            snap.setdefault("namespace", r.spec.namespace)
+            out.append(snap)
+        return out

@@ -1,0 +1,90 @@
+"""One target's loops on the real clock, and each interlock's refusal as a value."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aggregator.decider import Phase
+from aggregator.settings import Decider, Settings, Shoots
+from aggregator.target import Interlock, Refusal, Target
+from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
+from testenv.standins import CONTROLLERS
+from tests.unit.fakekube import FakeKube
+from tests.unit.world import NS, World, deployment_path
+
+
+async def settled() -> World:
+    w = World()
+    await w.run(12)
+    assert w.target.memory.phase is Phase.HEALTHY
+    return w
+
+
+async def test_run_reports_why_it_cannot_list_then_provisions_and_judges() -> None:
+    shoot, seed = FakeKube(), FakeKube()
+    for i in range(3):
+        shoot.put(f"/api/v1/nodes/node-{i}", {"metadata": {"uid": f"uid-{i}"}})
+    for name, replicas in CONTROLLERS.items():
+        seed.put(deployment_path(name), {"spec": {"replicas": replicas}})
+    quick = Decider(lease_duration_s=0.4, fast_interval_s=0.2, blind_limit_s=1.0, node_grace_s=0.0)
+    settings = Settings(Shoots(namespace=NS), quick)
+    target = Target("shoot", NS, shoot, seed, settings=settings, dependents=World().dependents)  # type: ignore[arg-type]
+    target.provisioner.min_gap_s = 0.0
+    shoot.fail("GET", "/api/v1/nodes$")
+    task = asyncio.create_task(target.run())
+    try:
+        await asyncio.sleep(0.35)
+        assert "injected" in target.status.error  # not listed yet: the status page says why
+        assert target.memory.phase is Phase.STARTING
+        shoot.clear()
+        await asyncio.sleep(0.6)
+        leases = [p for p in shoot.objects if p.startswith(leases_path(DEFAULT_LEASE_NAMESPACE) + "/")]
+        assert len(leases) == 3  # the provisioner made one per node, as leader
+        assert target.status.error == ""
+        assert target.memory.phase is Phase.HEALTHY  # no record on the seed: a start continues healthy
+        assert target.snapshot()["fast_nodes"] == 3
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_record_that_cannot_be_read_keeps_a_start_starting_and_says_so() -> None:
+    w = World()
+    w.seed.fail("GET", deployment_path("kube-controller-manager"))
+    await w.run(3)
+    assert w.target.memory.phase is Phase.STARTING
+    assert w.target.status.error.startswith("reading the scale-down record: 500")
+
+
+async def test_the_watch_interlock_refuses_when_the_watches_went_quiet() -> None:
+    w = await settled()
+    w.target.nodes.failing = True
+    refusal = await w.target.interlocks()
+    assert refusal is not None and refusal.interlock is Interlock.WATCH_STALE
+    assert w.target.view_since is None and w.target.status.view == "no data from the watches"
+
+
+async def test_the_list_interlock_refuses_when_the_confirming_list_fails() -> None:
+    w = await settled()
+    w.shoot.fail("GET", leases_path(DEFAULT_LEASE_NAMESPACE) + "$")
+    refusal = await w.target.interlocks()
+    assert refusal is not None and refusal.interlock is Interlock.LIST_FAILED
+    assert "injected" in refusal.detail
+    assert w.target.status.view == "the confirming LIST failed"
+
+
+async def test_the_list_interlock_refuses_when_a_fresh_list_disagrees() -> None:
+    w = await settled()
+    refusal = await w.target.interlocks()
+    assert refusal == Refusal(Interlock.LIST_DISAGREES, "a fresh LIST shows 0/10 stale")
+    assert str(refusal) == "list_disagrees: a fresh LIST shows 0/10 stale"  # /status keeps this shape
+
+
+async def test_refused_scale_downs_are_counted_by_interlock() -> None:
+    w = await settled()
+    w.alive -= set(w.names[:7])
+    w.shoot.fail("GET", "/readyz")
+    await w.run(30)
+    blocked = w.target.metrics.blocked.get(target="shoot", reason="kapi_probe_failed")
+    assert blocked >= 2  # every refusal counts (each restarts confirmation after a gap)
+    assert w.target.snapshot()["blocked"].startswith("kapi_probe_failed: 500")
