@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
+import httpcore
 import httpx
 
 from core.errors import TransportError, TransportKind
@@ -70,6 +72,59 @@ def ssl_context(ca_file: str) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=ca_file or None)
     ctx.set_alpn_protocols(["h2", "http/1.1"])
     return ctx
+
+
+class _ClosingStream(httpcore.AsyncNetworkStream):
+    """httpcore closes a stream whose TLS handshake fails, not one whose handshake is cancelled:
+    that socket would wait for the garbage collector. A race cancels the handshakes that lost."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+
+    # The timeout parameters are httpcore's interface, passed on as they come.
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            return await self._inner.start_tls(ssl_context, server_hostname, timeout)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._inner.aclose()
+            raise
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _ClosingBackend(httpcore.AsyncNetworkBackend):
+    def __init__(self) -> None:
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return _ClosingStream(stream)
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
 
 
 @dataclass
@@ -154,13 +209,19 @@ class Connection:
         self._client: httpx.AsyncClient | None = None
 
     def _client_for(self, address: str) -> httpx.AsyncClient:
-        transport = httpx.AsyncHTTPTransport(
+        # The point is the external path: no proxy, no netrc, no SSL_CERT_FILE from the environment.
+        transport = httpx.AsyncHTTPTransport(trust_env=False)
+        # httpx takes no network backend: its pool is replaced by one that closes a cancelled
+        # handshake's socket (tests/unit/test_agent_classify.py fails if this stops working).
+        transport._pool = httpcore.AsyncConnectionPool(
+            ssl_context=self.ssl,
+            max_connections=1,
+            max_keepalive_connections=1,
+            keepalive_expiry=None,
+            http1=True,
             http2=True,
-            verify=self.ssl,
-            # The point is the external path: no proxy, no netrc, no SSL_CERT_FILE from the environment.
-            trust_env=False,
-            limits=httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=None),
             socket_options=SOCKET_OPTIONS,
+            network_backend=_ClosingBackend(),
         )
         return httpx.AsyncClient(
             base_url=f"https://{_url_host(address)}:{self.origin.port}",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import ssl
+import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import httpx
 import pytest
 
 from agent.client import LeaseClient
-from agent.path import classify
+from agent.path import Attempt, Connection, Origin, Request, classify, ssl_context
 from core.credentials import TokenFile
 from core.errors import TransportError
 
@@ -101,3 +103,20 @@ def test_classify_walks_the_cause_chain() -> None:
         assert classify(e) == "tls"
     assert classify(httpx.ReadTimeout("slow")) == "timeout"
     assert classify(httpx.RemoteProtocolError("reset")) == "connect"
+
+
+async def test_a_handshake_cancelled_from_outside_closes_its_socket(silent_server: int) -> None:
+    """A sibling that loses its race is cancelled in the middle of its TLS handshake: its socket
+    must be closed then, not left to the garbage collector (a file descriptor held until a
+    collection, and a ResourceWarning)."""
+    conn = Connection(Origin("127.0.0.1", silent_server), ssl_context(""))
+    task = asyncio.create_task(conn.request(Request("GET", "/", {}), Attempt(new=True), connect_timeout_s=30))
+    await asyncio.sleep(0.3)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    await conn.aclose()
+    del task
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        gc.collect()
+    assert [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)] == []
