@@ -33,6 +33,7 @@ from core.lease import (
     Outage,
     evidence_patch,
     format_micro_time,
+    next_renewal_in_s,
     release_patch,
     renew_patch,
 )
@@ -207,7 +208,7 @@ class Renewer:
             self._failed(e, stamp, started)
             return self.interval_s
         self._succeeded(lease)
-        return self.interval_s
+        return next_renewal_in_s(self.settings.node_name, self.interval_s, stamp.timestamp())
 
     async def _renew(self, stamp: datetime, started: float) -> dict[str, Any]:
         if any(u.sent for u in self._unrenewed) and self._evidence_possible:

@@ -8,6 +8,7 @@ aggregator writes the owner reference, leaseDurationSeconds and the interval.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -236,3 +237,28 @@ class LeaseView:
             owner_uids=tuple(str(r["uid"]) for r in meta.get("ownerReferences") or () if r.get("uid")),
             renewed_after_interval=renewed_after_interval(obj),
         )
+
+
+def renewal_phase_s(node: str, interval_s: float) -> float:
+    """Where in its interval a node renews, spread by a hash of its name: nodes on one interval
+    would otherwise all renew in the same second, every interval, once an outage heals or a
+    DaemonSet rolls out. Salted, so that it is independent of the hash that picks the fast
+    sample (aggregator/budget.py)."""
+    digest = hashlib.sha256(b"renewal-phase:" + node.encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 * interval_s
+
+
+# Intervals shorter than this spread over any 10 s window by themselves (the write budget's
+# window); aligning them would only delay the first renewal after a recovery.
+PHASED_FROM_S = 10.0
+
+
+def next_renewal_in_s(node: str, interval_s: float, now_wall_s: float) -> float:
+    """Seconds from ``now_wall_s`` to the node's next renewal. A slow interval (from 10 s) puts
+    it at the node's phase on the wall clock, at least half an interval away: between half and
+    one and a half intervals, one on average. Node clocks that disagree only shift the phases;
+    the spread stays."""
+    if interval_s < PHASED_FROM_S:
+        return interval_s
+    delay = (renewal_phase_s(node, interval_s) - now_wall_s) % interval_s
+    return delay + interval_s if delay < interval_s / 2 else delay

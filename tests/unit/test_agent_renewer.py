@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from agent.renewer import MAX_BACKOFF_S, Renewer
 from agent.settings import Settings
 from core.errors import Invalid, NotFound, ServerError, TooManyRequests, TransportError
-from core.lease import LAST_OUTAGE, PREVIOUS_RENEW, RELEASED, RENEW_INTERVAL, Outage
+from core.lease import LAST_OUTAGE, PREVIOUS_RENEW, RELEASED, RENEW_INTERVAL, Outage, renewal_phase_s
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -129,6 +129,26 @@ def patches(client: FakeClient) -> list[dict[str, Any]]:
 
 def events(logs: list[dict[str, Any]]) -> list[str]:
     return [e["event"] for e in logs if e["log_level"] != "debug"]
+
+
+def at_phase(delay: float, interval: float, clock: Clock) -> bool:
+    """After a renewal, the next one is the node's phase on the wall clock, half an interval to
+    one and a half away (core/lease.py)."""
+    due = clock.wall().timestamp() + delay
+    off = (due - renewal_phase_s("n1", interval)) % interval
+    return interval / 2 <= delay < 1.5 * interval and min(off, interval - off) < 1e-6
+
+
+async def test_a_slow_interval_renews_at_the_nodes_phase(
+    renewer: Renewer, client: FakeClient, clock: Clock
+) -> None:
+    """At 2 min every renewal is at the node's own phase, whenever the previous one happened: after
+    an outage heals the slow nodes do not renew in one burst, every interval."""
+    client.script = [lease("2m")] * 3
+    for _ in range(3):
+        delay = await renewer.renew_once()
+        assert at_phase(delay, 120.0, clock)
+        clock.now += delay + 7.3  # a renewal that started late does not move the phase
 
 
 async def test_first_renewal_clears_released_later_ones_do_not(renewer: Renewer, client: FakeClient) -> None:
