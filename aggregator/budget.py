@@ -6,18 +6,25 @@ rest slowly: the sample is as large as the budget allows (never below
 MIN_SAMPLE), so the stale fraction is estimated from it at the same fast pace
 as in a small cluster, and detection time does not grow with the cluster.
 
-The sample is the nodes with the smallest hash of their name: stable, so a
-node does not flip between paces, and spread evenly over pools and zones by
-the hash. A node added or removed moves the boundary by one node at most.
+The sample is drawn per zone (``topology.kubernetes.io/zone``): MIN_PER_ZONE
+nodes of each (all of a smaller zone), the rest in proportion to what each zone
+has left, so a whole-zone outage is judged with the same precision as a
+whole-cluster one, whatever the zones' sizes. Within a zone it is the nodes
+with the smallest hash of their name: stable, so a node does not flip between
+paces; a node added or removed moves a zone's boundary by one node at most.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
-from dataclasses import dataclass
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 MIN_SAMPLE = 20
+# A zone's share of the sample never falls below this (a smaller zone is sampled whole):
+# fewer than MIN_SAMPLE would make a verdict on that zone alone a guess.
+MIN_PER_ZONE = MIN_SAMPLE
 # The slow intervals handed out: at least a minute (a slow lease must still show the
 # node is alive), at most the 5 minutes the agent accepts (agent/settings.py).
 SLOW_INTERVALS_S = (60.0, 120.0, 300.0)
@@ -28,6 +35,8 @@ class Pacing:
     fast: frozenset[str]
     fast_interval_s: float
     slow_interval_s: float
+    # Each node's zone ("" when its Node has no zone label).
+    zones: Mapping[str, str] = field(default_factory=dict)
 
     def interval_s(self, node: str) -> float:
         return self.fast_interval_s if node in self.fast else self.slow_interval_s
@@ -41,14 +50,43 @@ def _rank(node: str) -> bytes:
     return hashlib.sha256(node.encode()).digest()
 
 
-def plan(nodes: Iterable[str], fast_interval_s: float, budget_per_s: float) -> Pacing:
+def plan(
+    nodes: Iterable[str], fast_interval_s: float, budget_per_s: float, zones: Mapping[str, str] | None = None
+) -> Pacing:
     names = sorted(set(nodes), key=_rank)
+    zone_of = {name: (zones or {}).get(name, "") for name in names}
     n = len(names)
     if n <= budget_per_s * fast_interval_s:
-        return Pacing(frozenset(names), fast_interval_s, fast_interval_s)
+        return Pacing(frozenset(names), fast_interval_s, fast_interval_s, zone_of)
     # Slow nodes take at most half the budget (the longest interval when even that is
     # not enough), the sample gets the rest.
     slow_s = next((s for s in SLOW_INTERVALS_S if n / s <= budget_per_s / 2), SLOW_INTERVALS_S[-1])
     k = int((budget_per_s - n / slow_s) / (1 / fast_interval_s - 1 / slow_s))
     k = max(min(n, MIN_SAMPLE), min(k, n))
-    return Pacing(frozenset(names[:k]), fast_interval_s, slow_s)
+    by_zone: dict[str, list[str]] = {}
+    for name in names:  # in rank order, so each zone's list is too
+        by_zone.setdefault(zone_of[name], []).append(name)
+    shares = allocate(k, {z: len(members) for z, members in by_zone.items()})
+    fast = frozenset(name for z, members in by_zone.items() for name in members[: shares[z]])
+    return Pacing(fast, fast_interval_s, slow_s, zone_of)
+
+
+def allocate(k: int, sizes: Mapping[str, int]) -> dict[str, int]:
+    """Split a sample of ``k`` over zones of these sizes: MIN_PER_ZONE each (a smaller zone
+    whole), the rest in proportion to size by largest remainder. The total exceeds ``k`` only
+    when the minimums alone do."""
+    shares = {z: min(size, MIN_PER_ZONE) for z, size in sizes.items()}
+    rest = k - sum(shares.values())
+    room = {z: size - shares[z] for z, size in sizes.items()}
+    total_room = sum(room.values())
+    if rest <= 0 or total_room == 0:
+        return shares
+    rest = min(rest, total_room)
+    exact = {z: rest * r / total_room for z, r in room.items()}
+    for z, x in exact.items():
+        shares[z] += math.floor(x)
+    left = rest - sum(math.floor(x) for x in exact.values())
+    # Ties broken by zone name: the same nodes get the same sample on every replan.
+    for z in sorted(exact, key=lambda z: (-(exact[z] - math.floor(exact[z])), z))[:left]:
+        shares[z] += 1
+    return shares

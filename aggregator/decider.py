@@ -24,6 +24,7 @@ duration, exactly as after a start.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -86,10 +87,12 @@ class Verdict:
     judged: bool = False
     # This tick enters scaled-down: the interlocks run first and may refuse (``blocked``).
     scale_down: bool = False
+    # The stratified estimate of the stale fraction when a sample is judged (None: s / n).
+    estimate: float | None = None
 
     @property
     def fraction(self) -> float:
-        return stale_fraction(self.stale, self.candidates)
+        return self.estimate if self.estimate is not None else stale_fraction(self.stale, self.candidates)
 
     @property
     def desired(self) -> Desired | None:
@@ -138,6 +141,43 @@ def candidates(
     return out
 
 
+def stratified(
+    nodes: Mapping[str, NodeObs], counted: Mapping[str, LeaseObs], now: float, p: Decider
+) -> float | None:
+    """The stale fraction of the whole cluster, estimated from a sample drawn per zone: each
+    zone's stale fraction weighted by the zone's share of the nodes. The sample gives a small
+    zone more than its share (aggregator/budget.py), so counting it plainly would overweight
+    it; weighting by zone keeps the estimate unbiased. Zones without a candidate drop out and
+    the others are weighted among themselves. None when nothing is counted."""
+    size = collections.Counter(node.view.zone for node in nodes.values())
+    per_zone = _per_zone(nodes, counted, now, p)
+    covered = sum(size[z] for z in per_zone)
+    if not covered:
+        return None
+    return sum(size[z] / covered * st / c for z, (c, st) in per_zone.items())
+
+
+def by_zone(
+    nodes: Mapping[str, NodeObs],
+    leases: Mapping[str, LeaseObs],
+    now: float,
+    p: Decider,
+    sample: Collection[str] | None = None,
+) -> dict[str, tuple[int, int]]:
+    """Candidates and stale ones per zone: what an operator reads a zone outage from."""
+    return _per_zone(nodes, candidates(nodes, leases, now, p, sample), now, p)
+
+
+def _per_zone(
+    nodes: Mapping[str, NodeObs], counted: Mapping[str, LeaseObs], now: float, p: Decider
+) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for name, lease in counted.items():
+        n, stale = out.get(nodes[name].view.zone, (0, 0))
+        out[nodes[name].view.zone] = (n + 1, stale + is_stale(lease, now, p))
+    return out
+
+
 def is_stale(lease: LeaseObs, now: float, p: Decider) -> bool:
     return now - lease.seen_renewed_mono >= p.lease_duration_s
 
@@ -162,6 +202,7 @@ def decide(
     counted = candidates(nodes, leases, now, p, sample)
     n = len(counted)
     s = sum(1 for lease in counted.values() if is_stale(lease, now, p))
+    estimate = stratified(nodes, counted, now, p) if sample is not None and len(sample) < len(nodes) else None
     if memory.phase is Phase.STARTING:
         # The record is the state a start continues from; the view rule below still
         # keeps any verdict back until the view has been fresh for a lease duration.
@@ -182,7 +223,7 @@ def decide(
             return _to(memory, now, Phase.HEALTHY, why, n=n, s=s)
         # Holding the controllers at 0 on no evidence is never the default.
         return _recover(memory, now, p, why, n=n, s=s, judged=False)
-    return _quorum(memory, now, p, n=n, s=s)
+    return replace(_quorum(memory, now, p, n=n, s=s, estimate=estimate), estimate=estimate)
 
 
 def _to(
@@ -192,10 +233,11 @@ def _to(
     return Verdict(Memory(phase, memory.since if phase is memory.phase else now), n, s, reason, judged=judged)
 
 
-def _quorum(memory: Memory, now: float, p: Decider, *, n: int, s: int) -> Verdict:
-    """The phase machine on a judged quorum of ``s`` stale out of ``n`` candidates."""
-    fraction = stale_fraction(s, n)
-    ratio = f"{s}/{n} stale ({fraction:.0%})"
+def _quorum(memory: Memory, now: float, p: Decider, *, n: int, s: int, estimate: float | None) -> Verdict:
+    """The phase machine on a judged quorum of ``s`` stale out of ``n`` candidates (``estimate``:
+    the stratified estimate when they are a sample)."""
+    fraction = stale_fraction(s, n) if estimate is None else estimate
+    ratio = f"{s}/{n} stale ({fraction:.0%}{'' if estimate is None else ' of the nodes, estimated'})"
     at_failure = fraction >= p.failure_fraction
     phase = memory.phase
     if phase is Phase.HEALTHY:

@@ -14,6 +14,11 @@ class AggregatorMetrics:
             "dwd_target_stale_nodes", "Candidates not seen renewing for a lease duration.", ["target"]
         )
         self.fraction = r.gauge("dwd_target_stale_fraction", "stale / candidates.", ["target"])
+        self.zone_fraction = r.gauge(
+            "dwd_target_zone_stale_fraction",
+            'stale / candidates among one zone\'s candidates (zone "" when nodes have no zone label).',
+            ["target", "zone"],
+        )
         self.phase = r.gauge(
             "dwd_target_phase",
             "1 for the phase the target is in (starting, healthy, confirming, scaled-down, recovering).",
@@ -63,6 +68,7 @@ class AggregatorMetrics:
             self.candidates,
             self.stale,
             self.fraction,
+            self.zone_fraction,
             self.phase,
             self.synced,
             self.fast_nodes,

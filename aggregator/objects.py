@@ -14,6 +14,9 @@ from typing import Any
 
 from core.lease import IGNORE_NODE, parse_time
 
+# The well-known label the fast sample is stratified by (aggregator/budget.py).
+ZONE_LABEL = "topology.kubernetes.io/zone"
+
 # dependency-watchdog's list of conditions that make a node's silence meaningless.
 UNHEALTHY_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "DiskPressure", "NetworkUnavailable")
 
@@ -42,6 +45,7 @@ class NodeView:
     deleting: bool = False
     ignored: bool = False
     unhealthy: bool = False
+    zone: str = ""
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> NodeView:
@@ -59,6 +63,7 @@ class NodeView:
             unhealthy=any(
                 c.get("type") in UNHEALTHY_CONDITIONS and c.get("status") == "True" for c in conditions
             ),
+            zone=str(section(meta, "labels").get(ZONE_LABEL) or ""),
         )
 
 

@@ -20,7 +20,17 @@ from typing import Any
 
 from aggregator import budget
 from aggregator.budget import Pacing
-from aggregator.decider import Desired, Memory, Phase, Verdict, blocked, decide, stale_fraction, take_over
+from aggregator.decider import (
+    Desired,
+    Memory,
+    Phase,
+    Verdict,
+    blocked,
+    by_zone,
+    decide,
+    stale_fraction,
+    take_over,
+)
 from aggregator.dependents import Dependent
 from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
 from aggregator.metrics import AggregatorMetrics
@@ -69,6 +79,8 @@ class TargetStatus:
     # Why the view of the shoot is not trusted now ("" when it is).
     view: str = "not listed yet"
     error: str = ""
+    # Per zone of the sample: (candidates, stale), so a whole-zone outage shows as one.
+    zones: dict[str, tuple[int, int]] = field(default_factory=dict)
     history: collections.deque[tuple[float, float]] = field(
         default_factory=lambda: collections.deque(maxlen=600)
     )
@@ -133,7 +145,7 @@ class Target:
         self._started = clock()
         self._was_leader = False
         self._pacing: Pacing | None = None
-        self._pacing_for: frozenset[str] = frozenset()
+        self._pacing_for: frozenset[tuple[str, str]] = frozenset()
         self.metrics.set_phase(name, Phase.STARTING)
         self.metrics.synced.set(0, target=name)
 
@@ -170,12 +182,13 @@ class Target:
 
     def pacing(self) -> Pacing:
         """Who renews fast and who slowly, to keep heartbeats within DWD_WRITE_BUDGET."""
-        names = frozenset(self.observed.nodes)
-        if self._pacing is None or self._pacing_for != names:
+        zones = {name: node.view.zone for name, node in self.observed.nodes.items()}
+        key = frozenset(zones.items())
+        if self._pacing is None or self._pacing_for != key:
             write_budget = self.settings.provisioning.write_budget
-            self._pacing = budget.plan(names, self.params.fast_interval_s, write_budget)
-            self._pacing_for = names
-            writes = self._pacing.writes_per_s(len(names))
+            self._pacing = budget.plan(zones, self.params.fast_interval_s, write_budget, zones)
+            self._pacing_for = key
+            writes = self._pacing.writes_per_s(len(zones))
             self.metrics.fast_nodes.set(len(self._pacing.fast), target=self.name)
             self.metrics.heartbeat_writes.set(writes, target=self.name)
             if writes > write_budget * 1.01:
@@ -344,6 +357,12 @@ class Target:
 
     def _record(self, v: Verdict) -> None:
         self.status.candidates, self.status.stale = v.candidates, v.stale
+        pacing = self.pacing()
+        self.status.zones = by_zone(
+            self.observed.nodes, self.observed.leases, self.clock(), self.params, pacing.fast
+        )
+        for zone, (n, stale) in self.status.zones.items():
+            self.metrics.zone_fraction.set(stale_fraction(stale, n), target=self.name, zone=zone)
         self.status.history.append((time.time(), v.fraction))
         self.metrics.candidates.set(v.candidates, target=self.name)
         self.metrics.stale.set(v.stale, target=self.name)
@@ -408,6 +427,10 @@ class Target:
             "dry_run": self.settings.scaling.dry_run,
             "leader": self.is_leader(),
             "fast_nodes": len(pacing.fast),
+            "zones": {
+                zone: {"candidates": n, "stale": stale, "fraction": round(stale_fraction(stale, n), 4)}
+                for zone, (n, stale) in sorted(s.zones.items())
+            },
             "heartbeat_writes_per_s": round(pacing.writes_per_s(len(self.observed.nodes)), 2),
             "lease_ages": {k: round(v, 2) for k, v in sorted(self.observed.lease_ages().items())},
             "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],

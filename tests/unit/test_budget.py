@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import collections
+
 import pytest
 
-from aggregator.budget import MIN_SAMPLE, SLOW_INTERVALS_S, plan
+from aggregator.budget import MIN_PER_ZONE, MIN_SAMPLE, SLOW_INTERVALS_S, allocate, plan
 
 
 def nodes(n: int) -> list[str]:
@@ -81,3 +83,42 @@ def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
     create, update, delete = provisioner.plan()
     assert (create, delete) == (["node-new"], [])
     assert len(update) <= 3, update
+
+
+def zoned(sizes: dict[str, int]) -> dict[str, str]:
+    return {f"{zone}-worker-{i:05d}": zone for zone, n in sizes.items() for i in range(n)}
+
+
+def test_the_sample_is_drawn_per_zone_with_a_minimum_each() -> None:
+    """Zones of 3000, 1500 and 500 nodes: each has at least MIN_PER_ZONE in the sample, the rest
+    goes by size, and the sample keeps its size (the budget holds)."""
+    zones = zoned({"zone-a": 3000, "zone-b": 1500, "zone-c": 500})
+    p = plan(zones, 2.0, 100, zones)
+    assert len(p.fast) == len(plan(list(zones), 2.0, 100).fast) == 118
+    per_zone = collections.Counter(zones[n] for n in p.fast)
+    assert min(per_zone.values()) >= MIN_PER_ZONE
+    assert per_zone["zone-a"] > per_zone["zone-b"] > per_zone["zone-c"]
+    assert p.writes_per_s(len(zones)) <= 100 + 1e-9
+
+
+def test_a_zone_smaller_than_its_minimum_is_sampled_whole_and_others_keep_their_share() -> None:
+    zones = zoned({"zone-a": 2500, "zone-b": 2490, "zone-c": 10})
+    p = plan(zones, 2.0, 100, zones)
+    per_zone = collections.Counter(zones[n] for n in p.fast)
+    assert per_zone["zone-c"] == 10
+    assert abs(per_zone["zone-a"] - per_zone["zone-b"]) <= 1
+
+
+def test_one_node_more_moves_one_zones_boundary_only() -> None:
+    zones = zoned({"zone-a": 2000, "zone-b": 2000, "zone-c": 1000})
+    a = plan(zones, 2.0, 100, zones)
+    b = plan({**zones, "zone-c-new": "zone-c"}, 2.0, 100, {**zones, "zone-c-new": "zone-c"})
+    assert len(a.fast ^ b.fast) <= 3
+
+
+@pytest.mark.parametrize("sizes", [{"a": 40, "b": 40, "c": 40}, {"a": 5, "b": 7}, {"a": 100, "b": 0}])
+def test_allocate_gives_every_zone_its_minimum_and_never_more_than_it_has(sizes: dict[str, int]) -> None:
+    shares = allocate(60, sizes)
+    assert all(min(n, MIN_PER_ZONE) <= shares[z] <= n for z, n in sizes.items())
+    minimums = sum(min(n, MIN_PER_ZONE) for n in sizes.values())
+    assert sum(shares.values()) == max(minimums, min(60, sum(sizes.values())))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
 
+from aggregator import budget
 from aggregator.decider import (
     Desired,
     LeaseObs,
@@ -290,3 +292,39 @@ def test_only_leases_asked_to_renew_fast_are_judged(interval_s: float | None, co
     nodes, leases = cluster(3, 0)
     leases["n0"] = lease("n0", NOW - 1.0, interval_s=interval_s)
     assert ("n0" in candidates(nodes, leases, NOW, P)) is counted
+
+
+def zoned_cluster(
+    sizes: dict[str, int], silent: Callable[[str, str], bool]
+) -> tuple[dict[str, NodeObs], dict[str, LeaseObs], frozenset[str]]:
+    """Old nodes in zones, their fast sample as the budget draws it, and the sample's leases:
+    those of silent nodes last seen 9 s ago, the others 1 s ago."""
+    zones = {f"{z}-{i:05d}": z for z, n in sizes.items() for i in range(n)}
+    nodes = {n: NodeObs(NodeView(n, zone=z), 0.0) for n, z in zones.items()}
+    sample = budget.plan(zones, 2.0, 100.0, zones).fast
+    leases = {n: lease(n, NOW - 9.0 if silent(n, zones[n]) else NOW - 1.0) for n in sample}
+    return nodes, leases, sample
+
+
+@pytest.mark.parametrize(
+    ("silent", "truth"),
+    [
+        (lambda n, z: z == "zone-c", 0.1),  # the small zone: overrepresented in the sample
+        (lambda n, z: z != "zone-c", 0.9),
+        (lambda n, z: z == "zone-b", 0.3),
+        (lambda n, z: z == "zone-a" or (z == "zone-b" and int(n[-5:]) < 500), 0.7),
+    ],
+)
+def test_a_sample_drawn_per_zone_estimates_the_clusters_stale_fraction(
+    silent: Callable[[str, str], bool], truth: float
+) -> None:
+    """5000 nodes in zones of 3000, 1500 and 500. The small zone has more than its share of the
+    sample (at least MIN_PER_ZONE): counted plainly, its outage alone would read as a quarter
+    of the cluster. Weighted by zone it reads as what it is."""
+    nodes, leases, sample = zoned_cluster({"zone-a": 3000, "zone-b": 1500, "zone-c": 500}, silent)
+    v = judge(nodes, leases, NOW, replace(P, node_grace_s=0.0), Memory(Phase.HEALTHY, 0.0), sample=sample)
+    assert v.judged and v.candidates == len(sample)
+    assert v.fraction == pytest.approx(truth, abs=0.06)
+    if truth == 0.1:
+        assert v.stale / v.candidates > 0.2  # what the plain count would have said
+    assert (v.memory.phase is Phase.CONFIRMING) == (truth >= 0.6)

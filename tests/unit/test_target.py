@@ -88,3 +88,20 @@ async def test_refused_scale_downs_are_counted_by_interlock() -> None:
     blocked = w.target.metrics.blocked.get(target="shoot", reason="kapi_probe_failed")
     assert blocked >= 2  # every refusal counts (each restarts confirmation after a gap)
     assert w.target.snapshot()["blocked"].startswith("kapi_probe_failed: 500")
+
+
+async def test_a_zone_outage_shows_zone_by_zone_on_the_status_page_and_in_the_metrics() -> None:
+    w = World()
+    for i, name in enumerate(w.names):
+        node = w.shoot.objects[f"/api/v1/nodes/{name}"]
+        node["metadata"]["labels"] = {"topology.kubernetes.io/zone": "zone-a" if i < 6 else "zone-b"}
+    await w.run(12)
+    w.alive -= set(w.names[6:])  # zone-b loses its path: 40 %, below the failure fraction
+    await w.run(10)
+    assert w.target.memory.phase is Phase.HEALTHY
+    assert w.target.snapshot()["zones"] == {
+        "zone-a": {"candidates": 6, "stale": 0, "fraction": 0.0},
+        "zone-b": {"candidates": 4, "stale": 4, "fraction": 1.0},
+    }
+    assert w.target.metrics.zone_fraction.get(target=w.target.name, zone="zone-b") == 1.0
+    assert 'zone="zone-b"' in w.target.metrics.registry.render()
