@@ -103,6 +103,7 @@ class Target:
         is_leader: Callable[[], bool] = lambda: True,
         term_end: Callable[[], float] = lambda: math.inf,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         skip_unhealthy_nodes: bool = False,
         metrics: AggregatorMetrics | None = None,
     ) -> None:
@@ -113,6 +114,8 @@ class Target:
         self.params = settings.decider
         self.is_leader = is_leader
         self.clock = clock
+        # The sample rotates on the wall clock: a restarted or new leader draws the same one.
+        self.wall = wall
         self.log = log.bind(target=name)
         self.metrics = metrics or AggregatorMetrics()
         self.observed = Observed(clock=clock)
@@ -146,6 +149,7 @@ class Target:
         self._was_leader = False
         self._pacing: Pacing | None = None
         self._pacing_for: frozenset[tuple[str, str]] = frozenset()
+        self._planned_at = -math.inf
         self.metrics.set_phase(name, Phase.STARTING)
         self.metrics.synced.set(0, target=name)
 
@@ -181,24 +185,51 @@ class Target:
         self.metrics.watch_restarts.inc(target=self.name, resource=resource, reason=reason)
 
     def pacing(self) -> Pacing:
-        """Who renews fast and who slowly, to keep heartbeats within DWD_WRITE_BUDGET."""
+        """Who renews fast and who slowly, to keep heartbeats within DWD_WRITE_BUDGET; re-planned
+        when the nodes change and every REPLAN_S, as the sample rotates."""
         zones = {name: node.view.zone for name, node in self.observed.nodes.items()}
         key = frozenset(zones.items())
-        if self._pacing is None or self._pacing_for != key:
+        now = self.clock()
+        if self._pacing is None or self._pacing_for != key or now - self._planned_at >= budget.REPLAN_S:
             write_budget = self.settings.provisioning.write_budget
-            self._pacing = budget.plan(zones, self.params.fast_interval_s, write_budget, zones)
-            self._pacing_for = key
-            writes = self._pacing.writes_per_s(len(zones))
-            self.metrics.fast_nodes.set(len(self._pacing.fast), target=self.name)
-            self.metrics.heartbeat_writes.set(writes, target=self.name)
-            if writes > write_budget * 1.01:
-                self.log.warning(
-                    "write_budget_exceeded",
-                    planned=round(writes, 1),
-                    budget=write_budget,
-                    why=f"a sample smaller than {budget.MIN_SAMPLE} nodes would make the verdict a guess",
-                )
+            fast_s = self.params.fast_interval_s
+            wanted = budget.plan(zones, fast_s, write_budget, zones, now_s=self.wall())
+            self._pacing = budget.hand_over(wanted, self._asked_fast(), self._renewing_fast)
+            self._pacing_for, self._planned_at = key, now
+            self._report_pacing(self._pacing, wanted.writes_per_s(len(zones)), write_budget)
         return self._pacing
+
+    def _asked_fast(self) -> frozenset[str]:
+        """The nodes whose lease asks for the fast interval now: the sample as it stands."""
+        fast_s = self.params.fast_interval_s
+        return frozenset(
+            name
+            for name, lease in self.observed.leases.items()
+            if lease.view.interval_s is not None and lease.view.interval_s <= fast_s
+        )
+
+    def _renewing_fast(self, name: str) -> bool:
+        lease = self.observed.leases.get(name)
+        fast_s = self.params.fast_interval_s
+        return (
+            lease is not None
+            and lease.view.interval_s is not None
+            and lease.view.interval_s <= fast_s
+            and lease.seen_renewed_mono > lease.paced_since_mono
+        )
+
+    def _report_pacing(self, pacing: Pacing, planned: float, write_budget: float) -> None:
+        self.metrics.fast_nodes.set(len(pacing.fast), target=self.name)
+        self.metrics.heartbeat_writes.set(pacing.writes_per_s(len(pacing.zones)), target=self.name)
+        # Members kept while they hand over add a few writes for a moment; a plan over the
+        # budget (the sample held at its minimum) adds them for good, and that is worth saying.
+        if planned > write_budget * 1.01:
+            self.log.warning(
+                "write_budget_exceeded",
+                planned=round(planned, 1),
+                budget=write_budget,
+                why=f"fewer than {budget.MIN_PER_ZONE} sampled nodes a zone would make the verdict a guess",
+            )
 
     async def run(self) -> None:
         async with asyncio.TaskGroup() as tg:

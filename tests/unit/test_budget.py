@@ -1,10 +1,19 @@
 from __future__ import annotations
 
 import collections
+import itertools
 
 import pytest
 
-from aggregator.budget import MIN_PER_ZONE, MIN_SAMPLE, SLOW_INTERVALS_S, allocate, plan
+from aggregator.budget import (
+    MIN_PER_ZONE,
+    MIN_SAMPLE,
+    ROTATION_S,
+    SLOW_INTERVALS_S,
+    allocate,
+    hand_over,
+    plan,
+)
 
 
 def nodes(n: int) -> list[str]:
@@ -122,3 +131,33 @@ def test_allocate_gives_every_zone_its_minimum_and_never_more_than_it_has(sizes:
     assert all(min(n, MIN_PER_ZONE) <= shares[z] <= n for z, n in sizes.items())
     minimums = sum(min(n, MIN_PER_ZONE) for n in sizes.values())
     assert sum(shares.values()) == max(minimums, min(60, sum(sizes.values())))
+
+
+def test_the_sample_rotates_a_few_members_at_a_time() -> None:
+    zones = zoned({"zone-a": 2000, "zone-b": 2000, "zone-c": 1000})
+    t0 = 1_796_000_000.0
+    # Every 10 s for 10 minutes: a member or two changes at a time, never the sample at once.
+    steps = [plan(zones, 2.0, 100, zones, now_s=t0 + 10 * i) for i in range(61)]
+    changes = [len(a.fast - b.fast) for a, b in itertools.pairwise(steps)]
+    assert max(changes) <= 3 and sum(changes) > 0
+    assert len({len(p.fast) for p in steps}) == 1  # the same size, the same budget
+    later = plan(zones, 2.0, 100, zones, now_s=t0 + ROTATION_S)
+    assert len(steps[0].fast & later.fast) < len(later.fast) / 4  # a rotation later: mostly new
+    per_zone = collections.Counter(zones[n] for n in later.fast)
+    assert min(per_zone.values()) >= MIN_PER_ZONE
+
+
+def test_members_that_leave_stay_fast_until_their_successors_renew_fast() -> None:
+    zones = zoned({"zone-a": 1000, "zone-b": 1000})
+    old = plan(zones, 2.0, 100, zones, now_s=0.0)
+    new = plan(zones, 2.0, 100, zones, now_s=ROTATION_S / 3)
+    leaving, coming = old.fast - new.fast, new.fast - old.fast
+    assert leaving and coming
+    # None of the newcomers renews fast yet: every leaving member is kept.
+    kept = hand_over(new, old.fast, ready=lambda n: n not in coming)
+    assert kept.fast == new.fast | leaving
+    # Those of zone-a do now: zone-a's leaving members go, zone-b's stay.
+    ready = hand_over(new, old.fast, ready=lambda n: n not in coming or zones[n] == "zone-a")
+    assert ready.fast == new.fast | {n for n in leaving if zones[n] == "zone-b"}
+    # All of them do: the sample is the new one.
+    assert hand_over(new, old.fast, ready=lambda n: True) == new

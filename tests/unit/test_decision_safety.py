@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import pytest
 
+from aggregator import budget
 from aggregator.decider import Phase
 from aggregator.objects import NodeView
 from aggregator.scaler import MELTDOWN, REPLICAS
@@ -107,7 +108,9 @@ async def test_slow_nodes_entering_the_sample_are_not_judged_until_they_renew_fa
     assert w.target.status.candidates <= len(fast_before)
     await w.run(70)  # the annotations are written; the members renew fast
     assert not w.ever_scaled_down()
-    assert w.target.status.candidates == len(w.target.pacing().fast)
+    # Every member is judged (the sample rotates meanwhile: members that leave are judged until
+    # their successors are).
+    assert w.target.status.candidates >= len(budget.plan(w.names, 2.0, 300.0).fast)
 
 
 def test_one_node_more_rewrites_a_few_leases_not_all() -> None:
@@ -448,3 +451,26 @@ async def test_a_removed_target_restores_what_it_scaled_down() -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def test_a_rotating_sample_never_judges_fewer_nodes_than_it_should(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sample rotates (here every 10 minutes, to see it happen): a member that leaves stays
+    fast until its successor, which reads its new interval only from its next slow renewal, has
+    been seen renewing fast. At no tick does the verdict rest on fewer nodes."""
+    monkeypatch.setattr(budget, "ROTATION_S", 600.0)
+    w = World(400, write_budget=40.0)
+    w.target.provisioner.min_gap_s = 0.0
+    await w.run(130)  # every agent has adopted its interval
+    first = set(w.target.pacing().fast)
+    k = len(budget.plan(w.names, 2.0, 40.0).fast)  # the sample's size, whichever nodes it holds
+    assert k < 400 and w.target.status.candidates >= k
+    judged = []
+    for _ in range(600):
+        await w.step()
+        judged.append(w.target.status.candidates)
+    now = set(w.target.pacing().fast)
+    assert len(first - now) > k / 3, "the sample did not rotate"
+    assert min(judged) >= k
+    assert not w.ever_scaled_down()

@@ -29,6 +29,10 @@ INTERVAL_FIELDS = {"f:metadata": {"f:annotations": {f"f:{RENEW_INTERVAL}": {}}}}
 RENEW_FIELDS = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
 
 
+# The wall clock the target's sample rotates on: the fake clock, from a fixed epoch.
+WALL0 = 1_796_000_000.0
+
+
 def with_settings(settings: Settings, **changes: Any) -> Settings:
     """``settings`` with fields changed by their own names, whichever group holds them."""
     groups: dict[str, dict[str, Any]] = {}
@@ -113,6 +117,7 @@ class World:
             settings=self.settings,
             dependents=self.dependents,
             clock=self.clock,
+            wall=lambda: WALL0 + self.clock(),
             is_leader=lambda: self.leader,
             term_end=lambda: self.term_end,
         )
