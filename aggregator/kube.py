@@ -35,6 +35,7 @@ from core.errors import (
     api_error,
     raise_for_watch_event,
 )
+from core.files import Reloaded
 
 IN_CLUSTER_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 RETIRED_SESSION_S = 60.0
@@ -165,24 +166,11 @@ def in_cluster(env: Mapping[str, str] = os.environ, directory: Path = IN_CLUSTER
     )
 
 
-class KubeconfigSource:
+class KubeconfigSource(Reloaded[Endpoint]):
     """Loads an Endpoint from a file and again whenever the file changes."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
-        self._key: tuple[int, int] | None = None
-        self._endpoint: Endpoint | None = None
-
-    def __call__(self) -> Endpoint:
-        try:
-            st = os.stat(self.path)
-        except OSError as e:
-            raise KubeconfigError(f"kubeconfig {self.path}: {e.strerror}") from e
-        key = (st.st_ino, st.st_mtime_ns)
-        if self._endpoint is None or key != self._key:
-            self._endpoint = load_kubeconfig(self.path)
-            self._key = key
-        return self._endpoint
+        super().__init__(path, load_kubeconfig, lambda e: KubeconfigError(f"kubeconfig {path}: {e.strerror}"))
 
 
 def classify(exc: BaseException) -> TransportKind:

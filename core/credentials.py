@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from core.errors import KubeError
+from core.files import Reloaded
 
 
 class CredentialError(KubeError):
@@ -28,18 +29,17 @@ class TokenFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._key: tuple[int, int, int] | None = None
-        self._token = ""
+        self.read = Reloaded(self.path, _read_token, self._unreadable)
 
-    def read(self) -> str:
-        try:
-            st = self.path.stat()
-            key = (st.st_ino, st.st_mtime_ns, st.st_size)
-            if key != self._key:
-                token = self.path.read_text().strip()
-                if not token:
-                    raise CredentialError(f"token file {self.path} is empty")
-                self._token, self._key = token, key
-        except OSError as e:
-            raise CredentialError(f"cannot read token file {self.path}: {e.strerror or e}") from e
-        return self._token
+    def _unreadable(self, e: OSError) -> CredentialError:
+        return CredentialError(f"cannot read token file {self.path}: {e.strerror or e}")
+
+
+def _read_token(path: Path) -> str:
+    try:
+        token = path.read_text().strip()
+    except OSError as e:
+        raise CredentialError(f"cannot read token file {path}: {e.strerror or e}") from e
+    if not token:
+        raise CredentialError(f"token file {path} is empty")
+    return token
