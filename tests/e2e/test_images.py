@@ -106,6 +106,9 @@ def test_the_daemonset_runs_the_agent_image_read_only_and_not_as_root() -> None:
 def from_images(seed_plane: ControlPlane, tmp_path: Path, images: dict[str, str]) -> Iterator[Chain]:
     with chain(seed_plane, tmp_path, "images", nodes=5, images=images) as c:
         yield c
+    # Nothing of it left running: a killed `podman run` does not stop its container.
+    left = podman("ps", "--all", "--format", "{{.Names}}").split()
+    assert [n for n in left if n.startswith(("dwd-agent-", "dwd-aggregator-images-"))] == []
 
 
 def test_outage_and_recovery_with_everything_running_from_the_images(from_images: Chain) -> None:

@@ -118,6 +118,8 @@ class Shoot:
     aggregators: list[LoggedProcess] = field(default_factory=list)
     proxies: list[FaultProxy] = field(default_factory=list)
     samplers: list[Sampler] = field(default_factory=list)
+    # Aggregators run from the image: killing ``podman run`` leaves the container running.
+    containers: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.shoot_admin = self.shoot.admin_client()
@@ -187,9 +189,11 @@ class Shoot:
             files = self.tmp / f"aggregator-{len(self.aggregators)}-files"
             env = containers.mounted_files(self.env(**overrides), files, "/etc/dwd-lease")
             env.pop("PATH")
+            name = f"dwd-aggregator-{self.namespace}-{len(self.aggregators)}"
+            self.containers.append(name)
             agg = containers.run(
                 image,
-                name=f"dwd-aggregator-{self.namespace}-{len(self.aggregators)}",
+                name=name,
                 log_path=log_path,
                 env=env,
                 mounts={files: "/etc/dwd-lease"},
@@ -293,6 +297,8 @@ class Shoot:
     def close(self) -> None:
         for a in self.aggregators:
             a.kill()
+        for name in self.containers:
+            containers.remove(name)
         for sampler in self.samplers:
             sampler.stop()
         for proxy in self.proxies:
