@@ -606,7 +606,7 @@ def binom_pmf(p: float, sample: int) -> list[float]:
 
 
 def error_analysis(
-    n: int, trials: int = 10000, fractions: Sequence[float] = (0.4, 0.5, 0.6, 0.7, 0.8)
+    n: int, trials: int = 10000, fractions: Sequence[float] = (0.4, 0.5, 0.6, 2 / 3, 0.7, 0.8)
 ) -> list[dict[str, Any]]:
     """The chance that the sample's stale fraction lands on the other side of the threshold from
     the fleet's: exact (hypergeometric), binomial for comparison, and Monte Carlo with the
@@ -795,7 +795,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 ],
                 [
                     [
-                        r["true_fraction"],
+                        f"{r['true_fraction']:.3g}",
                         f"{r['p_down_hypergeometric']:.3g}",
                         f"{r['p_up_hypergeometric']:.3g}",
                         f"{r['p_down_binomial']:.3g}",
