@@ -43,7 +43,7 @@ from aggregator import budget
 from bench.fleet import ZONES, Fleet, FleetThread
 from bench.table import print_table
 from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
-from testenv.standins import CONTROLLERS, LoggedProcess, wait_for
+from testenv.standins import CONTROLLERS, LoggedProcess, eventually, wait_for
 from tests.integration.shoot import Sampler, Shoot
 
 DEFAULTS = {
@@ -427,8 +427,9 @@ def must_scale(run: Run, sampler: Sampler, cut: Sequence[str]) -> dict[str, Any]
     t0 = time.monotonic()
     w = Window(run.pids()).start()
     run.fleet.silence(cut)
-    seen = watch_status(run.port, 60, until=lambda s: s.get("phase") == "scaled-down")
-    wait_for(lambda: run.shoot.replicas() == DOWN, 30, "every controller at 0", every_s=0.2)
+    seen = watch_status(run.port, 45, until=lambda s: s.get("phase") == "scaled-down")
+    # A sample that misjudges the cut is a result, not a failure of the benchmark.
+    eventually(lambda: run.shoot.replicas() == DOWN, 20)
     time.sleep(max(0.0, 20 - (time.monotonic() - t0)))  # the outage window is at least 20 s
     procs = w.stop()
     level0 = sampler.first(
@@ -441,7 +442,7 @@ def must_scale(run: Run, sampler: Sampler, cut: Sequence[str]) -> dict[str, Any]
     run.fleet.resume()
     t1 = time.monotonic()
     wait_for(lambda: run.shoot.replicas() == CONTROLLERS, 90, "every controller back", every_s=0.2)
-    up_s = time.monotonic() - t1
+    up_s = time.monotonic() - t1 if all_down is not None else None
     sample = run.sample()
     return {
         "true_fraction": round(len(cut) / len(run.names), 3),
@@ -449,7 +450,8 @@ def must_scale(run: Run, sampler: Sampler, cut: Sequence[str]) -> dict[str, Any]
         "max_fraction_reported": round(max((st / c if c else 0.0) for _, _, st, c in seen), 3),
         "to_mcm_ca_down_s": None if level0 is None else round(level0.t - t0, 1),
         "to_all_down_s": None if all_down is None else round(all_down.t - t0, 1),
-        "resume_to_all_up_s": round(up_s, 1),
+        "resume_to_all_up_s": None if up_s is None else round(up_s, 1),
+        "scaled_down": all_down is not None,
         "outage_processes": procs,
     }
 
@@ -512,9 +514,12 @@ def no_budget(run: Run, window_s: float) -> dict[str, Any]:
     return out
 
 
-def measure(n: int, seed: ControlPlane, tmp: Path, no_budget_run: bool, trials: int) -> dict[str, Any]:
+def measure(
+    n: int, seed: ControlPlane, tmp: Path, result: dict[str, Any], *, no_budget_run: bool, trials: int
+) -> None:
+    """Fills ``result`` as it goes: a run that fails half-way keeps what it measured."""
     namespace = f"shoot--scale--n{n}"
-    result: dict[str, Any] = {"nodes": n}
+    result["nodes"] = n
     policy = tmp / f"audit-policy-{n}.yaml"
     policy.write_text(json.dumps(AUDIT_POLICY))
     audit_log = tmp / f"audit-{n}.log"
@@ -587,7 +592,6 @@ def measure(n: int, seed: ControlPlane, tmp: Path, no_budget_run: bool, trials: 
             fleet.close()
             kapi.close()
             shoot.close()
-    return result
 
 
 # -- the sampled estimate, on paper and by Monte Carlo on the real sample
@@ -645,6 +649,10 @@ def error_analysis(
 # -- tables
 
 
+def _breakdown(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "none"
+
+
 def print_results(r: dict[str, Any]) -> None:
     n = r["nodes"]
     st = r["steady"]
@@ -653,11 +661,14 @@ def print_results(r: dict[str, Any]) -> None:
         ["fleet intervals (s: nodes)", ", ".join(f"{k}: {v}" for k, v in st["intervals"].items())],
         ["planned heartbeat writes/s (aggregator)", st["planned_writes_per_s"]],
         [
-            f"lease PATCHes/s on KAPI ({st['window_s']:g} s window)",
+            f"lease PATCHes/s on KAPI, all writers ({st['window_s']:g} s window)",
             f"{st['lease_patches_per_s']} (budget {BUDGET:g})",
         ],
         ["PATCH lease latency p50 / p99", f"{st['patch_p50_ms']} / {st['patch_p99_ms']} ms"],
-        ["aggregator requests/s on the shoot KAPI (leases, nodes)", st["aggregator_requests_per_s"]],
+        [
+            "aggregator requests/s on the shoot KAPI (audit log)",
+            f"{st['aggregator_requests_per_s']} ({_breakdown(st['aggregator_requests'])})",
+        ],
     ]
     nb = r.get("no_budget")
     if nb:
@@ -667,7 +678,11 @@ def print_results(r: dict[str, Any]) -> None:
                 f"{nb['wanted_patches_per_s']:g} / {nb['lease_patches_per_s']}",
             ],
             ["no budget: PATCH lease latency p50 / p99", f"{nb['patch_p50_ms']} / {nb['patch_p99_ms']} ms"],
-            ["no budget: aggregator requests/s", nb["aggregator_requests_per_s"]],
+            [
+                "no budget: aggregator requests/s",
+                f"{nb['aggregator_requests_per_s']} ({_breakdown(nb['aggregator_requests'])})",
+            ],
+            ["no budget: aggregator's rewrite of the intervals", f"{nb['rewrite_s']} s"],
         ]
     print_table(f"{n} nodes: heartbeat writes", ["what", "value"], rows)
 
@@ -698,10 +713,10 @@ def print_results(r: dict[str, Any]) -> None:
             x["true_fraction"],
             x["sample_fraction_expected"],
             x["max_fraction_reported"],
-            x.get("to_mcm_ca_down_s", "-"),
-            x.get("to_all_down_s", "-"),
-            x.get("resume_to_all_up_s", "-"),
-            "yes" if x.get("scaled_down", "to_all_down_s" in x) else f"no ({x.get('watched_s')} s watched)",
+            x.get("to_mcm_ca_down_s") or "-",
+            x.get("to_all_down_s") or "-",
+            x.get("resume_to_all_up_s") or "-",
+            "yes" if x["scaled_down"] else f"no ({x.get('watched_s', 45)} s watched)",
         ]
 
     print_table(
@@ -814,9 +829,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         results = [r for r in json.loads(out.read_text()).get("runs", []) if r.get("nodes") not in sizes]
     with ControlPlane().running() as seed, tempfile.TemporaryDirectory(prefix="dwd-scale-") as tmp:
         for n in sizes:
-            r = measure(n, seed, Path(tmp), n in no_budget_sizes, args.trials)
-            r["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-            print_results(r)
+            r: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            try:
+                measure(n, seed, Path(tmp), r, no_budget_run=n in no_budget_sizes, trials=args.trials)
+            except Exception as e:
+                r["error"] = f"{type(e).__name__}: {e}"
+                print(f"[{n}] failed: {r['error']}", file=sys.stderr)
+            else:
+                print_results(r)
             results = [x for x in results if x.get("nodes") != n] + [r]
             out.write_text(json.dumps({"runs": sorted(results, key=lambda x: x["nodes"])}, indent=1))
     print(f"\nraw numbers: {out}")
