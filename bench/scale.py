@@ -484,7 +484,7 @@ def sampled_verdicts(run: Run, fraction: float, trials: int) -> list[dict[str, A
     return out
 
 
-def no_budget(run: Run, window_s: float) -> dict[str, Any]:
+def no_budget(run: Run, sampler: Sampler, window_s: float) -> dict[str, Any]:
     """Every node at 2 s: restart the aggregator with a budget it never reaches; once it has
     rewritten the intervals, restart the agents (a DaemonSet rollout) so all adopt 2 s at once."""
     assert run.agg is not None
@@ -507,8 +507,16 @@ def no_budget(run: Run, window_s: float) -> dict[str, Any]:
         run.fleet.fleet.start_renewing()
 
     run.fleet.call(rollout)
+    t1 = time.monotonic()
     time.sleep(15)
     out = steady(run, window_s)
+    # An API server that cannot keep up makes leases stale: that would be a false scale-down.
+    s = status(run.port)
+    out["after"] = {k: s.get(k) for k in ("phase", "stale", "candidates", "reason")}
+    out["scaled_down"] = (
+        sampler.first(lambda x: any(v == 0 for v in x.replicas.values()), after=t1) is not None
+    )
+    out["renewed_within_8s"] = len(run.fleet.fleet.renewed_within(8.0))
     out["rewrite_s"] = round(rewrite_s, 1)
     out["wanted_patches_per_s"] = len(run.names) / FAST_S
     return out
@@ -585,7 +593,7 @@ def measure(
             if trials:
                 result["trials"] = sampled_verdicts(run, 0.5, trials) + sampled_verdicts(run, 0.7, trials)
             if no_budget_run:
-                result["no_budget"] = no_budget(run, 30.0)
+                result["no_budget"] = no_budget(run, sampler, 30.0)
                 print(f"[{n}] no budget: {result['no_budget']}", file=sys.stderr)
             result["simulator_requests"] = {" ".join(k): v for k, v in sorted(fleet.requests().items())}
         finally:
@@ -683,6 +691,11 @@ def print_results(r: dict[str, Any]) -> None:
                 f"{nb['aggregator_requests_per_s']} ({_breakdown(nb['aggregator_requests'])})",
             ],
             ["no budget: aggregator's rewrite of the intervals", f"{nb['rewrite_s']} s"],
+            [
+                "no budget: nodes renewed within 8 s / verdict after the window",
+                f"{nb['renewed_within_8s']} / {nb['after']['phase']}, {nb['after']['stale']} of "
+                f"{nb['after']['candidates']} stale, scaled down: {nb['scaled_down']}",
+            ],
         ]
     print_table(f"{n} nodes: heartbeat writes", ["what", "value"], rows)
 
