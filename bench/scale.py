@@ -35,13 +35,19 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
 from aggregator import budget
+from aggregator.kube import KubeClient
+from aggregator.objects import NodeView
+from aggregator.provisioner import Provisioner
+from aggregator.settings import Provisioning
+from aggregator.watcher import Observed
 from bench.fleet import ZONES, Fleet, FleetThread
 from bench.table import print_table
+from core.lease import RENEW_INTERVAL, LeaseView
 from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
 from testenv.standins import CONTROLLERS, LoggedProcess, eventually, wait_for
 from tests.integration.shoot import Sampler, Shoot
@@ -654,6 +660,44 @@ def error_analysis(
     return rows
 
 
+def plan_cost_ms(n: int, rounds: int = 50) -> float:
+    """One pass of the provisioner's plan() over n nodes whose leases are all as wanted: what
+    every lease event (a renewal too) costs the aggregator once it wakes the provisioner."""
+    nodes = [f"fleet-node-{i:05d}" for i in range(n)]
+    pacing = budget.plan(nodes, FAST_S, BUDGET)
+    observed = Observed()
+    observed.nodes_listed(
+        [
+            NodeView.from_object(
+                {"metadata": {"name": x, "uid": x, "creationTimestamp": "2026-01-01T00:00:00Z"}}
+            )
+            for x in nodes
+        ]
+    )
+    provisioner = Provisioner(
+        cast(KubeClient, None), observed, Provisioning(), lease_duration_s=8.0, pacing=lambda: pacing
+    )
+    leases = []
+    for x in nodes:
+        want = provisioner.desired(x, pacing)
+        lease = {
+            "metadata": {
+                "name": x,
+                "annotations": {RENEW_INTERVAL: want.interval},
+                "ownerReferences": [{"uid": x}],
+            },
+            "spec": {"leaseDurationSeconds": want.duration_s, "renewTime": "2026-01-01T00:00:00.000000Z"},
+        }
+        leases.append(LeaseView.from_object(lease))
+    observed.leases_listed(leases)
+    if any(provisioner.plan()):
+        raise AssertionError("the leases should be as wanted")
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        provisioner.plan()
+    return (time.perf_counter() - t0) / rounds * 1000
+
+
 # -- tables
 
 
@@ -810,6 +854,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.analysis:
         for n in [int(x) for x in args.nodes.split(",") if x]:
+            cost = plan_cost_ms(n)
+            print(f"\n{n} nodes: the provisioner's plan() takes {cost:.2f} ms", end="")
+            print(f" ({cost * BUDGET / 10:.0f} % of a core if run for each of {BUDGET:g} lease events/s)")
             rows = error_analysis(n)
             print_table(
                 f"{n} nodes, sample {rows[0]['sample']}: P(scale-down verdict), stale/sample >= {THRESHOLD}"
