@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import agent_footprint, aggregator_scale, detection, faults, path
+from bench import agent_footprint, aggregator_scale, detection, faults, path, scale
 
 if __name__ == "__main__":
     agent_footprint.run()
@@ -10,3 +10,5 @@ if __name__ == "__main__":
     detection.run()
     path.run()
     faults.run()
+    # 100, 1000 and 5000 simulated nodes against real API servers: about 15 minutes.
+    scale.main([])

@@ -1,0 +1,906 @@
+"""The write budget, detection and start-up cost at 100, 1000 and 5000 nodes, measured.
+
+``python -m bench.scale [--nodes 100,1000,5000] [--no-budget-at 5000] [--out FILE]``
+
+Per size: a fresh shoot control plane (a real kube-apiserver + etcd) beside one seed
+control plane, the REAL aggregator as its own process at its defaults (lease duration
+8 s, fast interval 2 s, confirm 4 s, recovery 10 s, write budget 100/s) except
+DWD_NODE_GRACE=0s: with the default 60 s grace a node created less than a minute ago is
+no candidate, and every run here creates its nodes minutes before. The dependents are
+tests/integration/shoot.py's (no initial delays, MCM 500 ms after KCM on the way up).
+The agents are bench/fleet.py's simulated ones (its docstring says how they differ from
+real ones).
+
+Every write and request rate is read from kube-apiserver's own /metrics
+(apiserver_request_total, apiserver_request_duration_seconds); the aggregator's share is
+the API server's count minus the simulator's own (and the benchmark's, which reads
+nothing from the shoot API server during a window), so it may be off by the few requests
+in flight at either end. CPU is from /proc/<pid>/stat over the window, in % of one core,
+on this 2-core machine where the simulator, the aggregator, kube-apiserver and etcd all
+run. Tables are printed; the raw numbers go to --out (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import ssl
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import httpx
+
+from aggregator import budget
+from aggregator.kube import KubeClient
+from aggregator.objects import NodeView
+from aggregator.provisioner import Provisioner
+from aggregator.settings import Provisioning
+from aggregator.watcher import Observed
+from bench.fleet import ZONES, Fleet, FleetThread
+from bench.table import print_table
+from core.lease import RENEW_INTERVAL, LeaseView
+from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
+from testenv.standins import CONTROLLERS, LoggedProcess, eventually, wait_for
+from tests.integration.shoot import Sampler, Shoot
+
+DEFAULTS = {
+    "DWD_LEASE_DURATION": "8s",
+    "DWD_RENEW_INTERVAL": "2s",
+    "DWD_CONFIRM_PERIOD": "4s",
+    "DWD_RECOVERY_PERIOD": "10s",
+    "DWD_FAILURE_FRACTION": "0.6",
+    "DWD_RECOVERY_FRACTION": "0.4",
+    # Not the default (60 s): see the module docstring.
+    "DWD_NODE_GRACE": "0s",
+    "DWD_LOG_LEVEL": "warning",
+}
+FAST_S = 2.0
+BUDGET = 100.0
+THRESHOLD = 0.6
+DOWN = dict.fromkeys(CONTROLLERS, 0)
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# -- kube-apiserver's /metrics
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+Series = list[tuple[str, dict[str, str], float]]
+
+
+def parse_metrics(text: str, names: Iterable[str]) -> Series:
+    wanted = tuple(names)
+    out = []
+    for line in text.splitlines():
+        if not line.startswith(wanted):
+            continue
+        m = _SAMPLE.match(line)
+        if m:
+            out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
+    return out
+
+
+def total(series: Series, name: str, **labels: str) -> float:
+    return sum(v for n, ls, v in series if n == name and all(ls.get(k) == w for k, w in labels.items()))
+
+
+def quantile(before: Series, after: Series, q: float, **labels: str) -> float | None:
+    """The q-quantile of a histogram's observations between two scrapes, interpolated within
+    its bucket as Prometheus' histogram_quantile does."""
+    name = "apiserver_request_duration_seconds_bucket"
+
+    def buckets(series: Series) -> dict[float, float]:
+        out: dict[float, float] = {}
+        for n, ls, v in series:
+            if n == name and all(ls.get(k) == w for k, w in labels.items()):
+                le = float(ls["le"])
+                out[le] = out.get(le, 0.0) + v
+        return out
+
+    b0, b1 = buckets(before), buckets(after)
+    cum = sorted((le, b1[le] - b0.get(le, 0.0)) for le in b1)
+    if not cum or cum[-1][1] <= 0:
+        return None
+    rank = q * cum[-1][1]
+    lower_le, lower_n = 0.0, 0.0
+    for le, n in cum:
+        if n >= rank:
+            if math.isinf(le):
+                return lower_le
+            return lower_le + (le - lower_le) * (rank - lower_n) / max(n - lower_n, 1e-9)
+        lower_le, lower_n = le, n
+    return None
+
+
+class Kapi:
+    """kube-apiserver's /metrics and the CPU and memory of its processes."""
+
+    NAMES = ("apiserver_request_total", "apiserver_request_duration_seconds_bucket")
+
+    def __init__(self, plane: ControlPlane) -> None:
+        tls = ssl.create_default_context(cafile=str(plane.ca_file))
+        tls.load_cert_chain(str(plane.admin.cert), str(plane.admin.key))
+        self.http = httpx.Client(base_url=plane.url, verify=tls, trust_env=False, timeout=30)
+        # _procs: the names matter (etcd, kube-apiserver), pids() has only numbers.
+        self.pids = {p.name: p.popen.pid for p in plane._procs}
+
+    def scrape(self) -> Series:
+        return parse_metrics(self.http.get("/metrics").text, self.NAMES)
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def requests(
+    s: Series, verb: str | None = None, resource: str | None = None, code: str | None = None
+) -> float:
+    labels = {k: v for k, v in (("verb", verb), ("resource", resource), ("code", code)) if v is not None}
+    return total(s, "apiserver_request_total", **labels)
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+AGGREGATOR_USER = "dwd-lease-aggregator"
+# The API server's counters do not say who sent a request, and the simulator's count cannot
+# be subtracted exactly (requests in flight at either scrape). The audit log can: it records
+# the aggregator's user alone, every request once, when it completes.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Metadata", "users": [AGGREGATOR_USER]}, {"level": "None"}],
+}
+
+
+class Audit:
+    """The aggregator's requests, read from the shoot API server's audit log."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def mark(self) -> int:
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def since(self, mark: int) -> dict[str, int]:
+        """Requests since ``mark``, by "verb resource" (nonResourceURLs by path)."""
+        counts: dict[str, int] = {}
+        with open(self.path, "rb") as f:
+            f.seek(mark)
+            for line in f:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a line being written
+                ref = event.get("objectRef") or {}
+                key = (
+                    f"{event.get('verb')} {ref.get('resource') or event.get('requestURI', '').split('?')[0]}"
+                )
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+
+@dataclass
+class Window:
+    """CPU of some processes over a stretch of time, and their RSS at its end."""
+
+    pids: dict[str, int]
+    t0: float = 0.0
+    ticks0: dict[str, int] | None = None
+
+    def start(self) -> Window:
+        self.t0 = time.monotonic()
+        self.ticks0 = {k: cpu_ticks(p) for k, p in self.pids.items()}
+        return self
+
+    def stop(self) -> dict[str, dict[str, float]]:
+        dt = time.monotonic() - self.t0
+        t0 = self.ticks0 or {}
+        return {
+            k: {
+                "cpu_pct": round((cpu_ticks(p) - t0[k]) / CLK_TCK / dt * 100, 1),
+                "rss_mib": round(rss_mib(p), 1),
+            }
+            for k, p in self.pids.items()
+        }
+
+
+# -- the aggregator's /status
+
+
+def status(port: int) -> dict[str, Any]:
+    with httpx.Client(trust_env=False, timeout=10) as http:
+        targets: list[dict[str, Any]] = http.get(f"http://127.0.0.1:{port}/status").json()["targets"]
+        return targets[0] if targets else {}
+
+
+def watch_status(
+    port: int, seconds: float, until: Callable[[dict[str, Any]], bool] | None = None
+) -> list[Any]:
+    """(time, phase, stale, candidates) every second for ``seconds`` or until ``until``."""
+    seen = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        s = status(port)
+        seen.append((time.monotonic(), s.get("phase"), s.get("stale", 0), s.get("candidates", 0)))
+        if until is not None and until(s):
+            break
+        time.sleep(1.0)
+    return seen
+
+
+# -- one size
+
+
+@dataclass
+class Run:
+    n: int
+    shoot: Shoot
+    fleet: FleetThread
+    kapi: Kapi
+    names: list[str]
+    audit: Audit
+    kubeconfig: Path
+    agg: LoggedProcess | None = None
+    port: int = 0
+
+    def start_aggregator(self, **env: str) -> None:
+        self.port = free_port()
+        # Typed loosely: its keyword parameters (seed=, image=) are not environment variables.
+        start: Callable[..., LoggedProcess] = self.shoot.start_aggregator
+        self.agg = start(
+            **DEFAULTS,
+            DWD_METRICS_ADDR=f"127.0.0.1:{self.port}",
+            DWD_SHOOT_KUBECONFIG=str(self.kubeconfig),
+            **env,
+        )
+        wait_for(lambda: _answers(self.port), 30, "the aggregator's /status", every_s=0.2)
+
+    def pids(self) -> dict[str, int]:
+        assert self.agg is not None
+        return {
+            "aggregator": self.agg.popen.pid,
+            "kube-apiserver": self.kapi.pids["kube-apiserver"],
+            "etcd": self.kapi.pids["etcd"],
+            "simulator+bench": os.getpid(),
+        }
+
+    def sample(self, budget_per_s: float = BUDGET) -> frozenset[str]:
+        return budget.plan(self.names, FAST_S, budget_per_s).fast
+
+    def wait_healthy(self, timeout_s: float) -> float:
+        """Until every member of the sample is a candidate and nothing is stale."""
+        t0 = time.monotonic()
+        k = len(self.sample())
+        wait_for(
+            lambda: (
+                (s := status(self.port)).get("phase") == "healthy"
+                and s.get("candidates") == k
+                and s.get("stale") == 0
+            ),
+            timeout_s,
+            f"{k} candidates, healthy",
+            every_s=0.5,
+        )
+        return time.monotonic() - t0
+
+    def aggregator_requests(self, mark: int) -> dict[str, int]:
+        return self.audit.since(mark)
+
+
+def _answers(port: int) -> bool:
+    try:
+        status(port)
+    except (httpx.HTTPError, ValueError):
+        return False
+    return True
+
+
+def _lease_writes(before: Series, after: Series) -> dict[str, float]:
+    return {
+        verb: requests(after, verb, "leases") - requests(before, verb, "leases")
+        for verb in ("POST", "PATCH", "DELETE")
+    }
+
+
+def startup(run: Run) -> dict[str, Any]:
+    """The aggregator provisions N leases for nodes whose agents have not started."""
+    before, mark = run.kapi.scrape(), run.audit.mark()
+    t0 = time.monotonic()
+    run.start_aggregator()
+    wait_for(
+        lambda: (
+            requests(run.kapi.scrape(), "POST", "leases", "201") - requests(before, "POST", "leases", "201")
+            >= run.n
+        ),
+        run.n / 50 * 3 + 60,
+        f"{run.n} leases created",
+        every_s=1.0,
+    )
+    took = time.monotonic() - t0
+    time.sleep(2)
+    mine = run.aggregator_requests(mark)
+    return {
+        "provision_s": round(took, 1),
+        "lease_writes": _lease_writes(before, run.kapi.scrape()),
+        "aggregator": mine,
+    }
+
+
+def _wait_lease_writes(run: Run, before: Series, goal: tuple[str, str], count: int, what: str) -> None:
+    verb, code = goal
+
+    def done() -> bool:
+        return (
+            requests(run.kapi.scrape(), verb, "leases", code) - requests(before, verb, "leases", code)
+            >= count
+        )
+
+    wait_for(done, 60, what, every_s=0.5)
+
+
+def churn(run: Run) -> dict[str, Any]:
+    """Add 1 % of the nodes, then remove as many (of the original ones): the writes each costs."""
+    count = max(1, run.n // 100)
+    out: dict[str, Any] = {"nodes": count}
+    for what in ("add", "remove"):
+        before, mark = run.kapi.scrape(), run.audit.mark()
+        if what == "add":
+            added = run.fleet.add(count)
+            run.names += added
+            goal = ("POST", "201")
+        else:
+            gone = set(run.fleet.fleet.random.sample(run.names[: run.n], count))
+            run.fleet.remove(gone)
+            run.names = [x for x in run.names if x not in gone]
+            goal = ("DELETE", "200")
+        _wait_lease_writes(run, before, goal, count, f"{what}: {count} leases")
+        time.sleep(5)  # re-planned intervals are written after the creates and deletes
+        mine = run.aggregator_requests(mark)
+        out[what] = {
+            "lease_creates": mine.get("create leases", 0),
+            "lease_patches": mine.get("patch leases", 0),
+            "lease_deletes": mine.get("delete leases", 0),
+        }
+    return out
+
+
+def steady(run: Run, window_s: float) -> dict[str, Any]:
+    before, mark = run.kapi.scrape(), run.audit.mark()
+    w = Window(run.pids()).start()
+    time.sleep(window_s)
+    procs = w.stop()
+    after = run.kapi.scrape()
+    mine = run.aggregator_requests(mark)
+    patches = requests(after, "PATCH", "leases") - requests(before, "PATCH", "leases")
+    out = {
+        "window_s": window_s,
+        "lease_patches_per_s": round(patches / window_s, 1),
+        "aggregator_requests_per_s": round(sum(mine.values()) / window_s, 2),
+        "aggregator_requests": mine,
+        "patch_p50_ms": _ms(quantile(before, after, 0.5, verb="PATCH", resource="leases")),
+        "patch_p99_ms": _ms(quantile(before, after, 0.99, verb="PATCH", resource="leases")),
+        "processes": procs,
+        "intervals": {str(k): v for k, v in sorted(run.fleet.fleet.intervals().items())},
+    }
+    s = status(run.port)
+    out["fast_nodes"] = s.get("fast_nodes")
+    out["planned_writes_per_s"] = s.get("heartbeat_writes_per_s")
+    return out
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def must_not_scale(run: Run, sampler: Sampler, cut: Sequence[str], watch_s: float) -> dict[str, Any]:
+    t0 = time.monotonic()
+    run.fleet.silence(cut)
+    seen = watch_status(run.port, watch_s)
+    down = sampler.first(lambda s: any(v == 0 for v in s.replicas.values()), after=t0)
+    run.fleet.resume()
+    wait_for(lambda: status(run.port).get("stale") == 0, 30, "no stale lease after resuming", every_s=0.5)
+    sample = run.sample()
+    return {
+        "true_fraction": round(len(cut) / len(run.names), 3),
+        "sample_fraction_expected": round(len(set(cut) & sample) / len(sample), 3),
+        "max_fraction_reported": round(max((st / c if c else 0.0) for _, _, st, c in seen), 3),
+        "phases": sorted({p for _, p, _, _ in seen}),
+        "scaled_down": down is not None,
+        "watched_s": watch_s,
+    }
+
+
+def must_scale(run: Run, sampler: Sampler, cut: Sequence[str]) -> dict[str, Any]:
+    t0 = time.monotonic()
+    w = Window(run.pids()).start()
+    run.fleet.silence(cut)
+    seen = watch_status(run.port, 45, until=lambda s: s.get("phase") == "scaled-down")
+    # A sample that misjudges the cut is a result, not a failure of the benchmark.
+    eventually(lambda: run.shoot.replicas() == DOWN, 20)
+    time.sleep(max(0.0, 20 - (time.monotonic() - t0)))  # the outage window is at least 20 s
+    procs = w.stop()
+    level0 = sampler.first(
+        lambda s: (
+            s.replicas.get("machine-controller-manager") == 0 and s.replicas.get("cluster-autoscaler") == 0
+        ),
+        after=t0,
+    )
+    all_down = sampler.first(lambda s: s.replicas == DOWN, after=t0)
+    run.fleet.resume()
+    t1 = time.monotonic()
+    wait_for(lambda: run.shoot.replicas() == CONTROLLERS, 90, "every controller back", every_s=0.2)
+    up_s = time.monotonic() - t1 if all_down is not None else None
+    sample = run.sample()
+    return {
+        "true_fraction": round(len(cut) / len(run.names), 3),
+        "sample_fraction_expected": round(len(set(cut) & sample) / len(sample), 3),
+        "max_fraction_reported": round(max((st / c if c else 0.0) for _, _, st, c in seen), 3),
+        "to_mcm_ca_down_s": None if level0 is None else round(level0.t - t0, 1),
+        "to_all_down_s": None if all_down is None else round(all_down.t - t0, 1),
+        "resume_to_all_up_s": None if up_s is None else round(up_s, 1),
+        "scaled_down": all_down is not None,
+        "outage_processes": procs,
+    }
+
+
+def sampled_verdicts(run: Run, fraction: float, trials: int) -> list[dict[str, Any]]:
+    """Silence a random ``fraction`` of the nodes, read the fraction the aggregator reports once
+    a lease duration has passed, resume before the confirm period could complete."""
+    out = []
+    sample = run.sample()
+    for _ in range(trials):
+        cut = run.fleet.fleet.random.sample(run.names, round(fraction * len(run.names)))
+        expected = len(set(cut) & sample) / len(sample)
+        run.fleet.silence(cut)
+        # 8 s lease duration + the last renewal's up to 2 s + a tick; before 8 + 4 s of confirm.
+        time.sleep(10.5)
+        s = status(run.port)
+        run.fleet.resume()
+        out.append(
+            {
+                "true": fraction,
+                "expected_sample_fraction": round(expected, 4),
+                "reported": s.get("fraction"),
+                "stale": s.get("stale"),
+                "candidates": s.get("candidates"),
+                "verdict_down": (s.get("fraction") or 0) >= THRESHOLD,
+            }
+        )
+        wait_for(lambda: status(run.port).get("stale") == 0, 30, "no stale lease after resuming", every_s=0.5)
+        time.sleep(2)
+    return out
+
+
+def no_budget(run: Run, sampler: Sampler, window_s: float) -> dict[str, Any]:
+    """Every node at 2 s: restart the aggregator with a budget it never reaches; once it has
+    rewritten the intervals, restart the agents (a DaemonSet rollout) so all adopt 2 s at once."""
+    assert run.agg is not None
+    run.agg.terminate(15)
+    mark = run.audit.mark()
+    run.start_aggregator(DWD_WRITE_BUDGET="1000000")
+    slow = len(run.names) - len(run.sample())
+
+    def rewritten() -> bool:
+        return run.aggregator_requests(mark).get("patch leases", 0) >= slow
+
+    t0 = time.monotonic()
+    wait_for(rewritten, slow / 50 * 3 + 60, f"{slow} intervals rewritten", every_s=1.0)
+    rewrite_s = time.monotonic() - t0
+
+    async def rollout() -> None:
+        await run.fleet.fleet.stop_renewing()
+        for node in run.fleet.fleet.nodes.values():
+            node.interval_s = FAST_S
+        run.fleet.fleet.start_renewing()
+
+    run.fleet.call(rollout)
+    t1 = time.monotonic()
+    time.sleep(15)
+    out = steady(run, window_s)
+    # An API server that cannot keep up makes leases stale: that would be a false scale-down.
+    s = status(run.port)
+    out["after"] = {k: s.get(k) for k in ("phase", "stale", "candidates", "reason")}
+    out["scaled_down"] = (
+        sampler.first(lambda x: any(v == 0 for v in x.replicas.values()), after=t1) is not None
+    )
+    out["renewed_within_8s"] = len(run.fleet.fleet.renewed_within(8.0))
+    out["rewrite_s"] = round(rewrite_s, 1)
+    out["wanted_patches_per_s"] = len(run.names) / FAST_S
+    return out
+
+
+def measure(
+    n: int, seed: ControlPlane, tmp: Path, result: dict[str, Any], *, no_budget_run: bool, trials: int
+) -> None:
+    """Fills ``result`` as it goes: a run that fails half-way keeps what it measured."""
+    namespace = f"shoot--scale--n{n}"
+    result["nodes"] = n
+    policy = tmp / f"audit-policy-{n}.yaml"
+    policy.write_text(json.dumps(AUDIT_POLICY))
+    audit_log = tmp / f"audit-{n}.log"
+    plane = ControlPlane(
+        extra_apiserver_args=[f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}"]
+    )
+    with plane.running():
+        assert plane.ca is not None
+        # Its own certificate, so the audit policy can single out its requests.
+        cert = plane.ca.issue("aggregator", AGGREGATOR_USER, organizations=["system:masters"])
+        kubeconfig = tmp / f"aggregator-{n}.kubeconfig"
+        kubeconfig.write_text(
+            kubeconfig_yaml(
+                plane.url,
+                plane.ca_file,
+                user={"client-certificate": str(cert.cert), "client-key": str(cert.key)},
+            )
+        )
+        shoot = Shoot(plane, seed, namespace, tmp)
+        shoot.setup(nodes=0)
+        admin = plane.admin
+        fleet = FleetThread(Fleet(plane.url, plane.ca_file, (str(admin.cert), str(admin.key))))
+        kapi = Kapi(shoot.shoot)
+        try:
+            t0 = time.monotonic()
+            names = fleet.add(n)
+            result["create_nodes_s"] = round(time.monotonic() - t0, 1)
+            run = Run(n, shoot, fleet, kapi, names, Audit(audit_log), kubeconfig)
+            print(
+                f"[{n}] {n} nodes in {result['create_nodes_s']} s; starting the aggregator", file=sys.stderr
+            )
+            result["startup"] = startup(run)
+            print(f"[{n}] provisioned: {result['startup']}", file=sys.stderr)
+            renew_t0 = time.monotonic()
+            fleet.start_renewing()
+            result["first_healthy_s"] = round(run.wait_healthy(120), 1)
+            pacing = budget.plan(names, FAST_S, BUDGET)
+            result["sample"] = len(pacing.fast)
+            result["slow_interval_s"] = pacing.slow_interval_s
+            result["churn"] = churn(run)
+            print(f"[{n}] churn: {result['churn']}", file=sys.stderr)
+            # Slow nodes renew first at start, next half to one and a half intervals later
+            # (core.lease.next_renewal_in_s): from half an interval on the rate is steady.
+            settle = pacing.slow_interval_s / 2 + 5 - (time.monotonic() - renew_t0)
+            if pacing.slow_interval_s > FAST_S and settle > 0:
+                time.sleep(settle)
+            result["steady"] = steady(run, 30.0 if n <= 100 else 40.0)
+            print(f"[{n}] steady: {result['steady']}", file=sys.stderr)
+
+            sampler = shoot.sampler(0.1)
+            rng = random.Random(n)
+            result["spread_30"] = must_not_scale(
+                run, sampler, rng.sample(run.names, round(0.3 * len(run.names))), 30
+            )
+            result["zone_a"] = must_not_scale(run, sampler, fleet.fleet.in_zones(["zone-a"]), 30)
+            print(f"[{n}] no scale-down: {result['spread_30']} {result['zone_a']}", file=sys.stderr)
+            result["spread_70"] = must_scale(run, sampler, rng.sample(run.names, round(0.7 * len(run.names))))
+            two = fleet.fleet.in_zones(ZONES[1:])
+            rest = [x for x in run.names if x not in set(two)]
+            more = rng.sample(rest, max(0, round(0.7 * len(run.names)) - len(two)))
+            result["zones_bc_plus"] = must_scale(run, sampler, two + more)
+            print(f"[{n}] scale-down: {result['spread_70']} {result['zones_bc_plus']}", file=sys.stderr)
+            if trials:
+                result["trials"] = sampled_verdicts(run, 0.5, trials) + sampled_verdicts(run, 0.7, trials)
+            if no_budget_run:
+                result["no_budget"] = no_budget(run, sampler, 30.0)
+                print(f"[{n}] no budget: {result['no_budget']}", file=sys.stderr)
+            result["simulator_requests"] = {" ".join(k): v for k, v in sorted(fleet.requests().items())}
+        finally:
+            fleet.close()
+            kapi.close()
+            shoot.close()
+
+
+# -- the sampled estimate, on paper and by Monte Carlo on the real sample
+
+
+def hypergeom_pmf(population: int, stale: int, sample: int) -> list[float]:
+    """P(X = x) for x stale members in a sample drawn without replacement, x = 0..sample."""
+    denom = math.comb(population, sample)
+    return [
+        math.comb(stale, x) * math.comb(population - stale, sample - x) / denom for x in range(sample + 1)
+    ]
+
+
+def binom_pmf(p: float, sample: int) -> list[float]:
+    return [math.comb(sample, x) * p**x * (1 - p) ** (sample - x) for x in range(sample + 1)]
+
+
+def error_analysis(
+    n: int, trials: int = 10000, fractions: Sequence[float] = (0.4, 0.5, 0.6, 2 / 3, 0.7, 0.8)
+) -> list[dict[str, Any]]:
+    """The chance that the sample's stale fraction lands on the other side of the threshold from
+    the fleet's: exact (hypergeometric), binomial for comparison, and Monte Carlo with the
+    aggregator's own sample (budget.plan) of the simulator's node names."""
+    names = [f"fleet-node-{i:05d}" for i in range(n)]
+    fast = budget.plan(names, FAST_S, BUDGET).fast
+    in_sample = [x in fast for x in names]
+    k = len(fast)
+    need = math.ceil(THRESHOLD * k - 1e-9)  # stale/k >= 0.6
+    rng = random.Random(5000)
+    rows = []
+    for f in fractions:
+        stale = round(f * n)
+        hyper, binom = hypergeom_pmf(n, stale, k), binom_pmf(f, k)
+        hits = 0
+        for _ in range(trials):
+            hits += sum(in_sample[i] for i in rng.sample(range(n), stale)) >= need
+        rows.append(
+            {
+                "nodes": n,
+                "sample": k,
+                "true_fraction": f,
+                "stale_in_sample_needed": need,
+                # Summed from each side, so that a tail near 1 does not lose its complement.
+                "p_down_hypergeometric": sum(hyper[need:]),
+                "p_up_hypergeometric": sum(hyper[:need]),
+                "p_down_binomial": sum(binom[need:]),
+                "p_up_binomial": sum(binom[:need]),
+                "p_down_monte_carlo": hits / trials,
+                "trials": trials,
+            }
+        )
+    return rows
+
+
+def plan_cost_ms(n: int, rounds: int = 50) -> float:
+    """One pass of the provisioner's plan() over n nodes whose leases are all as wanted: what
+    every lease event (a renewal too) costs the aggregator once it wakes the provisioner."""
+    nodes = [f"fleet-node-{i:05d}" for i in range(n)]
+    pacing = budget.plan(nodes, FAST_S, BUDGET)
+    observed = Observed()
+    observed.nodes_listed(
+        [
+            NodeView.from_object(
+                {"metadata": {"name": x, "uid": x, "creationTimestamp": "2026-01-01T00:00:00Z"}}
+            )
+            for x in nodes
+        ]
+    )
+    provisioner = Provisioner(
+        cast(KubeClient, None), observed, Provisioning(), lease_duration_s=8.0, pacing=lambda: pacing
+    )
+    leases = []
+    for x in nodes:
+        want = provisioner.desired(x, pacing)
+        lease = {
+            "metadata": {
+                "name": x,
+                "annotations": {RENEW_INTERVAL: want.interval},
+                "ownerReferences": [{"uid": x}],
+            },
+            "spec": {"leaseDurationSeconds": want.duration_s, "renewTime": "2026-01-01T00:00:00.000000Z"},
+        }
+        leases.append(LeaseView.from_object(lease))
+    observed.leases_listed(leases)
+    if any(provisioner.plan()):
+        raise AssertionError("the leases should be as wanted")
+    t0 = time.perf_counter()
+    for _ in range(rounds):
+        provisioner.plan()
+    return (time.perf_counter() - t0) / rounds * 1000
+
+
+# -- tables
+
+
+def _breakdown(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "none"
+
+
+def print_results(r: dict[str, Any]) -> None:
+    n = r["nodes"]
+    st = r["steady"]
+    rows: list[list[object]] = [
+        ["nodes / fast sample / slow interval", f"{n} / {r['sample']} / {r['slow_interval_s']:g} s"],
+        ["fleet intervals (s: nodes)", ", ".join(f"{k}: {v}" for k, v in st["intervals"].items())],
+        ["planned heartbeat writes/s (aggregator)", st["planned_writes_per_s"]],
+        [
+            f"lease PATCHes/s on KAPI, all writers ({st['window_s']:g} s window)",
+            f"{st['lease_patches_per_s']} (budget {BUDGET:g})",
+        ],
+        ["PATCH lease latency p50 / p99", f"{st['patch_p50_ms']} / {st['patch_p99_ms']} ms"],
+        [
+            "aggregator requests/s on the shoot KAPI (audit log)",
+            f"{st['aggregator_requests_per_s']} ({_breakdown(st['aggregator_requests'])})",
+        ],
+    ]
+    nb = r.get("no_budget")
+    if nb:
+        rows += [
+            [
+                "no budget: lease PATCHes/s wanted / on KAPI",
+                f"{nb['wanted_patches_per_s']:g} / {nb['lease_patches_per_s']}",
+            ],
+            ["no budget: PATCH lease latency p50 / p99", f"{nb['patch_p50_ms']} / {nb['patch_p99_ms']} ms"],
+            [
+                "no budget: aggregator requests/s",
+                f"{nb['aggregator_requests_per_s']} ({_breakdown(nb['aggregator_requests'])})",
+            ],
+            ["no budget: aggregator's rewrite of the intervals", f"{nb['rewrite_s']} s"],
+            [
+                "no budget: nodes renewed within 8 s / verdict after the window",
+                f"{nb['renewed_within_8s']} / {nb['after']['phase']}, {nb['after']['stale']} of "
+                f"{nb['after']['candidates']} stale, scaled down: {nb['scaled_down']}",
+            ],
+        ]
+    print_table(f"{n} nodes: heartbeat writes", ["what", "value"], rows)
+
+    procs = [
+        ["healthy, idle (steady window)", st["processes"]],
+        ["outage (70 % spread, >= 20 s)", r["spread_70"]["outage_processes"]],
+    ]
+    if nb:
+        procs.append(["no budget, all at 2 s", nb["processes"]])
+    print_table(
+        f"{n} nodes: CPU (% of one core) and RSS (MiB)",
+        ["when", "aggregator", "kube-apiserver", "etcd", "simulator+bench"],
+        [
+            [
+                when,
+                *(
+                    f"{p[k]['cpu_pct']} % / {p[k]['rss_mib']}"
+                    for k in ("aggregator", "kube-apiserver", "etcd", "simulator+bench")
+                ),
+            ]
+            for when, p in procs
+        ],
+    )
+
+    def row(label: str, x: dict[str, Any]) -> list[object]:
+        return [
+            label,
+            x["true_fraction"],
+            x["sample_fraction_expected"],
+            x["max_fraction_reported"],
+            x.get("to_mcm_ca_down_s") or "-",
+            x.get("to_all_down_s") or "-",
+            x.get("resume_to_all_up_s") or "-",
+            "yes" if x["scaled_down"] else f"no ({x.get('watched_s', 45)} s watched)",
+        ]
+
+    print_table(
+        f"{n} nodes: outages (seconds from silencing)",
+        [
+            "cut",
+            "true frac",
+            "sample frac",
+            "reported max",
+            "MCM+CA at 0",
+            "all at 0",
+            "resume -> all up",
+            "scaled down",
+        ],
+        [
+            row("30 % spread", r["spread_30"]),
+            row("zone-a (1 of 3)", r["zone_a"]),
+            row("70 % spread", r["spread_70"]),
+            row("zones b+c + a few of a", r["zones_bc_plus"]),
+        ],
+    )
+    su, ch = r["startup"], r["churn"]
+    print_table(
+        f"{n} nodes: start-up and churn (lease writes on KAPI)",
+        ["what", "time", "creates", "aggregator patches", "deletes"],
+        [
+            ["create N Node objects (simulator)", f"{r['create_nodes_s']} s", "-", "-", "-"],
+            [
+                "aggregator start -> N leases",
+                f"{su['provision_s']} s",
+                su["aggregator"].get("create leases", 0),
+                su["aggregator"].get("patch leases", 0),
+                su["aggregator"].get("delete leases", 0),
+            ],
+            ["agents start -> sample judged healthy", f"{r['first_healthy_s']} s", "-", "-", "-"],
+            [
+                f"add {ch['nodes']} nodes (1 %)",
+                "",
+                ch["add"]["lease_creates"],
+                ch["add"]["lease_patches"],
+                ch["add"]["lease_deletes"],
+            ],
+            [
+                f"remove {ch['nodes']} nodes (1 %)",
+                "",
+                ch["remove"]["lease_creates"],
+                ch["remove"]["lease_patches"],
+                ch["remove"]["lease_deletes"],
+            ],
+        ],
+    )
+    if r.get("trials"):
+        print_table(
+            f"{n} nodes: random cuts, the fraction the aggregator reports against the sample's",
+            ["true", "sample (predicted)", "reported", "stale/candidates", "verdict >= 0.6"],
+            [
+                [
+                    t["true"],
+                    t["expected_sample_fraction"],
+                    t["reported"],
+                    f"{t['stale']}/{t['candidates']}",
+                    t["verdict_down"],
+                ]
+                for t in r["trials"]
+            ],
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale")
+    parser.add_argument("--nodes", default="100,1000,5000")
+    parser.add_argument("--no-budget-at", default="5000", help="sizes to run again with every node at 2 s")
+    parser.add_argument("--trials", type=int, default=3, help="random 50 %% and 70 %% cuts per size")
+    parser.add_argument("--out", default="/tmp/scale-results.json")
+    parser.add_argument(
+        "--analysis", action="store_true", help="only the sampling error, on paper and by Monte Carlo"
+    )
+    args = parser.parse_args(argv)
+    if args.analysis:
+        for n in [int(x) for x in args.nodes.split(",") if x]:
+            cost = plan_cost_ms(n)
+            print(f"\n{n} nodes: the provisioner's plan() takes {cost:.2f} ms", end="")
+            print(f" ({cost * BUDGET / 10:.0f} % of a core if run for each of {BUDGET:g} lease events/s)")
+            rows = error_analysis(n)
+            print_table(
+                f"{n} nodes, sample {rows[0]['sample']}: P(scale-down verdict), stale/sample >= {THRESHOLD}"
+                f" (>= {rows[0]['stale_in_sample_needed']} stale in the sample)",
+                [
+                    "true fraction",
+                    "P(down) hypergeometric",
+                    "P(no down) hypergeometric",
+                    "P(down) binomial",
+                    f"P(down) Monte Carlo ({rows[0]['trials']} cuts)",
+                ],
+                [
+                    [
+                        f"{r['true_fraction']:.3g}",
+                        f"{r['p_down_hypergeometric']:.3g}",
+                        f"{r['p_up_hypergeometric']:.3g}",
+                        f"{r['p_down_binomial']:.3g}",
+                        f"{r['p_down_monte_carlo']:.3g}",
+                    ]
+                    for r in rows
+                ],
+            )
+        return
+    sizes = [int(x) for x in args.nodes.split(",") if x]
+    no_budget_sizes = {int(x) for x in args.no_budget_at.split(",") if x}
+    results: list[dict[str, Any]] = []
+    out = Path(args.out)
+    if out.exists():
+        # Sizes run separately land in one file; a size run again replaces its old entry.
+        results = [r for r in json.loads(out.read_text()).get("runs", []) if r.get("nodes") not in sizes]
+    with ControlPlane().running() as seed, tempfile.TemporaryDirectory(prefix="dwd-scale-") as tmp:
+        for n in sizes:
+            r: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            try:
+                measure(n, seed, Path(tmp), r, no_budget_run=n in no_budget_sizes, trials=args.trials)
+            except Exception as e:
+                r["error"] = f"{type(e).__name__}: {e}"
+                print(f"[{n}] failed: {r['error']}", file=sys.stderr)
+            else:
+                print_results(r)
+            results = [x for x in results if x.get("nodes") != n] + [r]
+            out.write_text(json.dumps({"runs": sorted(results, key=lambda x: x["nodes"])}, indent=1))
+    print(f"\nraw numbers: {out}")
+
+
+if __name__ == "__main__":
+    main()

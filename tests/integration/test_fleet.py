@@ -1,0 +1,98 @@
+"""The fleet simulator (bench/fleet.py) against a real shoot API server and the real aggregator.
+
+The simulator is what the scale benchmarks trust for their figures, so it is held to
+the chain end to end: its renewals must land, it must adopt the intervals the budget
+hands out, and its silence must be what the aggregator acts on.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from aggregator import budget
+from bench.fleet import ZONE_LABEL, ZONES, Fleet, FleetThread
+from core.durations import format_duration, parse_duration
+from core.lease import RENEW_INTERVAL
+from tests.integration.agents import wait_for
+from tests.integration.shoot import CONTROLLERS, FAST_ENV, Shoot
+
+pytestmark = pytest.mark.integration
+
+DOWN = {"kube-controller-manager": 0, "machine-controller-manager": 0, "cluster-autoscaler": 0}
+NODES = 50
+# Under FAST_ENV's 500 ms interval a budget of 40 writes/s covers 20 fast nodes: the rest
+# are handed a slow interval, so the test covers both paces.
+BUDGET = 40.0
+
+
+@pytest.fixture
+def fleet(shoot: Shoot) -> Iterator[FleetThread]:
+    shoot.setup(nodes=0)
+    admin = shoot.shoot.admin
+    f = FleetThread(Fleet(shoot.shoot.url, shoot.shoot.ca_file, (str(admin.cert), str(admin.key))))
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def test_fleet_renews_and_its_silence_scales_down_and_back(shoot: Shoot, fleet: FleetThread) -> None:
+    names = fleet.add(NODES)
+    nodes = shoot.shoot_admin.get("/api/v1/nodes")["items"]
+    zones = collections.Counter(n["metadata"]["labels"][ZONE_LABEL] for n in nodes)
+    assert zones == {z: NODES // 3 + (1 if i < NODES % 3 else 0) for i, z in enumerate(ZONES)}
+    fleet.start_renewing()
+    shoot.start_aggregator(DWD_WRITE_BUDGET=str(BUDGET))
+
+    fast_s = parse_duration(FAST_ENV["DWD_RENEW_INTERVAL"])
+    pacing = budget.plan(names, fast_s, BUDGET)
+    assert 0 < len(pacing.fast) < NODES
+    want = {n: fast_s if n in pacing.fast else pacing.slow_interval_s for n in names}
+    wait_for(
+        lambda: {n.name: n.interval_s for n in fleet.fleet.nodes.values()} == want,
+        30,
+        "every simulated agent on the interval its annotation names",
+        every_s=0.2,
+    )
+    leases = shoot.leases()
+    assert set(leases) == set(names)
+    for name, lease in leases.items():
+        assert lease["spec"]["holderIdentity"] == name
+        assert lease["spec"]["renewTime"]
+        assert lease["metadata"]["annotations"][RENEW_INTERVAL] == format_duration(want[name])
+    # The fast ones keep renewing at their pace, seen on the server.
+    before = {n: leases[n]["spec"]["renewTime"] for n in pacing.fast}
+    time.sleep(3 * fast_s)
+    after = shoot.leases()
+    assert all(after[n]["spec"]["renewTime"] > before[n] for n in pacing.fast)
+    # Renewals first: the fleet keeps renewing between the two reads.
+    renewed = sum(n.renewals for n in fleet.fleet.nodes.values())
+    assert fleet.sent("PATCH", "leases", "200") >= renewed > 0
+    time.sleep(2)  # the aggregator judges after one lease duration of view
+
+    # 70 % of the nodes, 70 % of the sample among them: the sample sees what the fleet has.
+    rng = random.Random(7)
+    fast, slow = sorted(pacing.fast), sorted(set(names) - pacing.fast)
+    cut = rng.sample(fast, round(0.7 * len(fast))) + rng.sample(slow, round(0.7 * len(slow)))
+    assert len(cut) == round(0.7 * NODES)
+    sampler = shoot.sampler()
+    t0 = time.monotonic()
+    fleet.silence(cut)
+    wait_for(lambda: shoot.replicas() == DOWN, 30, "every controller scaled down", every_s=0.1)
+    took = time.monotonic() - t0
+    # lease duration 2 s + confirm 1 s + ticks and the levels
+    assert took < 10, took
+    first_down = sampler.first(lambda s: any(v == 0 for v in s.replicas.values()), after=t0)
+    assert first_down is not None and first_down.t - t0 > 2.0, "scaled down before a lease could be stale"
+    silent = set(cut)
+    assert not silent & set(fleet.fleet.renewed_within(2.5 * fast_s))
+    assert set(pacing.fast) - silent <= set(fleet.fleet.renewed_within(2.5 * fast_s))
+
+    fleet.resume()
+    wait_for(lambda: shoot.replicas() == CONTROLLERS, 40, "every controller back", every_s=0.2)
+    assert set(pacing.fast) <= set(fleet.fleet.renewed_within(2.5 * fast_s))
