@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
@@ -204,12 +204,23 @@ class Observed:
         self.changed.set()
 
     def lease_event(self, kind: str, view: LeaseView) -> None:
+        previous = self.leases.get(view.name)
         if kind == "DELETED":
             self.leases.pop(view.name, None)
         else:
             self.leases[view.name] = self._lease(view)
-        self.changed.set()
+        # A renewal changes nothing the provisioner acts on: waking it for each one made its
+        # pass over every node run at the renewal rate (70 % of a core at 5000 nodes).
+        if kind == "DELETED" or previous is None or not _only_renewed(previous.view, view):
+            self.changed.set()
 
     def lease_ages(self) -> dict[str, float]:
         now = self.clock()
         return {name: now - lease.seen_renewed_mono for name, lease in self.leases.items()}
+
+
+def _only_renewed(before: LeaseView, after: LeaseView) -> bool:
+    return (
+        replace(before, renew_time=after.renew_time, renewed_after_interval=after.renewed_after_interval)
+        == after
+    )
