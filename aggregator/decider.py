@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from aggregator.objects import NodeView
@@ -89,6 +89,8 @@ class Verdict:
     scale_down: bool = False
     # The stratified estimate of the stale fraction when a sample is judged (None: s / n).
     estimate: float | None = None
+    # Candidates and stale ones per zone: what an operator reads a zone outage from.
+    zones: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def fraction(self) -> float:
@@ -141,31 +143,18 @@ def candidates(
     return out
 
 
-def stratified(
-    nodes: Mapping[str, NodeObs], counted: Mapping[str, LeaseObs], now: float, p: Decider
-) -> float | None:
-    """The stale fraction of the whole cluster, estimated from a sample drawn per zone: each
-    zone's stale fraction weighted by the zone's share of the nodes. The sample gives a small
-    zone more than its share (aggregator/budget.py), so counting it plainly would overweight
-    it; weighting by zone keeps the estimate unbiased. Zones without a candidate drop out and
-    the others are weighted among themselves. None when nothing is counted."""
+def stratified(nodes: Mapping[str, NodeObs], zones: Mapping[str, tuple[int, int]]) -> float | None:
+    """The stale fraction of the whole cluster, estimated from a sample drawn per zone
+    (``zones``: its candidates and stale ones per zone): each zone's stale fraction weighted
+    by the zone's share of the nodes. The sample gives a small zone more than its share
+    (aggregator/budget.py), so counting it plainly would overweight it; weighting by zone
+    keeps the estimate unbiased. Zones without a candidate drop out and the others are
+    weighted among themselves. None when nothing is counted."""
     size = collections.Counter(node.view.zone for node in nodes.values())
-    per_zone = _per_zone(nodes, counted, now, p)
-    covered = sum(size[z] for z in per_zone)
+    covered = sum(size[z] for z in zones)
     if not covered:
         return None
-    return sum(size[z] / covered * st / c for z, (c, st) in per_zone.items())
-
-
-def by_zone(
-    nodes: Mapping[str, NodeObs],
-    leases: Mapping[str, LeaseObs],
-    now: float,
-    p: Decider,
-    sample: Collection[str] | None = None,
-) -> dict[str, tuple[int, int]]:
-    """Candidates and stale ones per zone: what an operator reads a zone outage from."""
-    return _per_zone(nodes, candidates(nodes, leases, now, p, sample), now, p)
+    return sum(size[z] / covered * st / c for z, (c, st) in zones.items())
 
 
 def _per_zone(
@@ -173,8 +162,9 @@ def _per_zone(
 ) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     for name, lease in counted.items():
-        n, stale = out.get(nodes[name].view.zone, (0, 0))
-        out[nodes[name].view.zone] = (n + 1, stale + is_stale(lease, now, p))
+        zone = nodes[name].view.zone
+        n, stale = out.get(zone, (0, 0))
+        out[zone] = (n + 1, stale + is_stale(lease, now, p))
     return out
 
 
@@ -200,9 +190,33 @@ def decide(
     a scale-down (read while starting; None: not read yet).
     """
     counted = candidates(nodes, leases, now, p, sample)
-    n = len(counted)
-    s = sum(1 for lease in counted.values() if is_stale(lease, now, p))
-    estimate = stratified(nodes, counted, now, p) if sample is not None and len(sample) < len(nodes) else None
+    zones = _per_zone(nodes, counted, now, p)
+    estimate = stratified(nodes, zones) if sample is not None and len(sample) < len(nodes) else None
+    verdict = _judge(
+        memory,
+        now,
+        p,
+        n=len(counted),
+        s=sum(st for _, st in zones.values()),
+        estimate=estimate,
+        view_since=view_since,
+        records=records,
+    )
+    # The estimate stands for a judged quorum only: a blind or too-thin tick has none.
+    return replace(verdict, zones=zones, estimate=estimate if verdict.judged else None)
+
+
+def _judge(
+    memory: Memory,
+    now: float,
+    p: Decider,
+    *,
+    n: int,
+    s: int,
+    estimate: float | None,
+    view_since: float | None,
+    records: bool | None,
+) -> Verdict:
     if memory.phase is Phase.STARTING:
         # The record is the state a start continues from; the view rule below still
         # keeps any verdict back until the view has been fresh for a lease duration.
@@ -223,7 +237,7 @@ def decide(
             return _to(memory, now, Phase.HEALTHY, why, n=n, s=s)
         # Holding the controllers at 0 on no evidence is never the default.
         return _recover(memory, now, p, why, n=n, s=s, judged=False)
-    return replace(_quorum(memory, now, p, n=n, s=s, estimate=estimate), estimate=estimate)
+    return _quorum(memory, now, p, n=n, s=s, estimate=estimate)
 
 
 def _to(

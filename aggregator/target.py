@@ -26,7 +26,6 @@ from aggregator.decider import (
     Phase,
     Verdict,
     blocked,
-    by_zone,
     decide,
     stale_fraction,
     take_over,
@@ -388,10 +387,7 @@ class Target:
 
     def _record(self, v: Verdict) -> None:
         self.status.candidates, self.status.stale = v.candidates, v.stale
-        pacing = self.pacing()
-        self.status.zones = by_zone(
-            self.observed.nodes, self.observed.leases, self.clock(), self.params, pacing.fast
-        )
+        self.status.zones = dict(v.zones)
         for zone, (n, stale) in self.status.zones.items():
             self.metrics.zone_fraction.set(stale_fraction(stale, n), target=self.name, zone=zone)
         self.status.history.append((time.time(), v.fraction))

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import pytest
+
+from aggregator import decider
 from aggregator.decider import Phase
 from aggregator.settings import Decider, Settings, Shoots
 from aggregator.target import Interlock, Refusal, Target
@@ -105,3 +109,21 @@ async def test_a_zone_outage_shows_zone_by_zone_on_the_status_page_and_in_the_me
     }
     assert w.target.metrics.zone_fraction.get(target=w.target.name, zone="zone-b") == 1.0
     assert 'zone="zone-b"' in w.target.metrics.registry.render()
+
+
+async def test_a_healthy_tick_walks_the_candidates_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 5000 nodes a walk over the candidates is a millisecond: the verdict carries the
+    per-zone counts the status page shows, so a tick does not walk them again for those."""
+    w = await settled()
+    walks = 0
+    walk = decider.candidates
+
+    def counting(*args: Any, **kw: Any) -> Any:
+        nonlocal walks
+        walks += 1
+        return walk(*args, **kw)
+
+    monkeypatch.setattr(decider, "candidates", counting)
+    await w.target.tick()
+    assert walks == 1
+    assert w.target.snapshot()["zones"] == {"": {"candidates": 10, "stale": 0, "fraction": 0.0}}
