@@ -15,6 +15,7 @@ Only what the agent proved goes into the ``last-outage`` record (docs/agent.md).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -33,6 +34,7 @@ from core.lease import (
     Outage,
     evidence_patch,
     format_micro_time,
+    missing_wait_s,
     next_renewal_in_s,
     release_patch,
     renew_patch,
@@ -142,6 +144,9 @@ class Renewer:
         self._unwritten: Outage | None = None
         self._last_ok: dict[str, Any] = {}
         self._bad_interval = ""
+        # 404s in a row: the wait for a lease not provisioned yet grows with them.
+        self._misses = 0
+        self.random = random.Random()
         self.metrics = AgentMetrics(registry or Registry(), self._last_success_age)
         self.metrics.interval.set(self.interval_s)
         client.on_attempt = self._observe
@@ -192,12 +197,14 @@ class Renewer:
         """One renewal, within its window; returns seconds until the next."""
         started = self.clock()
         stamp = self.wall()
+        misses, self._misses = self._misses, 0  # any answer but a 404 ends a run of them
         try:
             lease = await self._renew(stamp, started)
         except NotFound:
             self.metrics.lease_missing.inc()
             self._enter("waiting", "lease_missing", level="info")
-            return self.interval_s
+            self._misses = misses + 1
+            return missing_wait_s(self._misses, self.interval_s, self.random.uniform(0.5, 1.0))
         except TooManyRequests as e:
             self.metrics.throttled.inc()
             self.log.debug("renew_throttled", retry_after=e.retry_after_s)

@@ -262,3 +262,17 @@ def next_renewal_in_s(node: str, interval_s: float, now_wall_s: float) -> float:
         return interval_s
     delay = (renewal_phase_s(node, interval_s) - now_wall_s) % interval_s
     return delay + interval_s if delay < interval_s / 2 else delay
+
+
+# A node whose lease is not there yet polls no faster, at length, than a slow node renews: a
+# fresh install of 5000 nodes waits up to 100 s for the aggregator to create 50 leases a
+# second, and at the renew interval its agents would send 2500 404s a second meanwhile.
+MISSING_MAX_WAIT_S = 60.0
+
+
+def missing_wait_s(misses: int, interval_s: float, spread: float) -> float:
+    """Seconds to wait after the ``misses``-th 404 in a row: from the interval, doubling to
+    MISSING_MAX_WAIT_S, times ``spread`` (drawn from [0.5, 1]) so that the agents of a
+    fresh install do not poll in step. A lease created a moment late costs a renewal or
+    two; one that takes the aggregator minutes costs KAPI a few requests per node."""
+    return min(interval_s * 2.0 ** min(max(misses, 1) - 1, 16), MISSING_MAX_WAIT_S) * spread

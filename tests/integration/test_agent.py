@@ -47,7 +47,8 @@ def test_waits_quietly_for_its_lease_then_renews_without_restart(agents: Agents)
     assert agent.names().count("lease_missing") == 1  # once, not every 500ms
     assert "renew_failing" not in agent.names()  # a missing lease is not an outage
     agents.create_lease("late-1")
-    wait_for(lambda: renewed(agents, "late-1"), 5, "renewals once the lease exists")
+    # The wait after a 404 doubles (0.5, 1, 2, 4 s at this interval): the next poll finds it.
+    wait_for(lambda: renewed(agents, "late-1"), 10, "renewals once the lease exists")
     assert agent.popen.poll() is None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -275,7 +276,7 @@ async def test_missing_lease_is_waiting_not_an_outage(
 ) -> None:
     client.script = [NotFound(404, "NotFound", "")] * 3
     for _ in range(3):
-        assert await renewer.renew_once() == 2.0
+        assert await renewer.renew_once() <= 8.0
     assert renewer.state == "waiting"
     assert renewer.metrics.lease_missing.get() == 3
     assert renewer.metrics.failures.samples() == []
@@ -283,6 +284,33 @@ async def test_missing_lease_is_waiting_not_an_outage(
     assert events(logs) == ["lease_missing", "lease_renewing"]
     # Still the first success: released is cleared now.
     assert patches(client)[-1]["metadata"]["annotations"] == {RELEASED: None}
+
+
+class Top:
+    """A random source that always draws the top of the range: the nominal waits."""
+
+    def uniform(self, low: float, high: float) -> float:
+        return high
+
+
+async def test_a_missing_lease_is_polled_ever_more_slowly_then_renewed_at_once(
+    renewer: Renewer, client: FakeClient
+) -> None:
+    """A fresh install of 5000 nodes waits up to 100 s for its leases (50 created a second):
+    at the 2 s interval that is 2500 404s a second on KAPI. The wait doubles per 404 in a row
+    up to a minute, spread, and a run of them ends with any other answer."""
+    renewer.random = Top()  # type: ignore[assignment]
+    client.script = [NotFound(404, "NotFound", "")] * 8
+    waits = [await renewer.renew_once() for _ in range(8)]
+    assert waits == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
+    await renewer.renew_once()  # the lease is there: renewed, back on the interval
+    assert renewer.state == "renewing"
+    client.script = [NotFound(404, "NotFound", "")]
+    assert await renewer.renew_once() == 2.0  # a new run of 404s starts again at the interval
+    renewer.random = random.Random(7)
+    client.script = [NotFound(404, "NotFound", "")] * 20
+    spread = [await renewer.renew_once() for _ in range(20)][-10:]
+    assert all(30.0 <= w <= 60.0 for w in spread) and len(set(spread)) == 10  # not in step
 
 
 async def test_throttling_backs_off_as_told_and_is_counted_apart(

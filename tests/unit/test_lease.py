@@ -7,10 +7,12 @@ import pytest
 
 from core.lease import (
     LAST_OUTAGE,
+    MISSING_MAX_WAIT_S,
     RELEASED,
     LeaseView,
     Outage,
     format_micro_time,
+    missing_wait_s,
     next_renewal_in_s,
     parse_micro_time,
     release_patch,
@@ -115,3 +117,9 @@ def test_the_next_renewal_is_at_the_nodes_phase_half_to_one_and_a_half_intervals
 
 def test_a_fast_interval_is_not_phased() -> None:
     assert next_renewal_in_s("n1", 2.0, 1234.5) == 2.0
+
+
+def test_the_wait_for_a_missing_lease_stays_bounded_however_long_it_is_missing() -> None:
+    # A node whose lease never comes (a wrong namespace) polls for days: no overflow, no drift.
+    assert missing_wait_s(10**6, 2.0, 1.0) == MISSING_MAX_WAIT_S
+    assert missing_wait_s(0, 2.0, 0.5) == 1.0  # a first miss at the bottom of the spread
