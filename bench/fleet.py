@@ -5,7 +5,7 @@ that renews the node's Lease the way agent/renewer.py does: the agent's own merg
 (``core.lease.renew_patch``), the interval adopted from the ``renew-interval`` annotation
 of each PATCH answer, the next renewal at ``core.lease.next_renewal_in_s`` after the
 stamp of this one (fixed rate for fast intervals, the node's phase for slow ones), a 404
-(lease not provisioned yet) waited out for one interval, like the agent. The first
+(lease not provisioned yet) waited out as the agent does (``core.lease.missing_wait_s``). The first
 renewal of each node falls at a random point of its first interval, as a DaemonSet's
 pods start spread out.
 
@@ -47,6 +47,7 @@ import asyncio
 import collections
 import contextlib
 import json
+import math
 import random
 import ssl
 import threading
@@ -61,7 +62,14 @@ from typing import Any, TypeVar
 import httpx
 
 from core.durations import parse_duration
-from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, lease_path, next_renewal_in_s, renew_patch
+from core.lease import (
+    DEFAULT_LEASE_NAMESPACE,
+    RENEW_INTERVAL,
+    lease_path,
+    missing_wait_s,
+    next_renewal_in_s,
+    renew_patch,
+)
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -82,6 +90,7 @@ class SimNode:
     interval_s: float = DEFAULT_INTERVAL_S
     renewals: int = 0
     last_renewed: float = 0.0  # time.monotonic() of the last successful renewal
+    misses: int = 0  # 404s in a row
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -116,6 +125,8 @@ class Fleet:
         self._next_index = 0
         # (method, resource, status code or error class) -> requests sent.
         self.requests: collections.Counter[tuple[str, str, str]] = collections.Counter()
+        # Renewals that landed, per whole second of time.monotonic(): the write rate over any window.
+        self.landed: collections.Counter[int] = collections.Counter()
         self._http: httpx.AsyncClient | None = None
         self._gate: asyncio.Semaphore | None = None
         self.renewing = False
@@ -237,14 +248,19 @@ class Fleet:
             headers={"Content-Type": "application/merge-patch+json"},
             timeout=window_s,
         )
+        misses, node.misses = node.misses, 0
+        if response is not None and response.status_code == 404:
+            node.misses = misses + 1
+            return missing_wait_s(node.misses, node.interval_s, self.random.uniform(0.5, 1.0))
         if response is None or response.status_code != 200:
             if response is not None and response.status_code == 429:
                 with contextlib.suppress(ValueError):
                     return max(float(response.headers.get("Retry-After", "0")), node.interval_s)
-            # 404: not provisioned yet, waiting; anything else: a failed renewal. Both: an interval.
+            # A failed renewal: the agent tries again after its interval.
             return node.interval_s
         node.renewals += 1
         node.last_renewed = time.monotonic()
+        self.landed[int(node.last_renewed)] += 1
         self._adopt_interval(node, response)
         return next_renewal_in_s(node.name, node.interval_s, stamp.timestamp())
 
@@ -291,6 +307,14 @@ class Fleet:
     def renewed_within(self, seconds: float) -> list[str]:
         now = time.monotonic()
         return [n.name for n in self.nodes.values() if n.renewals and now - n.last_renewed <= seconds]
+
+    def zones(self) -> dict[str, str]:
+        return {n.name: n.zone for n in self.nodes.values()}
+
+    def at_interval(self, seconds: float) -> frozenset[str]:
+        """The nodes renewing at ``seconds`` as their own lease's answer asks: at the fast
+        interval, the sample as the aggregator hands it out (drawn per zone, rotating)."""
+        return frozenset(n.name for n in self.nodes.values() if n.interval_s == seconds)
 
     def in_zones(self, zones: Iterable[str]) -> list[str]:
         wanted = set(zones)
@@ -347,6 +371,26 @@ class FleetThread:
 
         async def read() -> int:
             return self.fleet.sent(method, resource, code)
+
+        return self.call(read)
+
+    def zones(self) -> dict[str, str]:
+        async def read() -> dict[str, str]:
+            return self.fleet.zones()
+
+        return self.call(read)
+
+    def at_interval(self, seconds: float) -> frozenset[str]:
+        async def read() -> frozenset[str]:
+            return self.fleet.at_interval(seconds)
+
+        return self.call(read)
+
+    def landed(self, start: float, end: float) -> list[int]:
+        """Renewals landed in each whole second from ``start`` to ``end`` (time.monotonic())."""
+
+        async def read() -> list[int]:
+            return [self.fleet.landed[t] for t in range(math.ceil(start), math.floor(end))]
 
         return self.call(read)
 

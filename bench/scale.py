@@ -23,6 +23,8 @@ run. Tables are printed; the raw numbers go to --out (JSON).
 from __future__ import annotations
 
 import argparse
+import collections
+import itertools
 import json
 import math
 import os
@@ -32,7 +34,7 @@ import ssl
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -47,7 +49,7 @@ from aggregator.settings import Provisioning
 from aggregator.watcher import Observed
 from bench.fleet import ZONES, Fleet, FleetThread
 from bench.table import print_table
-from core.lease import RENEW_INTERVAL, LeaseView
+from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView
 from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
 from testenv.standins import CONTROLLERS, LoggedProcess, eventually, wait_for
 from tests.integration.shoot import Sampler, Shoot
@@ -235,12 +237,20 @@ def status(port: int) -> dict[str, Any]:
 def watch_status(
     port: int, seconds: float, until: Callable[[dict[str, Any]], bool] | None = None
 ) -> list[Any]:
-    """(time, phase, stale, candidates) every second for ``seconds`` or until ``until``."""
+    """(time, phase, stale, candidates, fraction) every second for ``seconds`` or until ``until``."""
     seen = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         s = status(port)
-        seen.append((time.monotonic(), s.get("phase"), s.get("stale", 0), s.get("candidates", 0)))
+        seen.append(
+            (
+                time.monotonic(),
+                s.get("phase"),
+                s.get("stale", 0),
+                s.get("candidates", 0),
+                s.get("fraction", 0.0),
+            )
+        )
         if until is not None and until(s):
             break
         time.sleep(1.0)
@@ -283,17 +293,27 @@ class Run:
             "simulator+bench": os.getpid(),
         }
 
-    def sample(self, budget_per_s: float = BUDGET) -> frozenset[str]:
-        return budget.plan(self.names, FAST_S, budget_per_s).fast
+    def planned(self) -> budget.Pacing:
+        """The pacing the aggregator plans now: its size and slow interval (which members,
+        ``sample`` says: the plan rotates, and members hand over)."""
+        return budget.plan(self.names, FAST_S, BUDGET, self.fleet.zones(), now_s=time.time())
+
+    def sample(self) -> frozenset[str]:
+        """The fast sample as the aggregator handed it out: the simulated agents renewing fast."""
+        return self.fleet.at_interval(FAST_S)
+
+    def expected(self, cut: Iterable[str]) -> float:
+        return estimate(cut, self.sample(), self.fleet.zones())
 
     def wait_healthy(self, timeout_s: float) -> float:
-        """Until every member of the sample is a candidate and nothing is stale."""
+        """Until as many candidates as the plan's sample (more while members hand over) and
+        nothing is stale."""
         t0 = time.monotonic()
-        k = len(self.sample())
+        k = len(self.planned().fast)
         wait_for(
             lambda: (
                 (s := status(self.port)).get("phase") == "healthy"
-                and s.get("candidates") == k
+                and s.get("candidates", 0) >= k
                 and s.get("stale") == 0
             ),
             timeout_s,
@@ -322,8 +342,11 @@ def _lease_writes(before: Series, after: Series) -> dict[str, float]:
 
 
 def startup(run: Run) -> dict[str, Any]:
-    """The aggregator provisions N leases for nodes whose agents have not started."""
+    """A fresh install: the agents start first and find no lease (404, polled ever more
+    slowly, as the agent does), and the aggregator provisions N leases beside them."""
     before, mark = run.kapi.scrape(), run.audit.mark()
+    missing_before = run.fleet.sent("PATCH", "leases", "404")
+    run.fleet.start_renewing()
     t0 = time.monotonic()
     run.start_aggregator()
     wait_for(
@@ -336,11 +359,19 @@ def startup(run: Run) -> dict[str, Any]:
         every_s=1.0,
     )
     took = time.monotonic() - t0
+    after = run.kapi.scrape()
+    missing = requests(after, "PATCH", "leases", "404") - requests(before, "PATCH", "leases", "404")
+    healthy_s = run.wait_healthy(180) + (time.monotonic() - t0 - took)
     time.sleep(2)
     mine = run.aggregator_requests(mark)
     return {
         "provision_s": round(took, 1),
-        "lease_writes": _lease_writes(before, run.kapi.scrape()),
+        "lease_writes": _lease_writes(before, after),
+        "missing_404": missing,
+        "missing_404_per_s": round(missing / took, 1),
+        "missing_404_simulator": run.fleet.sent("PATCH", "leases", "404") - missing_before,
+        "to_healthy_s": round(took + healthy_s, 1),
+        "provisioned_at": t0 + took,
         "aggregator": mine,
     }
 
@@ -386,9 +417,13 @@ def churn(run: Run) -> dict[str, Any]:
 def steady(run: Run, window_s: float) -> dict[str, Any]:
     before, mark = run.kapi.scrape(), run.audit.mark()
     w = Window(run.pids()).start()
+    t0 = time.monotonic()
     time.sleep(window_s)
     procs = w.stop()
     after = run.kapi.scrape()
+    # The simulator's renewals per second: the budget must hold over any 10 s, not only on average.
+    landed = run.fleet.landed(t0, time.monotonic())
+    tens = [sum(landed[i : i + 10]) / 10 for i in range(len(landed) - 9)]
     mine = run.aggregator_requests(mark)
     patches = requests(after, "PATCH", "leases") - requests(before, "PATCH", "leases")
     out = {
@@ -396,6 +431,8 @@ def steady(run: Run, window_s: float) -> dict[str, Any]:
         "lease_patches_per_s": round(patches / window_s, 1),
         "aggregator_requests_per_s": round(sum(mine.values()) / window_s, 2),
         "aggregator_requests": mine,
+        "renewals_max_10s_per_s": max(tens, default=None),
+        "renewals_max_1s": max(landed, default=None),
         "patch_p50_ms": _ms(quantile(before, after, 0.5, verb="PATCH", resource="leases")),
         "patch_p99_ms": _ms(quantile(before, after, 0.99, verb="PATCH", resource="leases")),
         "processes": procs,
@@ -412,17 +449,17 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def must_not_scale(run: Run, sampler: Sampler, cut: Sequence[str], watch_s: float) -> dict[str, Any]:
+    expected = run.expected(cut)
     t0 = time.monotonic()
     run.fleet.silence(cut)
     seen = watch_status(run.port, watch_s)
     down = sampler.first(lambda s: any(v == 0 for v in s.replicas.values()), after=t0)
     run.fleet.resume()
     wait_for(lambda: status(run.port).get("stale") == 0, 30, "no stale lease after resuming", every_s=0.5)
-    sample = run.sample()
     return {
         "true_fraction": round(len(cut) / len(run.names), 3),
-        "sample_fraction_expected": round(len(set(cut) & sample) / len(sample), 3),
-        "max_fraction_reported": round(max((st / c if c else 0.0) for _, _, st, c in seen), 3),
+        "sample_fraction_expected": round(expected, 3),
+        "max_fraction_reported": round(max(f for *_, f in seen), 3),
         "phases": sorted({p for _, p, _, _ in seen}),
         "scaled_down": down is not None,
         "watched_s": watch_s,
@@ -430,6 +467,7 @@ def must_not_scale(run: Run, sampler: Sampler, cut: Sequence[str], watch_s: floa
 
 
 def must_scale(run: Run, sampler: Sampler, cut: Sequence[str]) -> dict[str, Any]:
+    expected = run.expected(cut)
     t0 = time.monotonic()
     w = Window(run.pids()).start()
     run.fleet.silence(cut)
@@ -449,11 +487,10 @@ def must_scale(run: Run, sampler: Sampler, cut: Sequence[str]) -> dict[str, Any]
     t1 = time.monotonic()
     wait_for(lambda: run.shoot.replicas() == CONTROLLERS, 90, "every controller back", every_s=0.2)
     up_s = time.monotonic() - t1 if all_down is not None else None
-    sample = run.sample()
     return {
         "true_fraction": round(len(cut) / len(run.names), 3),
-        "sample_fraction_expected": round(len(set(cut) & sample) / len(sample), 3),
-        "max_fraction_reported": round(max((st / c if c else 0.0) for _, _, st, c in seen), 3),
+        "sample_fraction_expected": round(expected, 3),
+        "max_fraction_reported": round(max(f for *_, f in seen), 3),
         "to_mcm_ca_down_s": None if level0 is None else round(level0.t - t0, 1),
         "to_all_down_s": None if all_down is None else round(all_down.t - t0, 1),
         "resume_to_all_up_s": None if up_s is None else round(up_s, 1),
@@ -466,10 +503,9 @@ def sampled_verdicts(run: Run, fraction: float, trials: int) -> list[dict[str, A
     """Silence a random ``fraction`` of the nodes, read the fraction the aggregator reports once
     a lease duration has passed, resume before the confirm period could complete."""
     out = []
-    sample = run.sample()
     for _ in range(trials):
         cut = run.fleet.fleet.random.sample(run.names, round(fraction * len(run.names)))
-        expected = len(set(cut) & sample) / len(sample)
+        expected = run.expected(cut)
         run.fleet.silence(cut)
         # 8 s lease duration + the last renewal's up to 2 s + a tick; before 8 + 4 s of confirm.
         time.sleep(10.5)
@@ -567,17 +603,16 @@ def measure(
             )
             result["startup"] = startup(run)
             print(f"[{n}] provisioned: {result['startup']}", file=sys.stderr)
-            renew_t0 = time.monotonic()
-            fleet.start_renewing()
-            result["first_healthy_s"] = round(run.wait_healthy(120), 1)
-            pacing = budget.plan(names, FAST_S, BUDGET)
+            pacing = run.planned()
             result["sample"] = len(pacing.fast)
             result["slow_interval_s"] = pacing.slow_interval_s
             result["churn"] = churn(run)
             print(f"[{n}] churn: {result['churn']}", file=sys.stderr)
             # Slow nodes renew first at start, next half to one and a half intervals later
             # (core.lease.next_renewal_in_s): from half an interval on the rate is steady.
-            settle = pacing.slow_interval_s / 2 + 5 - (time.monotonic() - renew_t0)
+            # A slow node's first renewal may wait out a 404 first (up to MISSING_MAX_WAIT_S).
+            since = time.monotonic() - result["startup"]["provisioned_at"]
+            settle = MISSING_MAX_WAIT_S + pacing.slow_interval_s / 2 + 5 - since
             if pacing.slow_interval_s > FAST_S and settle > 0:
                 time.sleep(settle)
             result["steady"] = steady(run, 30.0 if n <= 100 else 40.0)
@@ -611,52 +646,123 @@ def measure(
 # -- the sampled estimate, on paper and by Monte Carlo on the real sample
 
 
+def estimate(cut: Iterable[str], sample: Collection[str], zones: Mapping[str, str]) -> float:
+    """The stale fraction the aggregator reports while ``cut`` is silent, computed here on its
+    own: each zone's stale share of its ``sample`` members, weighted by the zone's size."""
+    silent = set(cut)
+    size = collections.Counter(zones.values())
+    members = collections.Counter(zones[x] for x in sample)
+    stale = collections.Counter(zones[x] for x in sample if x in silent)
+    covered = sum(size[z] for z in members)
+    return sum(size[z] / covered * stale[z] / members[z] for z in members) if covered else 0.0
+
+
+def _log_comb(n: int, k: int) -> float:
+    if k < 0 or k > n:
+        return -math.inf
+    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+
+
 def hypergeom_pmf(population: int, stale: int, sample: int) -> list[float]:
     """P(X = x) for x stale members in a sample drawn without replacement, x = 0..sample."""
-    denom = math.comb(population, sample)
+    denom = _log_comb(population, sample)
     return [
-        math.comb(stale, x) * math.comb(population - stale, sample - x) / denom for x in range(sample + 1)
+        math.exp(_log_comb(stale, x) + _log_comb(population - stale, sample - x) - denom)
+        for x in range(sample + 1)
     ]
 
 
-def binom_pmf(p: float, sample: int) -> list[float]:
-    return [math.comb(sample, x) * p**x * (1 - p) ** (sample - x) for x in range(sample + 1)]
+def _down(weights: Sequence[float], members: Sequence[int], stale: Sequence[int]) -> bool:
+    return sum(w * x / k for w, x, k in zip(weights, stale, members, strict=True)) >= THRESHOLD
+
+
+def p_down_spread(size: Sequence[int], members: Sequence[int], cut: int) -> tuple[float, float]:
+    """Exact P(scale-down verdict) for ``cut`` nodes silenced at random over the cluster: the
+    stale members of each zone's slice of the sample are jointly multivariate hypergeometric
+    (the slices, and everything outside the sample, are the categories). With P(no verdict),
+    summed on its own so that a tail near 1 keeps its complement."""
+    n, k = sum(size), sum(members)
+    weights = [z / n for z in size]
+    denom = _log_comb(n, cut)
+    total = [0.0, 0.0]
+    for stale in itertools.product(*(range(m + 1) for m in members)):
+        log_p = sum(_log_comb(m, x) for m, x in zip(members, stale, strict=True))
+        total[_down(weights, members, stale)] += math.exp(log_p + _log_comb(n - k, cut - sum(stale)) - denom)
+    return total[1], total[0]
+
+
+def p_down_zoned(size: Sequence[int], members: Sequence[int], cut: Sequence[int]) -> tuple[float, float]:
+    """Exact P(scale-down verdict) for ``cut[z]`` nodes silenced at random within each zone:
+    independent hypergeometrics, one per zone. With P(no verdict), as above."""
+    n = sum(size)
+    weights = [z / n for z in size]
+    pmfs = [hypergeom_pmf(z, c, m) for z, c, m in zip(size, cut, members, strict=True)]
+    total = [0.0, 0.0]
+    for stale in itertools.product(*(range(m + 1) for m in members)):
+        total[_down(weights, members, stale)] += math.prod(pmf[x] for pmf, x in zip(pmfs, stale, strict=True))
+    return total[1], total[0]
 
 
 def error_analysis(
     n: int, trials: int = 10000, fractions: Sequence[float] = (0.4, 0.5, 0.6, 2 / 3, 0.7, 0.8)
 ) -> list[dict[str, Any]]:
-    """The chance that the sample's stale fraction lands on the other side of the threshold from
-    the fleet's: exact (hypergeometric), binomial for comparison, and Monte Carlo with the
-    aggregator's own sample (budget.plan) of the simulator's node names."""
-    names = [f"fleet-node-{i:05d}" for i in range(n)]
-    fast = budget.plan(names, FAST_S, BUDGET).fast
-    in_sample = [x in fast for x in names]
-    k = len(fast)
-    need = math.ceil(THRESHOLD * k - 1e-9)  # stale/k >= 0.6
+    """The chance that the aggregator's estimate lands on the other side of the threshold from
+    the truth, at the simulator's node names and zones (three of a third each) and the
+    aggregator's own sample (budget.plan, per zone): exact, and by Monte Carlo with random cuts
+    against that sample. Spread cuts are random over the cluster; zone-shaped ones silence
+    whole zones and a random part of the others. Beside them, a sample of the same size drawn
+    without zones and counted plainly (hypergeometric), as before the sample was per zone."""
+    zones = {f"fleet-node-{i:05d}": ZONES[i % len(ZONES)] for i in range(n)}
+    names = list(zones)
+    fast = budget.plan(names, FAST_S, BUDGET, zones).fast
+    size = [sum(1 for z in zones.values() if z == zone) for zone in ZONES]
+    members = [sum(1 for x in fast if zones[x] == zone) for zone in ZONES]
+    k = sum(members)
+    need = math.ceil(THRESHOLD * k - 1e-9)
     rng = random.Random(5000)
+    by_zone = {zone: [x for x in names if zones[x] == zone] for zone in ZONES}
+
+    def row(
+        shape: str, true: float, exact: tuple[float, float], draw: Callable[[], list[str]]
+    ) -> dict[str, Any]:
+        hits = sum(estimate(draw(), fast, zones) >= THRESHOLD for _ in range(trials))
+        return {
+            "nodes": n,
+            "sample": k,
+            "per_zone": members,
+            "cut": shape,
+            "true_fraction": round(true, 3),
+            "p_down": exact[0],
+            "p_up": exact[1],
+            "p_down_monte_carlo": hits / trials,
+            "trials": trials,
+        }
+
     rows = []
     for f in fractions:
-        stale = round(f * n)
-        hyper, binom = hypergeom_pmf(n, stale, k), binom_pmf(f, k)
-        hits = 0
-        for _ in range(trials):
-            hits += sum(in_sample[i] for i in rng.sample(range(n), stale)) >= need
-        rows.append(
-            {
-                "nodes": n,
-                "sample": k,
-                "true_fraction": f,
-                "stale_in_sample_needed": need,
-                # Summed from each side, so that a tail near 1 does not lose its complement.
-                "p_down_hypergeometric": sum(hyper[need:]),
-                "p_up_hypergeometric": sum(hyper[:need]),
-                "p_down_binomial": sum(binom[need:]),
-                "p_up_binomial": sum(binom[:need]),
-                "p_down_monte_carlo": hits / trials,
-                "trials": trials,
-            }
-        )
+        cut = round(f * n)
+
+        def spread(c: int = cut) -> list[str]:
+            return rng.sample(names, c)
+
+        r = row("spread", cut / n, p_down_spread(size, members, cut), spread)
+        plain = hypergeom_pmf(n, cut, k)
+        r["p_down_plain"], r["p_up_plain"] = sum(plain[need:]), sum(plain[:need])
+        rows.append(r)
+    # Whole zones silenced, and a share of each other zone at random.
+    shapes = [
+        ("zone-a", {"zone-a": 1.0}),
+        ("zone-a + 25 % of b, c", {"zone-a": 1.0, "zone-b": 0.25, "zone-c": 0.25}),
+        ("zones b, c", {"zone-b": 1.0, "zone-c": 1.0}),
+        ("zones b, c + 10 % of a", {"zone-b": 1.0, "zone-c": 1.0, "zone-a": 0.1}),
+    ]
+    for shape, share in shapes:
+        cuts = [round(share.get(zone, 0.0) * len(by_zone[zone])) for zone in ZONES]
+
+        def draw(cuts: list[int] = cuts) -> list[str]:
+            return [x for zone, c in zip(ZONES, cuts, strict=True) for x in rng.sample(by_zone[zone], c)]
+
+        rows.append(row(shape, sum(cuts) / n, p_down_zoned(size, members, cuts), draw))
     return rows
 
 
@@ -715,6 +821,10 @@ def print_results(r: dict[str, Any]) -> None:
         [
             f"lease PATCHes/s on KAPI, all writers ({st['window_s']:g} s window)",
             f"{st['lease_patches_per_s']} (budget {BUDGET:g})",
+        ],
+        [
+            "simulator's renewals landed: busiest 10 s (per s) / busiest second",
+            f"{st['renewals_max_10s_per_s']} / {st['renewals_max_1s']}",
         ],
         ["PATCH lease latency p50 / p99", f"{st['patch_p50_ms']} / {st['patch_p99_ms']} ms"],
         [
@@ -802,13 +912,20 @@ def print_results(r: dict[str, Any]) -> None:
         [
             ["create N Node objects (simulator)", f"{r['create_nodes_s']} s", "-", "-", "-"],
             [
-                "aggregator start -> N leases",
+                "agents, then aggregator start -> N leases",
                 f"{su['provision_s']} s",
                 su["aggregator"].get("create leases", 0),
                 su["aggregator"].get("patch leases", 0),
                 su["aggregator"].get("delete leases", 0),
             ],
-            ["agents start -> sample judged healthy", f"{r['first_healthy_s']} s", "-", "-", "-"],
+            [
+                "meanwhile: agents' PATCHes answered 404 (per s)",
+                f"{su['missing_404']:g} ({su['missing_404_per_s']}/s)",
+                "-",
+                "-",
+                "-",
+            ],
+            ["aggregator start -> sample judged healthy", f"{su['to_healthy_s']} s", "-", "-", "-"],
             [
                 f"add {ch['nodes']} nodes (1 %)",
                 "",
@@ -859,22 +976,24 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f" ({cost * BUDGET / 10:.0f} % of a core if run for each of {BUDGET:g} lease events/s)")
             rows = error_analysis(n)
             print_table(
-                f"{n} nodes, sample {rows[0]['sample']}: P(scale-down verdict), stale/sample >= {THRESHOLD}"
-                f" (>= {rows[0]['stale_in_sample_needed']} stale in the sample)",
+                f"{n} nodes, sample {rows[0]['sample']} ({'/'.join(map(str, rows[0]['per_zone']))} per zone):"
+                f" P(scale-down verdict), estimate >= {THRESHOLD}",
                 [
+                    "cut",
                     "true fraction",
-                    "P(down) hypergeometric",
-                    "P(no down) hypergeometric",
-                    "P(down) binomial",
+                    "P(down) exact",
+                    "P(no down) exact",
                     f"P(down) Monte Carlo ({rows[0]['trials']} cuts)",
+                    "P(down) / P(no down), plain sample without zones",
                 ],
                 [
                     [
+                        r["cut"],
                         f"{r['true_fraction']:.3g}",
-                        f"{r['p_down_hypergeometric']:.3g}",
-                        f"{r['p_up_hypergeometric']:.3g}",
-                        f"{r['p_down_binomial']:.3g}",
+                        f"{r['p_down']:.3g}",
+                        f"{r['p_up']:.3g}",
                         f"{r['p_down_monte_carlo']:.3g}",
+                        f"{r['p_down_plain']:.3g} / {r['p_up_plain']:.3g}" if "p_down_plain" in r else "",
                     ]
                     for r in rows
                 ],
