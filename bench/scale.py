@@ -766,6 +766,26 @@ def error_analysis(
     return rows
 
 
+def print_uneven(n: int, shares: Sequence[float] = (0.6, 0.3, 0.1)) -> None:
+    """Exact P(verdict) for spread cuts when the zones are unequal: the per-zone minimum gives
+    the small zone more than its share of the sample, so its members weigh less each and the
+    estimate spreads a little more than with equal zones."""
+    size = [round(x * n) for x in shares]
+    k = len(budget.plan([f"n{i}" for i in range(n)], FAST_S, BUDGET).fast)
+    allocated = budget.allocate(k, {str(z): count for z, count in enumerate(size)})
+    members = [allocated[str(z)] for z in range(len(size))]
+    rows = []
+    for f in (0.4, 0.5, 0.6, 2 / 3, 0.7, 0.8):
+        down, up = p_down_spread(size, members, round(f * n))
+        rows.append([f"{f:.3g}", f"{down:.3g}", f"{up:.3g}"])
+    zones, sample = "/".join(map(str, size)), "/".join(map(str, members))
+    print_table(
+        f"{n} nodes in zones of {zones}, sample {sample}: spread cuts, exact",
+        ["true fraction", "P(down)", "P(no down)"],
+        rows,
+    )
+
+
 def plan_cost_ms(n: int, rounds: int = 50) -> float:
     """One pass of the provisioner's plan() over n nodes whose leases are all as wanted: what
     every lease event (a renewal too) costs the aggregator once it wakes the provisioner."""
@@ -998,6 +1018,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     for r in rows
                 ],
             )
+            print_uneven(n)
         return
     sizes = [int(x) for x in args.nodes.split(",") if x]
     no_budget_sizes = {int(x) for x in args.no_budget_at.split(",") if x}
