@@ -460,7 +460,7 @@ def must_not_scale(run: Run, sampler: Sampler, cut: Sequence[str], watch_s: floa
         "true_fraction": round(len(cut) / len(run.names), 3),
         "sample_fraction_expected": round(expected, 3),
         "max_fraction_reported": round(max(f for *_, f in seen), 3),
-        "phases": sorted({p for _, p, _, _ in seen}),
+        "phases": sorted({p for _, p, *_ in seen}),
         "scaled_down": down is not None,
         "watched_s": watch_s,
     }
