@@ -144,7 +144,9 @@ class Renewer:
         self._unwritten: Outage | None = None
         self._last_ok: dict[str, Any] = {}
         self._bad_interval = ""
-        # 404s in a row: the wait for a lease not provisioned yet grows with them.
+        # 404s since the last renewal: the wait for a lease not provisioned yet grows with them.
+        # Only a renewal ends the run: agents answered 429 between 404s (KAPI's priority and
+        # fairness during a fresh install) would otherwise start again at the interval.
         self._misses = 0
         self.random = random.Random()
         self.metrics = AgentMetrics(registry or Registry(), self._last_success_age)
@@ -197,13 +199,12 @@ class Renewer:
         """One renewal, within its window; returns seconds until the next."""
         started = self.clock()
         stamp = self.wall()
-        misses, self._misses = self._misses, 0  # any answer but a 404 ends a run of them
         try:
             lease = await self._renew(stamp, started)
         except NotFound:
             self.metrics.lease_missing.inc()
             self._enter("waiting", "lease_missing", level="info")
-            self._misses = misses + 1
+            self._misses += 1
             return missing_wait_s(self._misses, self.interval_s, self.random.uniform(0.5, 1.0))
         except TooManyRequests as e:
             self.metrics.throttled.inc()
@@ -294,6 +295,7 @@ class Renewer:
     def _succeeded(self, lease: dict[str, Any]) -> None:
         self.metrics.renewals.inc()
         self.last_success = self.clock()
+        self._misses = 0
         self._clear_released = False
         self._landed = str((lease.get("spec") or {}).get("renewTime") or "")
         annotations = _annotations(lease)

@@ -13,7 +13,11 @@ class AggregatorMetrics:
         self.stale = r.gauge(
             "dwd_target_stale_nodes", "Candidates not seen renewing for a lease duration.", ["target"]
         )
-        self.fraction = r.gauge("dwd_target_stale_fraction", "stale / candidates.", ["target"])
+        self.fraction = r.gauge(
+            "dwd_target_stale_fraction",
+            "What the verdict judged: stale / candidates, or a sample's stratified estimate.",
+            ["target"],
+        )
         self.zone_fraction = r.gauge(
             "dwd_target_zone_stale_fraction",
             'stale / candidates among one zone\'s candidates (zone "" when nodes have no zone label).',

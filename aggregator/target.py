@@ -71,6 +71,8 @@ class TargetStatus:
     since_wall: float = field(default_factory=time.time)
     candidates: int = 0
     stale: int = 0
+    # What the verdict judged: stale / candidates, or the stratified estimate of a sample.
+    fraction: float = 0.0
     reason: str = "starting"
     # The reason the current phase was entered: what the actuator's Events say.
     phase_reason: str = "starting"
@@ -83,10 +85,6 @@ class TargetStatus:
     history: collections.deque[tuple[float, float]] = field(
         default_factory=lambda: collections.deque(maxlen=600)
     )
-
-    @property
-    def fraction(self) -> float:
-        return stale_fraction(self.stale, self.candidates)
 
 
 class Target:
@@ -386,7 +384,7 @@ class Target:
         self.status.blocked = refusal
 
     def _record(self, v: Verdict) -> None:
-        self.status.candidates, self.status.stale = v.candidates, v.stale
+        self.status.candidates, self.status.stale, self.status.fraction = v.candidates, v.stale, v.fraction
         self.status.zones = dict(v.zones)
         for zone, (n, stale) in self.status.zones.items():
             self.metrics.zone_fraction.set(stale_fraction(stale, n), target=self.name, zone=zone)

@@ -232,12 +232,15 @@ class Fleet:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             started = loop.time()
             wait_s = await self._renew_once(node)
-            # Fixed rate, as the agent schedules, but from when it was due: each agent wakes on
-            # time on its own node, while one loop that stalls (the benchmark's thread holds the
-            # GIL) wakes them late together, and scheduling from then would put them all in
-            # step for good. A slow interval's wait aims at the node's own phase already.
-            fixed = node.interval_s < PHASED_FROM_S
-            next_at = max(next_at + wait_s, started) if fixed else started + wait_s
+            # Fixed rate, as the agent schedules, but on the slots it was due at: each agent
+            # wakes on time on its own node, while one loop that stalls (the benchmark's thread
+            # holds the GIL) wakes them late together, and scheduling from then would put them
+            # all in step for good. Slots a stall missed are skipped, not caught up in a burst.
+            # A slow interval's wait aims at the node's own phase already.
+            if node.interval_s < PHASED_FROM_S:
+                next_at += wait_s * (math.floor(max(0.0, started - next_at) / wait_s) + 1)
+            else:
+                next_at = started + wait_s
 
     async def _renew_once(self, node: SimNode) -> float:
         if node.name in self.silenced:

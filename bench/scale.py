@@ -361,7 +361,8 @@ def startup(run: Run) -> dict[str, Any]:
     took = time.monotonic() - t0
     after = run.kapi.scrape()
     missing = requests(after, "PATCH", "leases", "404") - requests(before, "PATCH", "leases", "404")
-    healthy_s = run.wait_healthy(180) + (time.monotonic() - t0 - took)
+    run.wait_healthy(180)
+    healthy_s = time.monotonic() - t0
     time.sleep(2)
     mine = run.aggregator_requests(mark)
     return {
@@ -370,7 +371,7 @@ def startup(run: Run) -> dict[str, Any]:
         "missing_404": missing,
         "missing_404_per_s": round(missing / took, 1),
         "missing_404_simulator": run.fleet.sent("PATCH", "leases", "404") - missing_before,
-        "to_healthy_s": round(took + healthy_s, 1),
+        "to_healthy_s": round(healthy_s, 1),
         "provisioned_at": t0 + took,
         "aggregator": mine,
     }
@@ -679,7 +680,7 @@ def _down(weights: Sequence[float], members: Sequence[int], stale: Sequence[int]
 def p_down_spread(size: Sequence[int], members: Sequence[int], cut: int) -> tuple[float, float]:
     """Exact P(scale-down verdict) for ``cut`` nodes silenced at random over the cluster: the
     stale members of each zone's slice of the sample are jointly multivariate hypergeometric
-    (the slices, and everything outside the sample, are the categories). With P(no verdict),
+    (the slices, and everything outside the sample, are the categories). With P(no scale-down),
     summed on its own so that a tail near 1 keeps its complement."""
     n, k = sum(size), sum(members)
     weights = [z / n for z in size]
@@ -693,7 +694,7 @@ def p_down_spread(size: Sequence[int], members: Sequence[int], cut: int) -> tupl
 
 def p_down_zoned(size: Sequence[int], members: Sequence[int], cut: Sequence[int]) -> tuple[float, float]:
     """Exact P(scale-down verdict) for ``cut[z]`` nodes silenced at random within each zone:
-    independent hypergeometrics, one per zone. With P(no verdict), as above."""
+    independent hypergeometrics, one per zone. With P(no scale-down), as above."""
     n = sum(size)
     weights = [z / n for z in size]
     pmfs = [hypergeom_pmf(z, c, m) for z, c, m in zip(size, cut, members, strict=True)]

@@ -264,9 +264,9 @@ def next_renewal_in_s(node: str, interval_s: float, now_wall_s: float) -> float:
     return delay + interval_s if delay < interval_s / 2 else delay
 
 
-# A node whose lease is not there yet polls no faster, at length, than a slow node renews: a
-# fresh install of 5000 nodes waits up to 100 s for the aggregator to create 50 leases a
-# second, and at the renew interval its agents would send 2500 404s a second meanwhile.
+# A node whose lease is not there yet polls, at length, no faster than the shortest slow
+# interval: a fresh install of 5000 nodes waits up to 100 s for the aggregator to create 50
+# leases a second, and at the renew interval its agents would send 2500 404s a second.
 MISSING_MAX_WAIT_S = 60.0
 
 

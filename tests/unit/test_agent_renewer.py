@@ -305,8 +305,19 @@ async def test_a_missing_lease_is_polled_ever_more_slowly_then_renewed_at_once(
     assert waits == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
     await renewer.renew_once()  # the lease is there: renewed, back on the interval
     assert renewer.state == "renewing"
-    client.script = [NotFound(404, "NotFound", "")]
-    assert await renewer.renew_once() == 2.0  # a new run of 404s starts again at the interval
+    # A new run of 404s starts again at the interval; throttling within it does not end it.
+    client.script = [
+        NotFound(404, "NotFound", ""),
+        NotFound(404, "NotFound", ""),
+        TooManyRequests(429, "", "", None),
+    ]
+    client.script += [
+        NotFound(404, "NotFound", ""),
+        TransportError("connect", "refused"),
+        NotFound(404, "NotFound", ""),
+    ]
+    waits = [await renewer.renew_once() for _ in range(6)]
+    assert waits[:2] == [2.0, 4.0] and waits[3] == 8.0 and waits[5] == 16.0
     renewer.random = random.Random(7)
     client.script = [NotFound(404, "NotFound", "")] * 20
     spread = [await renewer.renew_once() for _ in range(20)][-10:]

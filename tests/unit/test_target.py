@@ -127,3 +127,22 @@ async def test_a_healthy_tick_walks_the_candidates_once(monkeypatch: pytest.Monk
     await w.target.tick()
     assert walks == 1
     assert w.target.snapshot()["zones"] == {"": {"candidates": 10, "stale": 0, "fraction": 0.0}}
+
+
+async def test_the_status_page_shows_the_fraction_the_verdict_judged_not_the_plain_count() -> None:
+    """Zones of 270 and 30 nodes: the sample takes 20 of each (the per-zone minimum), so the
+    small zone's outage is half the sample but a tenth of the nodes. The verdict judges the
+    tenth; /status and the metric must say the same, or an operator reads 0.5 on a page whose
+    threshold is 0.6 and wonders why nothing happens."""
+    w = World(300, write_budget=20.0)
+    for i, name in enumerate(w.names):
+        node = w.shoot.objects[f"/api/v1/nodes/{name}"]
+        node["metadata"]["labels"] = {"topology.kubernetes.io/zone": "zone-a" if i < 270 else "zone-b"}
+    await w.run(20)
+    w.alive -= set(w.names[270:])
+    await w.run(12)
+    snapshot = w.target.snapshot()
+    assert (snapshot["candidates"], snapshot["stale"]) == (40, 20)
+    assert snapshot["fraction"] == pytest.approx(0.1)
+    assert w.target.metrics.fraction.get(target=w.target.name) == pytest.approx(0.1)
+    assert w.target.memory.phase is Phase.HEALTHY
