@@ -121,11 +121,20 @@ def kcm_loop(seed: ControlPlane, tmp: Path, namespace: str, **aggregator_env: st
             loop.nodes = [world.add_node(f"node-{i}") for i in range(NODES)]
             world.start_dns()
             for i, node in enumerate(loop.nodes):
-                world.start_agent(node)  # renews every 500 ms, as the FAST aggregator expects
                 loop.start_kubelet(node, i)
             workload.deploy(shoot.shoot_admin, [n.name for n in loop.nodes])
             wait_for(loop.healthy, 90, "10 nodes and pods Ready, 10 ready endpoints", every_s=0.5)
             shoot.start_aggregator(seed=None, **aggregator_env)
+            # The agents start with the aggregator: started a minute and a half earlier they
+            # would wait out their missing leases up to a minute apart (core.lease.missing_wait_s).
+            for node in loop.nodes:
+                world.start_agent(node)  # renews every 500 ms, as the FAST aggregator expects
+            wait_for(
+                lambda: sum(bool(x["spec"].get("renewTime")) for x in shoot.leases().values()) == NODES,
+                30,
+                "every agent renewing its lease",
+                every_s=0.5,
+            )
             time.sleep(3)  # the aggregator waits one lease duration after its start
             yield loop
         finally:
