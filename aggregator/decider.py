@@ -5,8 +5,8 @@ phase alone says what the dependents should be (``Verdict.desired``); an
 actuator converges the seed towards that, so the phase never waits for, nor
 depends on, a scale having worked.
 
-Phases (see docs/design.md, "The decision"):
-  starting    -> healthy | scaled-down   from the record in the annotations, once read
+Phases (see docs/decision.md):
+  starting    -> healthy | scaled-down (held)   from our record in the annotations, once read
   healthy     -> confirming   stale/candidates >= failure fraction
   confirming  -> scaled-down  still there after the confirm period (the interlocks must agree)
   confirming  -> healthy      below it again, no verdict, or the view is not trusted
@@ -14,6 +14,12 @@ Phases (see docs/design.md, "The decision"):
   recovering  -> scaled-down  at the recovery fraction again
   recovering  -> healthy      after the recovery period
   scaled-down -> healthy      nothing could be seen for the blind limit
+
+"Held": a start (a restart, a takeover) that finds records of ours resumes scaled
+down, but lowers nothing and raises nothing (``Desired.HOLD``) until a fresh verdict:
+the quorum lost for the confirm period (then scaled-down, through the interlocks) or
+recovered for the recovery period (then healthy). A start never lowers a controller
+that is up: it may be in the middle of a scale-up.
 
 "No verdict" (fewer than min candidates) never holds the controllers at 0: it
 counts towards recovery. A view the aggregator cannot trust (its watches are
@@ -47,6 +53,8 @@ class Desired(StrEnum):
 
     RUNNING = "running"
     SCALED_DOWN = "scaled-down"
+    # Leave every dependent as it is: a start resumed from records of ours, no verdict yet.
+    HOLD = "hold"
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,8 @@ class Memory:
     since: float
     # Scaled down and unable to see anything since then (None: can see).
     blind_since: float | None = None
+    # Resumed from records of ours at a start: nothing moves until a fresh verdict.
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,7 +108,7 @@ class Verdict:
 
     @property
     def desired(self) -> Desired | None:
-        return desired_for(self.memory.phase)
+        return desired_for(self.memory)
 
 
 def stale_fraction(stale: int, candidates: int) -> float:
@@ -106,9 +116,12 @@ def stale_fraction(stale: int, candidates: int) -> float:
     return stale / candidates if candidates else 0.0
 
 
-def desired_for(phase: Phase) -> Desired | None:
+def desired_for(memory: Memory) -> Desired | None:
+    phase = memory.phase
     if phase is Phase.STARTING:
         return None  # not known until the record in the annotations has been read
+    if memory.held:
+        return Desired.HOLD
     if phase in (Phase.DOWN, Phase.RECOVERING):
         return Desired.SCALED_DOWN
     return Desired.RUNNING
@@ -222,7 +235,7 @@ def _judge(
         # keeps any verdict back until the view has been fresh for a lease duration.
         if records is None:
             return _to(memory, now, Phase.STARTING, "starting: reading the scale-down record", n=n, s=s)
-        memory = Memory(Phase.DOWN if records else Phase.HEALTHY, now)
+        memory = Memory(Phase.DOWN, now, held=True) if records else Memory(Phase.HEALTHY, now)
     view_ready = view_since is not None and now - view_since >= p.lease_duration_s
     if not view_ready:
         why = (
@@ -233,18 +246,26 @@ def _judge(
         return replace(_blind(memory, now, p, why), candidates=n, stale=s)
     if n < p.min_candidates:
         why = f"no verdict: {n} candidate(s), fewer than {p.min_candidates}"
-        if memory.phase in (Phase.HEALTHY, Phase.CONFIRMING):
+        if _running(memory):
             return _to(memory, now, Phase.HEALTHY, why, n=n, s=s)
         # Holding the controllers at 0 on no evidence is never the default.
         return _recover(memory, now, p, why, n=n, s=s, judged=False)
     return _quorum(memory, now, p, n=n, s=s, estimate=estimate)
 
 
+def _running(memory: Memory) -> bool:
+    """Healthy, or confirming from healthy: the dependents run (a held start's confirming does not)."""
+    return memory.phase is Phase.HEALTHY or (memory.phase is Phase.CONFIRMING and not memory.held)
+
+
 def _to(
     memory: Memory, now: float, phase: Phase, reason: str, *, n: int, s: int, judged: bool = False
 ) -> Verdict:
-    """A verdict for ``phase``, which keeps its ``since`` while the phase holds."""
-    return Verdict(Memory(phase, memory.since if phase is memory.phase else now), n, s, reason, judged=judged)
+    """A verdict for ``phase``, which keeps its ``since`` while the phase holds (and a held start
+    stays held until it is healthy)."""
+    since = memory.since if phase is memory.phase else now
+    held = memory.held and phase is not Phase.HEALTHY
+    return Verdict(Memory(phase, since, held=held), n, s, reason, judged=judged)
 
 
 def _quorum(memory: Memory, now: float, p: Decider, *, n: int, s: int, estimate: float | None) -> Verdict:
@@ -254,6 +275,10 @@ def _quorum(memory: Memory, now: float, p: Decider, *, n: int, s: int, estimate:
     ratio = f"{s}/{n} stale ({fraction:.0%}{'' if estimate is None else ' of the nodes, estimated'})"
     at_failure = fraction >= p.failure_fraction
     phase = memory.phase
+    if memory.held:
+        return _held(
+            memory, now, p, ratio, at_failure=at_failure, recovered=fraction < p.recovery_fraction, n=n, s=s
+        )
     if phase is Phase.HEALTHY:
         if at_failure:
             why = f"{ratio} >= {p.failure_fraction:.0%}: confirming"
@@ -272,10 +297,28 @@ def _quorum(memory: Memory, now: float, p: Decider, *, n: int, s: int, estimate:
     return _to(memory, now, Phase.DOWN, ratio, n=n, s=s, judged=True)
 
 
+def _held(
+    memory: Memory, now: float, p: Decider, ratio: str, *, at_failure: bool, recovered: bool, n: int, s: int
+) -> Verdict:
+    """A start that found records of ours: the quorum lost for the confirm period scales down
+    (through the interlocks); recovered for the recovery period, the scale-up is finished."""
+    if at_failure:
+        if memory.phase is not Phase.CONFIRMING:
+            why = f"{ratio} >= {p.failure_fraction:.0%}: confirming (holding what a start found)"
+            return _to(memory, now, Phase.CONFIRMING, why, n=n, s=s, judged=True)
+        if now - memory.since >= p.confirm_period_s:
+            why = f"{ratio} for {now - memory.since:.1f}s: quorum lost"
+            return Verdict(Memory(Phase.DOWN, now), n, s, why, judged=True, scale_down=True)
+        return _to(memory, now, Phase.CONFIRMING, f"{ratio}: confirming (holding)", n=n, s=s, judged=True)
+    if recovered:
+        return _recover(memory, now, p, f"{ratio} < {p.recovery_fraction:.0%}", n=n, s=s, judged=True)
+    return _to(memory, now, Phase.DOWN, f"{ratio}: holding what a start found", n=n, s=s, judged=True)
+
+
 def _blind(memory: Memory, now: float, p: Decider, why: str) -> Verdict:
-    """Nothing can be judged: confirmation starts again; scaled down stays so, for a while."""
+    """Nothing can be judged: confirmation starts again; scaled down (or held) stays so, for a while."""
     phase = memory.phase
-    if phase in (Phase.HEALTHY, Phase.CONFIRMING):
+    if _running(memory):
         mem = memory if phase is Phase.HEALTHY else Memory(Phase.HEALTHY, now)
         return Verdict(mem, 0, 0, f"not judging: {why}")
     blind_since = now if memory.blind_since is None else memory.blind_since
@@ -286,25 +329,22 @@ def _blind(memory: Memory, now: float, p: Decider, why: str) -> Verdict:
             0,
             f"nothing seen for {now - blind_since:.0f}s while scaled down ({why}): restoring",
         )
-    mem = memory if phase is Phase.DOWN else Memory(Phase.DOWN, now)
+    mem = memory if phase is Phase.DOWN else Memory(Phase.DOWN, now, held=memory.held)
     return Verdict(replace(mem, blind_since=blind_since), 0, 0, f"holding: {why}")
 
 
 def _recover(memory: Memory, now: float, p: Decider, why: str, *, n: int, s: int, judged: bool) -> Verdict:
-    if memory.phase is not Phase.RECOVERING:
-        return Verdict(Memory(Phase.RECOVERING, now), n, s, f"{why}: recovering", judged=judged)
-    if now - memory.since >= p.recovery_period_s:
-        return Verdict(
-            Memory(Phase.HEALTHY, now), n, s, f"{why} for {now - memory.since:.1f}s: recovered", judged=judged
-        )
-    return Verdict(Memory(Phase.RECOVERING, memory.since), n, s, f"{why}: recovering", judged=judged)
+    if memory.phase is Phase.RECOVERING and now - memory.since >= p.recovery_period_s:
+        why = f"{why} for {now - memory.since:.1f}s: recovered"
+        return _to(memory, now, Phase.HEALTHY, why, n=n, s=s, judged=judged)
+    return _to(memory, now, Phase.RECOVERING, f"{why}: recovering", n=n, s=s, judged=judged)
 
 
-def blocked(verdict: Verdict, now: float, why: str) -> Verdict:
-    """An interlock refused the scale-down: confirmation starts again from ``now``."""
-    return replace(
-        verdict, memory=Memory(Phase.CONFIRMING, now), reason=f"scale-down blocked: {why}", scale_down=False
-    )
+def blocked(verdict: Verdict, before: Memory, now: float, why: str) -> Verdict:
+    """An interlock refused the scale-down: confirmation starts again from ``now`` (held, when
+    the memory ``before`` this tick was: a refusal is no verdict to raise anything on)."""
+    memory = Memory(Phase.CONFIRMING, now, held=before.held)
+    return replace(verdict, memory=memory, reason=f"scale-down blocked: {why}", scale_down=False)
 
 
 def take_over(now: float) -> Memory:

@@ -1,7 +1,8 @@
 """The Fleet: one Target per shoot a source names, each supervised alone.
 
-A target that crashes is retried with back-off and reported; one that is no
-longer wanted restores what it scaled down before it goes (``retire``).
+A target that crashes is retried with back-off and reported. What a target that is no
+longer wanted held down is the leader's sweep's to restore (aggregator/orphans.py): it
+survives restarts, and nothing per removed target runs.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.decider import Desired
 from aggregator.dependents import Dependent
 from aggregator.kube import KubeClient, KubeconfigSource
 from aggregator.metrics import AggregatorMetrics
-from aggregator.scaler import Scaler
+from aggregator.orphans import Orphans
 from aggregator.settings import Settings
 from aggregator.sources import SecretKubeconfig, TargetSource, TargetSpec
 from aggregator.target import Target
@@ -57,12 +57,21 @@ class Fleet:
         self.term_end = term_end
         self.running: dict[str, Running] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
-        # Targets no longer wanted: what they scaled down is restored (retire()).
-        self.retiring: dict[str, asyncio.Task[None]] = {}
         self.source_error = ""
         self.reconciled = asyncio.Event()
+        self.orphans = Orphans(
+            seed, dependents, settings, metrics, served=self.served, is_leader=is_leader, term_end=term_end
+        )
+
+    def served(self) -> set[str] | None:
+        """The namespaces served now; None until the source has answered, or while it fails (then
+        no record may be taken for an orphan)."""
+        if not self.reconciled.is_set() or self.source_error:
+            return None
+        return {r.spec.namespace for r in self.running.values()}
 
     async def run(self, source: TargetSource) -> None:
+        sweep = asyncio.create_task(self.orphans.run(), name="orphans")
         try:
             while True:
                 try:
@@ -76,7 +85,7 @@ class Fleet:
                 self.reconciled.set()
                 await asyncio.sleep(self.settings.shoots.poll_s)
         finally:
-            tasks = [*self.tasks.values(), *self.retiring.values()]
+            tasks = [*self.tasks.values(), sweep]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -88,36 +97,13 @@ class Fleet:
             self.tasks.pop(name).cancel()
             self.metrics.forget(name)
             if name not in desired:
-                self.retiring[name] = asyncio.create_task(self.retire(spec), name=f"retire/{name}")
+                log.info("target_removed", target=name, namespace=spec.namespace)
+                self.orphans.wake.set()  # what it held down is the sweep's now
         for name, spec in desired.items():
-            if name in self.retiring:
-                self.retiring.pop(name).cancel()  # wanted again: its own target takes over
             if name not in self.running:
                 log.info("target_started", target=name, namespace=spec.namespace)
                 running = self.running[name] = Running(spec)
                 self.tasks[name] = asyncio.create_task(self._supervise(running), name=f"target/{name}")
-
-    async def retire(self, spec: TargetSpec) -> None:
-        """A target that is no longer wanted must not leave its controllers at 0: after the
-        recovery period, restore whatever carries its record, until that is done."""
-        await asyncio.sleep(self.settings.decider.recovery_period_s)
-        scaler = Scaler(
-            self.seed,
-            spec.namespace,
-            self.dependents,
-            settings=self.settings.scaling,
-            label=spec.name,
-            deadline=self.term_end,
-        )
-        reason = "the target was removed from the aggregator: restoring what it scaled down"
-        retry = self.settings.shoots.retire_retry
-        delays = retry.delays()
-        while True:
-            if self.is_leader() and await scaler.converge(Desired.RUNNING, reason):
-                break
-            await asyncio.sleep(retry.spread(next(delays)))
-        log.info("target_retired", target=spec.name)
-        self.retiring.pop(spec.name, None)
 
     async def _supervise(self, running: Running) -> None:
         """Run one target forever; crashes are reported and retried with back-off, never spread."""

@@ -60,6 +60,31 @@ class AggregatorMetrics:
         self.target_errors = r.counter(
             "dwd_target_errors_total", "Times a target failed and was restarted.", ["target"]
         )
+        self.foreign_records = r.gauge(
+            "dwd_target_foreign_records",
+            "Dependents carrying dependency-watchdog's replicas or meltdown-protection-active without "
+            "our record, as last read: somebody else's, never acted on.",
+            ["target"],
+        )
+        self.overridden = r.counter(
+            "dwd_dependent_raised_by_others_total",
+            "Times a dependent held at 0 was found raised by someone else (and lowered again).",
+            ["target", "resource"],
+        )
+        self.missing = r.gauge(
+            "dwd_dependent_missing",
+            "1 while a dependent that is not optional does not exist.",
+            ["target", "resource"],
+        )
+        self.dry_run_writes = r.counter(
+            "dwd_dry_run_writes_total",
+            "Scale writes a dry-run decided on and did not make.",
+            ["target", "resource", "direction"],
+        )
+        self.orphans = r.gauge(
+            "dwd_orphan_records",
+            "Dependents carrying our record whose target this aggregator no longer serves.",
+        )
         self.leader = r.gauge("dwd_leader", "1 while this replica is the leader.")
         self.dry_run = r.gauge("dwd_dry_run", "1 when scaling is only reported.")
 
@@ -68,14 +93,6 @@ class AggregatorMetrics:
             self.phase.set(1.0 if p is phase else 0.0, target=target, phase=str(p))
 
     def forget(self, target: str) -> None:
-        for g in (
-            self.candidates,
-            self.stale,
-            self.fraction,
-            self.zone_fraction,
-            self.phase,
-            self.synced,
-            self.fast_nodes,
-            self.heartbeat_writes,
-        ):
-            g.remove_matching(target=target)
+        """Every series of a target that is gone: a seed's churn must not grow /metrics for ever."""
+        for metric in self.registry.labelled("target"):
+            metric.remove_matching(target=target)

@@ -8,7 +8,10 @@ lease even while no aggregator runs.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+import functools
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +21,7 @@ from aggregator.settings import Provisioning
 from aggregator.watcher import Observed
 from core import logs
 from core.durations import format_duration
-from core.errors import Conflict, KubeError, NotFound
+from core.errors import Conflict, KubeError, NotFound, NotLeading
 from core.lease import RENEW_INTERVAL, lease_path, leases_path
 
 log = logs.get("provisioner")
@@ -42,6 +45,8 @@ class Provisioner:
         lease_duration_s: float,
         pacing: Callable[[], Pacing],
         label: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        deadline: Callable[[], float] = lambda: math.inf,
     ) -> None:
         self.shoot = shoot
         self.observed = observed
@@ -49,6 +54,10 @@ class Provisioner:
         self.lease_duration_s = lease_duration_s
         self.pacing = pacing
         self.min_gap_s = 1.0 / settings.writes_per_s
+        self.clock = clock
+        # Until when (by ``clock``) this replica may write: a pass of 100 s at 5000 nodes
+        # must not go on writing the shoot after the leader's term ended.
+        self.deadline = deadline
         self.log = log.bind(target=label)
 
     def desired(self, node: str, pacing: Pacing) -> Wanted:
@@ -80,18 +89,29 @@ class Provisioner:
         return create, update, delete
 
     async def reconcile(self) -> None:
-        """One pass; writes are paced so a 5000-node start does not burst on KAPI."""
+        """One pass; writes are paced so a 5000-node start does not burst on KAPI, and end with
+        the leader's term (the next leader's pass takes over)."""
         create, update, delete = self.plan()
-        for name in create:
-            await self._write(self._create(name))
-        for name in update:
-            await self._write(self._update(name))
-        for name in delete:
-            await self._write(self._delete(name))
-
-    async def _write(self, coro: Any) -> None:
+        writes = [
+            *(functools.partial(self._create, n) for n in create),
+            *(functools.partial(self._update, n) for n in update),
+            *(functools.partial(self._delete, n) for n in delete),
+        ]
         try:
-            await coro
+            for write in writes:
+                await self._write(write)
+        except NotLeading as e:
+            self.log.info("provisioning_stopped", why=str(e), planned=len(writes))
+
+    async def _write(self, write: Callable[[], Awaitable[None]]) -> None:
+        remaining = self.deadline() - self.clock()
+        if remaining <= 0:
+            raise NotLeading("the leader's term ended")
+        try:
+            async with asyncio.timeout(remaining):
+                await write()
+        except TimeoutError as e:
+            raise NotLeading("the leader's term ended during a lease write") from e
         except KubeError as e:
             self.log.warning("lease_write_failed", error=str(e))
         await asyncio.sleep(self.min_gap_s)

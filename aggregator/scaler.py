@@ -7,15 +7,22 @@ depends on has converged (dependency-watchdog's order: down MCM and CA, then
 KCM; up KCM, then MCM, then CA), so a seed that fails one write never runs the
 controllers out of order.
 
-Nothing is ever lost:
-- down: the replicas are recorded in the ``replicas`` annotation before the
-  scale to 0 (a crash in between leaves the record, never a zero without one);
-- up: exactly the recorded count is restored, and the record is removed only
-  once this leader has read the scale back done (ready, or its timeout spent);
+What is ours is what carries our record (aggregator/records.py); the seed has other
+writers (dependency-watchdog, gardenlet, operators), and their marks are left alone:
+- down: a running dependent gets our record first (the replicas it runs at that
+  moment, with dependency-watchdog's keys beside it), then the scale to 0; a crash
+  in between leaves the record, never a zero without one. One already at 0 without a
+  record is not running: nothing is taken away, nothing recorded;
+- held down: someone else raising it (dependency-watchdog's scale-up, an operator)
+  is reported, the record takes the new count, and it is lowered again;
+- up: only from 0 (dependency-watchdog's rule: any other count is somebody's
+  choice), to the recorded count; the record goes only once this leader has read
+  the scale back done (ready, or its timeout spent);
+- an ignored dependent (``ignore-scaling``) is never written, and its record kept;
 - every write carries the resourceVersion it was computed from, so a write of a
-  deposed leader that arrives late fails with a conflict instead of undoing
-  what the new leader did, and every write must finish within the leader's
-  term (``deadline``).
+  deposed leader that arrives late fails with a conflict instead of undoing what
+  the new leader did, and every write must finish within the leader's term
+  (``deadline``); in dry-run nothing is written at all.
 The annotations alone are the state: a restarted aggregator, or a new leader,
 continues from them.
 """
@@ -27,36 +34,23 @@ import math
 import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 from aggregator.decider import Desired
 from aggregator.dependents import Dependent, Direction, levels
 from aggregator.kube import KubeClient
+from aggregator.metrics import AggregatorMetrics
 from aggregator.objects import metadata, resource_version, section
+from aggregator.records import CLEARED, IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
 from aggregator.settings import Scaling
 from core import logs
 from core.errors import KubeError, NotFound, NotLeading
-from core.lease import PREFIX
 
-REPLICAS = PREFIX + "replicas"
-MELTDOWN = PREFIX + "meltdown-protection-active"
-IGNORE_SCALING = PREFIX + "ignore-scaling"
 COMPONENT = "dwd-lease-aggregator"
 
 log = logs.get("scaler")
-
-
-class ActionResult(StrEnum):
-    """How a scale action ended; the value is the metrics' result label."""
-
-    SCALED = "scaled"
-    FAILED = "failed"
-
-
-OnAction = Callable[[str, Direction, ActionResult], None]
 
 
 @dataclass(frozen=True)
@@ -68,8 +62,9 @@ class DependentState:
     replicas: int = 0  # spec
     current: int = 0  # status.replicas
     ready: int = 0  # status.readyReplicas
-    record: str | None = None
-    protected: bool = False
+    record: Record | None = None  # ours
+    dwd_replicas: str | None = None  # dependency-watchdog's ``replicas``, whoever wrote it
+    protected: bool = False  # ``meltdown-protection-active``, whoever wrote it
     ignored: bool = False
     resource_version: str = ""
 
@@ -78,40 +73,58 @@ class DependentState:
         meta, spec, status = metadata(obj), section(obj, "spec"), section(obj, "status")
         ann = section(meta, "annotations")
         replicas = spec.get("replicas")
+        record = ann.get(RECORD)
         return cls(
             name=name,
             exists=True,
             replicas=1 if replicas is None else int(replicas),
             current=int(status.get("replicas") or 0),
             ready=int(status.get("readyReplicas") or 0),
-            record=ann.get(REPLICAS),
+            record=None if record is None else Record.parse(str(record)),
+            dwd_replicas=None if ann.get(REPLICAS) is None else str(ann[REPLICAS]),
             protected=MELTDOWN in ann,
             ignored=ann.get(IGNORE_SCALING) == "true",
             resource_version=resource_version(obj),
         )
 
     @property
-    def carries_record(self) -> bool:
-        """Our mark of a scale-down, or half of it: either annotation."""
-        return self.record is not None or self.protected
+    def foreign(self) -> bool:
+        """dependency-watchdog's marks without our record: somebody else's, never acted on."""
+        return self.record is None and (self.dwd_replicas is not None or self.protected)
 
     def restore_to(self) -> int:
-        """The replicas to restore: the record, or 1 when it is unusable (dependency-watchdog's rule)."""
-        try:
-            value = int(self.record or "")
-        except ValueError:
-            return 1
-        return value if value >= 0 else 1
+        """The replicas our record took away; an unreadable record falls back to dependency-
+        watchdog's key beside it (we wrote both), then to 1 (dependency-watchdog's rule)."""
+        if self.record is not None and self.record.replicas is not None:
+            return self.record.replicas
+        fallback = _as_int(self.dwd_replicas)
+        return fallback if fallback is not None and fallback > 0 else 1
+
+    def marks_complete(self) -> bool:
+        """Our record, and dependency-watchdog's keys beside it saying the same."""
+        return self.record is not None and self.protected and self.dwd_replicas == str(self.record.replicas)
 
     def to_status(self) -> dict[str, Any]:
         return {
             "exists": self.exists,
             "replicas": self.replicas,
             "ready": self.ready,
-            "record": self.record,
+            "record": None
+            if self.record is None
+            else {"replicas": self.record.replicas, "at": self.record.at},
+            "foreign": self.foreign,
+            "dwd_replicas": self.dwd_replicas,
             "protected": self.protected,
             "ignored": self.ignored,
         }
+
+
+@dataclass(frozen=True)
+class Write:
+    """One write to a dependent: its annotations and our label, or its scale."""
+
+    annotations: Mapping[str, str | None] | None = None
+    replicas: int | None = None
 
 
 class Scaler:
@@ -125,19 +138,19 @@ class Scaler:
         label: str = "",
         clock: Callable[[], float] = time.monotonic,
         deadline: Callable[[], float] = lambda: math.inf,
-        on_action: OnAction = lambda _name, _direction, _result: None,
+        metrics: AggregatorMetrics | None = None,
     ) -> None:
         self.seed = seed
         self.namespace = namespace
         self.dependents = tuple(dependents)
         self.settings = settings or Scaling()
         self.dry_run = self.settings.dry_run
+        self.target = label or namespace
         self.clock = clock
         # Until when (by ``clock``) this replica may write: the end of its leadership term.
         self.deadline = deadline
-        # Told (resource, direction, result) of every scale written or failed: for metrics.
-        self.on_action = on_action
-        self.log = log.bind(target=label or namespace)
+        self.metrics = metrics or AggregatorMetrics()
+        self.log = log.bind(target=self.target)
         self.state: dict[str, DependentState] = {}
         self.errors: dict[str, str] = {}
         self.desired: Desired | None = None
@@ -147,21 +160,18 @@ class Scaler:
         self._at_target_since: dict[str, float] = {}
         self._verified_at = -math.inf
         self._reported: set[tuple[str, str]] = set()
+        # Dependents seen held at 0 in this episode: one running again was raised by someone else.
+        self._held: set[str] = set()
 
     def forget(self) -> None:
         """Read everything again before trusting that it converged."""
         self.desired, self.converged = None, False
 
-    @property
-    def holds_records(self) -> bool:
-        """Whether a dependent carried our record when last read."""
-        return any(s.carries_record for s in self.state.values())
-
     async def records(self) -> bool:
         """Whether any dependent carries our record of a scale-down: the state a start continues from."""
         for d in self.dependents:
             await self._read(d)
-        return self.holds_records
+        return any(s.record is not None for s in self.state.values())
 
     async def converge(self, desired: Desired, reason: str) -> bool:
         """One step towards ``desired``; True once every dependent is there."""
@@ -171,8 +181,14 @@ class Scaler:
             self._direction_since, self._level_done_at = now, {}
             self._at_target_since.clear()
             self._reported.clear()
+            self._held.clear()
+        if desired is Desired.HOLD:
+            return True  # a start found records of ours: nothing moves until a fresh verdict
         recently = now - self._verified_at < self.settings.reverify_s
-        if self.converged and (desired is Desired.RUNNING or recently):
+        # An ignored dependent that keeps our record is ours again once the operator hands it
+        # back: look now and then, as while scaled down.
+        kept = any(s.ignored and s.record is not None for s in self.state.values())
+        if self.converged and (recently or (desired is Desired.RUNNING and not kept)):
             return True
         direction = Direction.DOWN if desired is Desired.SCALED_DOWN else Direction.UP
         base = self._direction_since
@@ -182,72 +198,116 @@ class Scaler:
                 self.converged = False
                 return False
             base = self._level_done_at.setdefault(i, now)
-        self.converged, self._verified_at = True, now
-        return True
+        missing = [
+            d
+            for d in self.dependents
+            if not d.optional and d.name in self.state and not self.state[d.name].exists
+        ]
+        self.converged, self._verified_at = not missing, now
+        return self.converged
 
     async def _one(self, d: Dependent, direction: Direction, base: float, reason: str) -> bool:
         step = d.step(direction)
         try:
             for _ in range(self.settings.steps_per_tick):
                 state = await self._read(d)
-                write = self._next_write(d, state, direction, self.clock() >= base + step.initial_delay_s)
+                if not state.exists:
+                    return await self._absent(d, state)
+                await self._note_raised(d, state, direction, reason)
+                write = self._next_write(state, direction, self.clock() >= base + step.initial_delay_s)
+                if write is not None and self.dry_run:
+                    self._once(d.name, "dry-run", "dry_run_write", direction=str(direction), **_fields(write))
+                    self.metrics.dry_run_writes.inc(target=self.target, resource=d.name, direction=direction)
+                    return True  # as if done, so the status shows what every level would do
                 if write is None:
                     done = self._settled(d, state, direction, step.timeout_s)
-                    if done and direction is Direction.UP and state.record is not None:
-                        await self._write(d, {REPLICAS: None, MELTDOWN: None}, None, state, reason)
+                    if done and direction is Direction.UP and state.record is not None and not state.ignored:
+                        await self._write(d, Write(CLEARED), state, reason)
                         self._report_done(d, state, reason)
-                    elif done and direction is Direction.DOWN and state.exists and not state.ignored:
+                    elif done and direction is Direction.DOWN and state.record is not None:
                         self._report_done(d, state, reason)
                     self.errors.pop(d.name, None)
                     return done
-                await self._write(d, *write, state, reason)
+                await self._write(d, write, state, reason)
             return False
         except KubeError as e:
-            self.on_action(d.name, direction, ActionResult.FAILED)
+            self.metrics.scale_actions.inc(
+                target=self.target, resource=d.name, direction=direction, result="failed"
+            )
             if self.errors.get(d.name) != str(e):
                 self.log.warning("scale_step_failed", resource=d.name, direction=str(direction), error=str(e))
             self.errors[d.name] = str(e)
             return False
 
-    def _next_write(
-        self, d: Dependent, s: DependentState, direction: Direction, may_start: bool
-    ) -> tuple[dict[str, str | None] | None, int | None] | None:
-        """(annotations, replicas) to write next; None when nothing is to be written now
-        (done, or waiting for the initial delay: ``_settled`` tells which)."""
-        if not s.exists or s.ignored:
+    def _next_write(self, s: DependentState, direction: Direction, may_start: bool) -> Write | None:
+        """The next write towards ``direction``; None when nothing is to be written now (done,
+        not ours, or waiting for the initial delay: ``_settled`` tells which)."""
+        if s.ignored:
             return None
         if direction is Direction.DOWN:
-            if self.dry_run:
-                self._once(d.name, "dry-run", "dry_run_scale", direction="down", replicas=s.replicas)
-                return None
-            if s.record is None or not s.protected:
+            if s.record is None:
+                if s.replicas == 0:
+                    return None  # not running: nothing to take away, and nothing of ours
                 # The record first: a zero is never written without it.
-                return ({REPLICAS: s.record or str(s.replicas), MELTDOWN: ""}, None) if may_start else None
-            return (None, 0) if s.replicas != 0 else None
-        if s.record is None:
-            # Not ours to restore; a protection mark without a record is a leftover.
-            return ({MELTDOWN: None}, None) if s.protected else None
+                return Write(record_marks(Record.now(s.replicas, self.target))) if may_start else None
+            if s.replicas > 0 and s.replicas != s.record.replicas:
+                # Raised by someone else while held down: what they set is what comes back.
+                return Write(record_marks(replace(s.record, replicas=s.replicas)))
+            if not s.marks_complete():
+                # dependency-watchdog's scale-up removes its protection mark: gardenlet needs it.
+                return Write(record_marks(s.record))
+            return Write(replicas=0) if s.replicas != 0 else None
+        if s.record is None or s.replicas != 0:
+            # Not ours, or running: up only from 0, any other count is somebody's choice.
+            return None
         restore = s.restore_to()
-        if restore != _as_int(s.record):
-            self._once(d.name, "invalid", "replicas_annotation_invalid", value=s.record, restoring=restore)
-        if s.replicas < restore:
-            return (None, restore) if may_start else None
-        return None
+        if s.record.replicas is None:
+            self._once(s.name, "invalid", "record_invalid", restoring=restore)
+        return Write(replicas=restore) if may_start else None
+
+    async def _note_raised(self, d: Dependent, s: DependentState, direction: Direction, reason: str) -> None:
+        """A dependent we held at 0 runs again: someone else raised it. Counted each time,
+        told once an episode; the record follows and it is lowered again (``_next_write``)."""
+        if direction is not Direction.DOWN or d.name not in self._held or s.replicas == 0 or s.ignored:
+            return
+        self._held.discard(d.name)
+        self.metrics.overridden.inc(target=self.target, resource=d.name)
+        if (d.name, "raised") in self._reported:
+            return
+        self._reported.add((d.name, "raised"))
+        message = (
+            f"{d.name} was raised to {s.replicas} by someone else while protection is active: "
+            f"lowering it again, {s.replicas} will be restored ({reason})"
+        )
+        self.log.warning("dependent_raised_by_someone_else", resource=d.name, replicas=s.replicas)
+        await self._event(d, s, "RaisedWhileProtected", message, "Warning")
+
+    async def _absent(self, d: Dependent, s: DependentState) -> bool:
+        """A dependent that does not exist: nothing runs, so the levels after it may go on; one
+        that is not optional is an error (a typo in the dependents file switches protection off)."""
+        if d.optional:
+            self._once(d.name, "absent", "scale_skipped", why="absent")
+            return True
+        message = f"{d.kind} {self.namespace}/{d.name} does not exist and is not optional"
+        self.errors[d.name] = message
+        self.metrics.missing.set(1, target=self.target, resource=d.name)
+        if (d.name, "missing") not in self._reported:
+            self._reported.add((d.name, "missing"))
+            self.log.error("dependent_missing", resource=d.name)
+            await self._event(d, s, "DependentMissing", message, "Warning")
+        return True
 
     def _settled(self, d: Dependent, s: DependentState, direction: Direction, timeout_s: float) -> bool:
         """At the wanted spec, and the controller has followed (or its timeout is spent)."""
-        down = direction is Direction.DOWN
-        if not s.exists or s.ignored or (down and self.dry_run):
-            if not s.exists:
-                self._once(d.name, "absent", "scale_skipped", why="absent")
-            return True
-        if not down and s.record is None:
-            return True
-        if down and (s.record is None or not s.protected or s.replicas != 0):
+        if s.ignored or (s.record is None and (direction is Direction.UP or s.replicas == 0)):
+            return True  # left alone: ignored, not ours, or not running
+        if direction is Direction.DOWN and (s.replicas != 0 or not s.marks_complete()):
             return False  # waiting for its initial delay
-        if not down and s.replicas < s.restore_to():
+        if direction is Direction.UP and s.replicas == 0:
             return False
-        followed = s.current == 0 if down else s.ready >= s.restore_to()
+        if direction is Direction.DOWN:
+            self._held.add(d.name)
+        followed = s.current == 0 if direction is Direction.DOWN else s.ready >= s.replicas
         since = self._at_target_since.setdefault(d.name, self.clock())
         if followed:
             return True
@@ -259,27 +319,30 @@ class Scaler:
     async def _read(self, d: Dependent) -> DependentState:
         try:
             state = DependentState.from_object(d.name, await self.seed.get(d.path(self.namespace)))
+            self.metrics.missing.remove_matching(target=self.target, resource=d.name)
         except NotFound:
             state = DependentState(d.name, exists=False)
         self.state[d.name] = state
+        self.metrics.foreign_records.set(sum(s.foreign for s in self.state.values()), target=self.target)
         return state
 
-    async def _write(
-        self,
-        d: Dependent,
-        annotations: dict[str, str | None] | None,
-        replicas: int | None,
-        state: DependentState,
-        reason: str,
-    ) -> None:
+    async def _write(self, d: Dependent, write: Write, state: DependentState, reason: str) -> None:
         """One write, conditional on the resourceVersion read, within the leader's term."""
         path = d.path(self.namespace)
         precondition = {"resourceVersion": state.resource_version}
-        if annotations is not None:
-            body: dict[str, Any] = {"metadata": {**precondition, "annotations": annotations}}
+        if write.annotations is not None:
+            ours = write.annotations.get(RECORD)
+            body: dict[str, Any] = {
+                "metadata": {
+                    **precondition,
+                    "annotations": dict(write.annotations),
+                    # The label lists our records across the seed (the leader's sweep for orphans).
+                    "labels": {RECORD: None if ours is None else "true"},
+                }
+            }
         else:
             path += "/scale"
-            body = {"metadata": precondition, "spec": {"replicas": replicas}}
+            body = {"metadata": precondition, "spec": {"replicas": write.replicas}}
         remaining = self.deadline() - self.clock()
         if remaining <= 0:
             raise NotLeading("not the leader: no writes")
@@ -288,34 +351,29 @@ class Scaler:
                 await self.seed.merge_patch(path, body)
         except TimeoutError as e:
             raise NotLeading(f"leadership ended during a write to {d.name}") from e
-        if replicas is not None:
-            down = replicas == 0
-            self.on_action(d.name, Direction.DOWN if down else Direction.UP, ActionResult.SCALED)
+        if write.replicas is not None:
+            down = write.replicas == 0
+            direction = Direction.DOWN if down else Direction.UP
+            self.metrics.scale_actions.inc(
+                target=self.target, resource=d.name, direction=direction, result="scaled"
+            )
             self.log.info(
-                "resource_scaling", resource=d.name, replicas_from=state.replicas, replicas_to=replicas
+                "resource_scaling", resource=d.name, replicas_from=state.replicas, replicas_to=write.replicas
             )
             await self._event(
                 d,
                 state,
                 "ScaledDown" if down else "ScaledUp",
-                f"Scaled {d.name} from {state.replicas} to {replicas} replicas: {reason}",
+                f"Scaled {d.name} from {state.replicas} to {write.replicas} replicas: {reason}",
                 "Warning" if down else "Normal",
             )
 
     def _report_done(self, d: Dependent, s: DependentState, reason: str) -> None:
         if self.desired is Desired.SCALED_DOWN:
-            self._once(
-                d.name,
-                "done",
-                "resource_scaled_down",
-                resource=d.name,
-                replicas_before=s.record,
-                reason=reason,
-            )
+            replicas = None if s.record is None else s.record.replicas
+            self._once(d.name, "done", "resource_scaled_down", replicas_before=replicas, reason=reason)
         else:
-            self._once(
-                d.name, "done", "resource_scaled_up", resource=d.name, replicas=s.replicas, reason=reason
-            )
+            self._once(d.name, "done", "resource_scaled_up", replicas=s.replicas, reason=reason)
 
     def _once(self, name: str, what: str, event: str, **kw: Any) -> None:
         """Log a fact once per direction and dependent, not once per tick."""
@@ -356,6 +414,13 @@ class Scaler:
             name: {**s.to_status(), "error": self.errors.get(name, "")}
             for name, s in sorted(self.state.items())
         }
+
+
+def _fields(write: Write) -> dict[str, Any]:
+    """What a dry-run log line says it would have written."""
+    if write.replicas is not None:
+        return {"replicas": write.replicas}
+    return {"annotations": dict(write.annotations or {})}
 
 
 def _as_int(text: str | None) -> int | None:

@@ -94,9 +94,14 @@ def _dependents(t: dict[str, Any]) -> str:
         if not d.get("exists", True):
             parts.append(f"{name} absent")
             continue
-        record = f" (record {d['record']})" if d.get("record") is not None else ""
+        record = d.get("record")
+        mark = f" (ours: {record.get('replicas')} taken away)" if isinstance(record, dict) else ""
+        if d.get("foreign"):
+            mark = f" (somebody else's record: replicas {d.get('dwd_replicas')}, left alone)"
+        if d.get("ignored"):
+            mark += " (ignore-scaling)"
         error = f" error: {d['error']}" if d.get("error") else ""
-        parts.append(f"{name} {d.get('ready', 0)}/{d.get('replicas', 0)}{record}{error}")
+        parts.append(f"{name} {d.get('ready', 0)}/{d.get('replicas', 0)}{mark}{error}")
     desired = t.get("desired") or "-"
     return f"{desired}: {', '.join(parts)}" if parts else str(desired)
 

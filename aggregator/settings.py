@@ -244,8 +244,11 @@ class Shoots:
     secret_refresh_s: float = 10.0
     # A target that failed is started again after these delays.
     restart: Backoff = Backoff(2.0, 60.0)
-    # A removed target tries to restore what it scaled down this often.
-    retire_retry: Backoff = Backoff(2.0, 2.0)
+    # The leader lists our records across the seed this often (and when it starts leading,
+    # and when a target is removed): a record no target serves is an orphan to restore.
+    sweep_s: float = 60.0
+    # While orphans wait for their restore, they are looked at this often.
+    orphan_recheck_s: float = 2.0
 
     @classmethod
     def from_env(cls, r: EnvReader) -> Shoots:

@@ -124,6 +124,8 @@ class Target:
             lease_duration_s=self.params.lease_duration_s,
             pacing=self.pacing,
             label=name,
+            clock=clock,
+            deadline=term_end,
         )
         self.scaler = Scaler(
             seed,
@@ -133,16 +135,13 @@ class Target:
             label=name,
             clock=clock,
             deadline=term_end,
-            on_action=lambda resource, direction, result: self.metrics.scale_actions.inc(
-                target=name, resource=resource, direction=direction, result=result
-            ),
+            metrics=self.metrics,
         )
         self.memory = Memory(Phase.STARTING, clock())
         self.status = TargetStatus()
         # Since when the view of the shoot has been fresh without a gap (None: not now).
         self.view_since: float | None = None
         self._tick_done: float | None = None
-        self._started = clock()
         self._was_leader = False
         self._pacing: Pacing | None = None
         self._pacing_for: frozenset[tuple[str, str]] = frozenset()
@@ -267,20 +266,21 @@ class Target:
         leader = self.is_leader()
         self._take_over_if_new_leader(now, leader)
         self._see(now)
+        before = self.memory
         verdict = await self._judge(now)
         if verdict.scale_down:
             # A standby checks too (the checks only read): its status must not claim a
             # scale-down the leader would have refused.
             refusal = await self.interlocks()
             if refusal is not None:
-                verdict = blocked(verdict, now, str(refusal))
+                verdict = blocked(verdict, before, now, str(refusal))
                 self._block(refusal)
         self._record(verdict)
         if leader:
             self._announce(verdict)
         self._set_memory(verdict.memory, verdict.reason)
         if leader:
-            await self._act(verdict, now)
+            await self._act(verdict)
         self._tick_done = self.clock()
         return verdict
 
@@ -388,7 +388,7 @@ class Target:
         self.status.zones = dict(v.zones)
         for zone, (n, stale) in self.status.zones.items():
             self.metrics.zone_fraction.set(stale_fraction(stale, n), target=self.name, zone=zone)
-        self.status.history.append((time.time(), v.fraction))
+        self.status.history.append((self.wall(), v.fraction))
         self.metrics.candidates.set(v.candidates, target=self.name)
         self.metrics.stale.set(v.stale, target=self.name)
         self.metrics.fraction.set(v.fraction, target=self.name)
@@ -411,24 +411,15 @@ class Target:
             )
             self.status.phase = memory.phase
             self.status.phase_reason = reason
-            self.status.since_wall = time.time()
+            self.status.since_wall = self.wall()
             self.metrics.set_phase(self.name, memory.phase)
         self.status.reason = reason
         self.memory = memory
 
-    async def _act(self, verdict: Verdict, now: float) -> None:
-        desired, why = verdict.desired, self.status.phase_reason
-        if (
-            self.settings.scaling.dry_run
-            and desired is Desired.SCALED_DOWN
-            and self.scaler.holds_records
-            and now - self._started >= self.params.recovery_period_s
-        ):
-            # Dry-run never writes a scale-down, and never holds controllers at 0: what an
-            # earlier run took away comes back after the recovery period.
-            desired, why = Desired.RUNNING, "dry-run: restoring what an earlier run scaled down"
-        if desired is not None:
-            await self.scaler.converge(desired, why)
+    async def _act(self, verdict: Verdict) -> None:
+        # Dry-run runs the actuator too: it reads, decides and reports every write, and makes none.
+        if verdict.desired is not None:
+            await self.scaler.converge(verdict.desired, self.status.phase_reason)
 
     def snapshot(self) -> dict[str, Any]:
         s = self.status
@@ -450,6 +441,7 @@ class Target:
             "dependents": self.scaler.snapshot(),
             "error": s.error,
             "dry_run": self.settings.scaling.dry_run,
+            "held": self.memory.held,
             "leader": self.is_leader(),
             "fast_nodes": len(pacing.fast),
             "zones": {

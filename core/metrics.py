@@ -161,6 +161,10 @@ class Registry:
         self._add(h)
         return h
 
+    def labelled(self, label: str) -> list[_Metric]:
+        """Every metric that has ``label``: what a caller forgets a label value from."""
+        return [m for m in self._metrics.values() if label in m.label_names]
+
     def render(self) -> str:
         return "\n".join(m.render() for m in self._metrics.values()) + "\n"
 

@@ -54,6 +54,8 @@ class FakeKube:
         self._rv = 0
         # The server's wall clock, for metadata.managedFields times.
         self.wall: Callable[[], str] = lambda: "2026-11-30T12:00:00Z"
+        # Told (method, path) of every request before it is served: a test's hook into time.
+        self.on_request: Callable[[str, str], None] = lambda _method, _path: None
 
     # -- test controls
     def fail(
@@ -73,6 +75,8 @@ class FakeKube:
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         meta["name"] = path.rsplit("/", 1)[1]
+        if (namespaced := re.search(r"/namespaces/([^/]+)/", path)) is not None:
+            meta["namespace"] = namespaced.group(1)
         meta["resourceVersion"] = self._next_rv()
         self.objects[path] = obj
         return obj
@@ -101,14 +105,15 @@ class FakeKube:
         accept: str | None = None,
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
-        del params, content_type, accept, timeout_s
+        del content_type, accept, timeout_s
+        self.on_request(method, path)
         if self.hang is not None and self.hang.matches(method, path):
             self.hang.hits += 1
             await asyncio.Event().wait()  # held until the caller gives up
         self._check(method, path)
         await asyncio.sleep(0)
         if method == "GET":
-            return self._get(path)
+            return self._get(path, (params or {}).get("labelSelector", ""))
         if method == "POST":
             return self._create(path, body)
         if method == "PATCH":
@@ -122,7 +127,7 @@ class FakeKube:
         raise AssertionError(f"unexpected {method} {path}")
 
     async def get(self, path: str, **params: str) -> dict[str, Any]:
-        return await self.request("GET", path)
+        return await self.request("GET", path, params=params)
 
     async def create(self, path: str, body: Any) -> dict[str, Any]:
         return await self.request("POST", path, body=body)
@@ -151,7 +156,16 @@ class FakeKube:
     async def close(self) -> None:
         pass
 
-    def _get(self, path: str) -> dict[str, Any]:
+    def _get(self, path: str, selector: str = "") -> dict[str, Any]:
+        if (across := _ACROSS_NAMESPACES.match(path)) is not None:
+            # A collection across every namespace, filtered by a label selector (key or key=value).
+            group, kind = across.groups()
+            pattern = re.compile(rf"^{re.escape(group)}/namespaces/[^/]+/{kind}/[^/]+$")
+            items = [copy.deepcopy(o) for p, o in sorted(self.objects.items()) if pattern.match(p)]
+            return {
+                "items": [o for o in items if _selects(selector, o)],
+                "metadata": {"resourceVersion": str(self._rv)},
+            }
         if path in self.objects:
             return copy.deepcopy(self.objects[path])
         if path.endswith("/scale") and path[:-6] in self.objects:
@@ -228,6 +242,17 @@ class FakeKube:
         want = obj["spec"].get("replicas", 1)
         obj["status"] = {"replicas": want, "readyReplicas": want}
         obj["metadata"]["resourceVersion"] = self._next_rv()
+
+
+_ACROSS_NAMESPACES = re.compile(r"^(/apis/[^/]+/[^/]+|/api/v1)/(deployments|statefulsets)$")
+
+
+def _selects(selector: str, obj: dict[str, Any]) -> bool:
+    if not selector:
+        return True
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    key, _, value = selector.partition("=")
+    return key in labels and (not value or labels[key] == value)
 
 
 def managed(obj: dict[str, Any], manager: str, when: str, fields: dict[str, Any]) -> None:

@@ -228,13 +228,12 @@ def test_each_group_checks_its_own_relations_wherever_it_is_built(kubeconfig: st
     assert {p.split(":")[0] for p in e.value.problems} == {"DWD_LEADER_RENEW_DEADLINE", "DWD_BLIND_LIMIT"}
 
 
-def test_the_three_back_off_schedules_keep_their_numbers() -> None:
+def test_the_back_off_schedules_keep_their_numbers() -> None:
     def first(backoff: Backoff, n: int) -> list[float]:
         return list(itertools.islice(backoff.delays(), n))
 
     assert first(Watching().backoff, 6) == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
     assert first(Shoots().restart, 7) == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
-    assert first(Shoots().retire_retry, 3) == [2.0, 2.0, 2.0]
     spread = [Watching().backoff.spread(1.0) for _ in range(200)]
     assert 0.8 <= min(spread) < max(spread) <= 1.2
     assert Shoots().restart.spread(4.0) == 4.0

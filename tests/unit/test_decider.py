@@ -115,7 +115,7 @@ def test_transitions(  # noqa: PLR0917 - one argument per table column
     [
         (None, Phase.STARTING, None),
         (False, Phase.HEALTHY, Desired.RUNNING),
-        (True, Phase.DOWN, Desired.SCALED_DOWN),
+        (True, Phase.DOWN, Desired.HOLD),  # ours found: nothing moves until a fresh verdict
     ],
 )
 def test_a_start_resumes_from_the_record(records: bool | None, phase: Phase, desired: Desired | None) -> None:
@@ -173,10 +173,55 @@ def test_a_blocked_scale_down_confirms_again_from_now() -> None:
     nodes, leases = cluster(10, 7)
     v = judge(nodes, leases, NOW, P, Memory(Phase.CONFIRMING, NOW - 4))
     assert v.scale_down
-    b = blocked(v, NOW, "kapi_probe_failed")
+    b = blocked(v, Memory(Phase.CONFIRMING, NOW - 4), NOW, "kapi_probe_failed")
     assert (b.memory, b.scale_down, b.desired) == (Memory(Phase.CONFIRMING, NOW), False, Desired.RUNNING)
     assert not judge(nodes, leases, NOW + 3.9, P, b.memory).scale_down
     assert judge(nodes, leases, NOW + 4, P, b.memory).scale_down
+
+
+# A start that found records of ours: (candidates, stale, phase, since) -> (scale_down, phase, held).
+# Held, it lowers nothing and raises nothing; a fresh verdict ends it either way.
+@pytest.mark.parametrize(
+    ("n", "stale", "phase", "since", "scale_down", "next_phase", "held"),
+    [
+        (10, 7, Phase.DOWN, 0, False, Phase.CONFIRMING, True),  # an outage: confirm it first
+        (10, 7, Phase.CONFIRMING, NOW - 3.9, False, Phase.CONFIRMING, True),
+        (10, 7, Phase.CONFIRMING, NOW - 4, True, Phase.DOWN, False),  # confirmed: lower the rest
+        (10, 5, Phase.CONFIRMING, NOW - 4, False, Phase.DOWN, True),  # between the fractions: hold
+        (10, 5, Phase.DOWN, 0, False, Phase.DOWN, True),
+        (10, 0, Phase.CONFIRMING, NOW - 1, False, Phase.RECOVERING, True),
+        (10, 0, Phase.DOWN, 0, False, Phase.RECOVERING, True),
+        (10, 0, Phase.RECOVERING, NOW - 9.9, False, Phase.RECOVERING, True),
+        (10, 0, Phase.RECOVERING, NOW - 10, False, Phase.HEALTHY, False),  # recovered: finish the scale-up
+        (10, 7, Phase.RECOVERING, NOW - 5, False, Phase.CONFIRMING, True),
+        (1, 0, Phase.CONFIRMING, NOW - 1, False, Phase.RECOVERING, True),  # no verdict: recover
+        (1, 0, Phase.RECOVERING, NOW - 10, False, Phase.HEALTHY, False),
+    ],
+)
+def test_a_held_start_moves_only_on_a_fresh_verdict(  # noqa: PLR0917 - one argument per table column
+    n: int, stale: int, phase: Phase, since: float, scale_down: bool, next_phase: Phase, held: bool
+) -> None:
+    nodes, leases = cluster(n, stale)
+    v = judge(nodes, leases, NOW, P, Memory(phase, since, held=True))
+    assert (v.scale_down, v.memory.phase, v.memory.held) == (scale_down, next_phase, held), v.reason
+    assert v.desired is (Desired.HOLD if held else Desired.SCALED_DOWN if scale_down else Desired.RUNNING)
+
+
+def test_a_held_start_holds_while_blind_and_restores_after_the_blind_limit() -> None:
+    nodes, leases = cluster(10, 10)
+    v = judge(nodes, leases, NOW, P, Memory(Phase.CONFIRMING, NOW - 2, held=True), view_since=None)
+    assert (v.memory.phase, v.memory.held, v.desired) == (Phase.DOWN, True, Desired.HOLD)
+    v = judge(nodes, leases, NOW + 120, P, v.memory, view_since=None)
+    assert (v.memory.phase, v.memory.held, v.desired) == (Phase.HEALTHY, False, Desired.RUNNING)
+
+
+def test_a_blocked_scale_down_of_a_held_start_stays_held() -> None:
+    nodes, leases = cluster(10, 7)
+    before = Memory(Phase.CONFIRMING, NOW - 4, held=True)
+    v = judge(nodes, leases, NOW, P, before)
+    assert v.scale_down
+    b = blocked(v, before, NOW, "kapi_probe_failed")
+    assert (b.memory, b.desired) == (Memory(Phase.CONFIRMING, NOW, held=True), Desired.HOLD)
 
 
 def test_a_new_leader_starts_from_the_record() -> None:

@@ -8,7 +8,6 @@ confirm 4 s, recovery 10 s, MCM brought back 30 s after KCM.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 
 import pytest
 
@@ -22,23 +21,7 @@ from core.errors import Forbidden, NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.standins import CONTROLLERS
 from tests.unit.fakekube import FakeKube
-from tests.unit.world import World, deployment_path, with_settings
-
-KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
-DOWN = dict.fromkeys(CONTROLLERS, 0)
-
-
-async def settle(w: World) -> None:
-    """Past the start: a lease duration of fresh view, the record read, every lease judged."""
-    await w.run(12)
-    assert w.target.memory.phase is Phase.HEALTHY, w.target.status.reason
-    assert w.target.status.candidates == len(w.names)
-
-
-async def outage(w: World, nodes: int = 7) -> None:
-    w.alive -= set(w.names[:nodes])
-    await w.until(lambda: w.replicas() == DOWN, 40, "every controller scaled down")
-
+from tests.unit.world import CA, DOWN, KCM, MCM, World, deployment_path
 
 # -- 1: KAPI or etcd back after a long restart
 
@@ -46,7 +29,7 @@ async def outage(w: World, nodes: int = 7) -> None:
 @pytest.mark.parametrize("down_s", [12, 21, 27, 60])
 async def test_kapi_restart_is_not_an_outage(down_s: int) -> None:
     w = World()
-    await settle(w)
+    await w.settle()
     w.shoot.down = True  # KAPI stops: no agent can renew, the aggregator sees nothing
     await w.run(down_s)
     w.shoot.down = False
@@ -63,7 +46,7 @@ async def test_kapi_restart_is_not_an_outage(down_s: int) -> None:
 
 async def test_a_real_outage_after_a_kapi_restart_is_still_seen() -> None:
     w = World()
-    await settle(w)
+    await w.settle()
     w.shoot.down = True
     await w.run(20)
     w.shoot.down = False
@@ -76,7 +59,7 @@ async def test_a_real_outage_after_a_kapi_restart_is_still_seen() -> None:
 
 async def test_a_blocked_scale_down_restarts_confirmation() -> None:
     w = World()
-    await settle(w)
+    await w.settle()
     w.alive -= set(w.names[:7])
     w.shoot.fail("GET", "/readyz")  # the interlock: the internal probe fails
     await w.run(15)
@@ -127,7 +110,7 @@ def test_one_node_more_rewrites_a_few_leases_not_all() -> None:
 
 async def test_partial_scale_down_then_recovery_restores_everything() -> None:
     w = World()
-    await settle(w)
+    await w.settle()
     rule = w.seed.fail("PATCH", deployment_path(KCM))
     w.alive -= set(w.names[:7])
     await w.until(lambda: w.replicas()[MCM] == 0 and w.replicas()[CA] == 0, 40, "MCM and CA at 0")
@@ -140,8 +123,8 @@ async def test_partial_scale_down_then_recovery_restores_everything() -> None:
 
 async def test_partial_scale_up_then_relapse_scales_everything_down_again() -> None:
     w = World()
-    await settle(w)
-    await outage(w)
+    await w.settle()
+    await w.outage()
     w.seed.fail("PATCH", deployment_path(MCM) + "/scale")
     w.alive |= set(w.names)
     await w.until(lambda: w.replicas()[KCM] == 3, 40, "KCM back")
@@ -161,7 +144,7 @@ async def test_partial_scale_up_then_relapse_scales_everything_down_again() -> N
 
 async def test_too_few_candidates_while_scaled_down_restores_after_the_recovery_period() -> None:
     w = World(3)
-    await settle(w)
+    await w.settle()
     w.alive.clear()
     await w.until(lambda: w.replicas() == DOWN, 40, "scaled down")
     for name in w.names[:2]:  # MCM's machines are gone: one node left
@@ -176,7 +159,7 @@ async def test_too_few_candidates_while_scaled_down_restores_after_the_recovery_
 
 async def test_no_write_after_the_term_ends() -> None:
     w = World()
-    await settle(w)
+    await w.settle()
     w.alive -= set(w.names[:7])
     await w.until(lambda: w.target.memory.phase is Phase.CONFIRMING, 20, "confirming")
     w.term_end = w.clock()  # still "leader" by is_leader(), but its term is over
@@ -189,7 +172,7 @@ async def test_no_write_after_the_term_ends() -> None:
 
 async def test_a_write_in_flight_is_cancelled_when_the_term_ends() -> None:
     w = World()
-    await settle(w)
+    await w.settle()
     hang = w.seed.hang = w.seed.fail("PATCH", deployment_path(MCM))  # the seed does not answer
     w.seed.rules.clear()
     w.alive -= set(w.names[:7])
@@ -206,31 +189,33 @@ async def test_a_write_in_flight_is_cancelled_when_the_term_ends() -> None:
 
 async def test_a_deposed_leaders_late_write_cannot_undo_the_new_leaders() -> None:
     w = World()
-    await settle(w)
-    await outage(w)
+    await w.settle()
+    await w.outage()
     old = w.target.scaler
     state = await old._read(old.dependents[0])  # KCM, read by the old leader during recovery
     # The new leader, meanwhile, changed the object (here: a new scale-down record).
     w.seed.objects[deployment_path(KCM)]["metadata"]["resourceVersion"] = w.seed._next_rv()
+    from aggregator.scaler import Write
     from core.errors import Conflict
 
     with pytest.raises(Conflict):
-        await old._write(old.dependents[0], None, 3, state, "late")
+        await old._write(old.dependents[0], Write(replicas=3), state, "late")
     assert w.replicas()[KCM] == 0
 
 
 async def test_takeover_resumes_from_the_record_and_restores_exactly() -> None:
     w = World()
-    await settle(w)
-    await outage(w)
+    await w.settle()
+    await w.outage()
     w.leader = False
     await w.run(3)
     standby = w.new_target()  # another replica: it judged as a standby all along
     w.leader = False
     await w.run(12)
     w.leader = True
-    await w.run(3)
-    assert standby.memory.phase is Phase.DOWN
+    await w.run(6)  # held as found, the outage confirmed again: nothing was raised meanwhile
+    assert standby.memory.phase is Phase.DOWN and not standby.memory.held
+    assert all(r == DOWN for _, r in w.trace[-20:])
     w.alive |= set(w.names)
     await w.until(w.restored, 80, "restored by the new leader")
     assert w.replicas() == CONTROLLERS
@@ -238,8 +223,8 @@ async def test_takeover_resumes_from_the_record_and_restores_exactly() -> None:
 
 async def test_the_record_stays_until_the_scale_up_is_seen_done() -> None:
     w = World()
-    await settle(w)
-    await outage(w)
+    await w.settle()
+    await w.outage()
     w.seed.controller = False  # KCM does not become ready
     w.alive |= set(w.names)
     await w.until(lambda: w.replicas()[KCM] == 3, 40, "KCM scaled up")
@@ -256,8 +241,8 @@ async def test_the_record_stays_until_the_scale_up_is_seen_done() -> None:
 
 async def test_leases_deleted_while_scaled_down_restore_after_the_recovery_period() -> None:
     w = World()
-    await settle(w)
-    await outage(w)
+    await w.settle()
+    await w.outage()
     # The lease namespace is gone: every lease with it, and none can be created again.
     w.shoot.fail("POST", leases_path(DEFAULT_LEASE_NAMESPACE), lambda: NotFound(404, "NotFound", "namespace"))
     for path in [p for p in w.shoot.objects if p.startswith(leases_path(DEFAULT_LEASE_NAMESPACE))]:
@@ -273,8 +258,8 @@ async def test_leases_deleted_while_scaled_down_restore_after_the_recovery_perio
 
 async def test_leases_recreated_while_scaled_down_judge_only_the_renewing_ones() -> None:
     w = World()
-    await settle(w)
-    await outage(w)
+    await w.settle()
+    await w.outage()
     for path in [p for p in w.shoot.objects if p.startswith(leases_path(DEFAULT_LEASE_NAMESPACE))]:
         del w.shoot.objects[path]
     await w.run(5)
@@ -284,19 +269,9 @@ async def test_leases_recreated_while_scaled_down_judge_only_the_renewing_ones()
     assert w.target.status.candidates == 3
 
 
-async def test_dry_run_switched_on_while_scaled_down_restores() -> None:
-    w = World()
-    await settle(w)
-    await outage(w)
-    w.new_target(dry_run=True)
-    await w.until(w.restored, 90, "dry-run restores what the earlier run took")
-    events = [body["message"] for method, _, body in w.seed.writes if method == "POST"]
-    assert "dry-run: restoring what an earlier run scaled down" in events[-1]
-
-
 async def test_dry_run_never_scales_down() -> None:
     w = World(dry_run=True)
-    await settle(w)
+    await w.settle()
     w.alive -= set(w.names[:7])
     await w.run(30)
     assert w.target.memory.phase is Phase.DOWN
@@ -305,8 +280,8 @@ async def test_dry_run_never_scales_down() -> None:
 
 async def test_a_long_blind_spell_while_scaled_down_restores_after_the_blind_limit() -> None:
     w = World()
-    await settle(w)
-    await outage(w)
+    await w.settle()
+    await w.outage()
     w.shoot.down = True
     await w.run(60)
     assert w.replicas() == DOWN  # a KAPI restart does not flap the controllers
@@ -318,7 +293,7 @@ async def test_a_long_blind_spell_while_scaled_down_restores_after_the_blind_lim
 
 async def test_kcm_is_not_scaled_down_before_mcm_has_converged() -> None:
     w = World()
-    await settle(w)
+    await w.settle()
     w.seed.fail("PATCH", deployment_path(MCM) + "/scale")
     w.alive -= set(w.names[:7])
     await w.run(40)
@@ -330,8 +305,8 @@ async def test_kcm_is_not_scaled_down_before_mcm_has_converged() -> None:
 
 async def test_mcm_and_ca_do_not_come_back_before_kcm() -> None:
     w = World()
-    await settle(w)
-    await outage(w)
+    await w.settle()
+    await w.outage()
     w.seed.fail("PATCH", deployment_path(KCM) + "/scale")
     w.alive |= set(w.names)
     await w.run(60)
@@ -349,7 +324,7 @@ async def test_mcm_and_ca_do_not_come_back_before_kcm() -> None:
 
 async def test_an_own_stall_is_not_staleness() -> None:
     w = World()
-    await settle(w)
+    await w.settle()
     w.clock.now += 20  # SIGSTOP: the agents renewed, their events wait unread in our sockets
     w.renew()
     await w.target.tick()  # the tick runs before the watches have delivered them
@@ -420,37 +395,6 @@ def test_renewed_after_interval(
     from core.lease import renewed_after_interval
 
     assert renewed_after_interval(_lease(interval_at, renew_at, same_writer)) is after
-
-
-# -- a target removed while scaled down
-
-
-async def test_a_removed_target_restores_what_it_scaled_down() -> None:
-    from aggregator.fleet import Fleet, Running
-    from aggregator.metrics import AggregatorMetrics
-    from aggregator.sources import TargetSpec
-
-    w = World()
-    await settle(w)
-    await outage(w)
-    # No delays: what restores a removed target runs on the real clock.
-    quick = [replace(d, scale_up=replace(d.scale_up, initial_delay_s=0.0)) for d in w.dependents]
-    fleet = Fleet(with_settings(w.settings, recovery_period_s=0.05), w.seed, quick, AggregatorMetrics())  # type: ignore[arg-type]
-    spec = TargetSpec("shoot", w.target.namespace, kubeconfig_path="-")
-    fleet.running["shoot"] = Running(spec)
-    fleet.tasks["shoot"] = asyncio.create_task(asyncio.sleep(3600))
-    fleet._reconcile({})  # the targets file no longer names it
-    try:
-        for _ in range(100):
-            if w.restored():
-                break
-            await asyncio.sleep(0.05)
-        assert w.restored(), w.replicas()
-    finally:
-        tasks = list(fleet.retiring.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def test_a_rotating_sample_never_judges_fewer_nodes_than_it_should(

@@ -74,7 +74,7 @@ class Failing:
         raise KubeError("the seed said no")
 
 
-QUICK = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.02), retire_retry=Backoff(0.01, 0.01)))
+QUICK = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.02)))
 
 
 async def test_a_target_that_cannot_start_fails_alone_is_retried_and_reported() -> None:

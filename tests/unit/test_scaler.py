@@ -8,7 +8,8 @@ import pytest
 
 from aggregator.decider import Desired
 from aggregator.dependents import DEFAULT_DEPENDENTS
-from aggregator.scaler import IGNORE_SCALING, MELTDOWN, REPLICAS, Scaler
+from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
+from aggregator.scaler import Scaler
 from aggregator.settings import Scaling
 from testenv.standins import CONTROLLERS
 from tests.unit.fakekube import FakeKube
@@ -52,6 +53,10 @@ async def test_down_records_first_then_scales_level_by_level_every_write_conditi
     assert {n: view(kube, n) for n in CONTROLLERS} == {
         n: (0, {REPLICAS: str(r), MELTDOWN: ""}) for n, r in CONTROLLERS.items()
     }
+    for name, replicas in CONTROLLERS.items():  # ours beside them, and listable by its label
+        meta = kube.objects[deployment_path(name)]["metadata"]
+        assert Record.parse(meta["annotations"][RECORD]).replicas == replicas
+        assert meta["labels"] == {RECORD: "true"}
     patches = [(path, body) for method, path, body in kube.writes if method == "PATCH"]
     assert all(body["metadata"]["resourceVersion"] for _, body in patches)
     order = [path.rsplit("/", 2)[-2 if path.endswith("/scale") else -1] for path, _ in patches]
@@ -64,11 +69,17 @@ async def test_down_records_first_then_scales_level_by_level_every_write_conditi
 @pytest.mark.parametrize(
     "half_done",
     [
-        {MCM: {"metadata": {"annotations": {REPLICAS: "2", MELTDOWN: ""}}}},  # crashed after the record
-        {MCM: {"metadata": {"annotations": {REPLICAS: "2"}}}},  # after half the record
+        {MCM: {"metadata": {"annotations": {RECORD: Record(2).text(), REPLICAS: "2", MELTDOWN: ""}}}},
+        {MCM: {"metadata": {"annotations": {RECORD: Record(2).text()}}}},  # DWD's keys not written yet
         {
-            MCM: {"metadata": {"annotations": {REPLICAS: "2", MELTDOWN: ""}}, "spec": {"replicas": 0}},
-            CA: {"metadata": {"annotations": {REPLICAS: "1", MELTDOWN: ""}}, "spec": {"replicas": 0}},
+            MCM: {
+                "metadata": {"annotations": {RECORD: Record(2).text(), REPLICAS: "2", MELTDOWN: ""}},
+                "spec": {"replicas": 0},
+            },
+            CA: {
+                "metadata": {"annotations": {RECORD: Record(1).text(), REPLICAS: "1", MELTDOWN: ""}},
+                "spec": {"replicas": 0},
+            },
         },
     ],
 )
@@ -93,45 +104,67 @@ async def test_up_restores_exactly_in_order_with_the_delay_and_then_drops_the_re
     assert [p.rsplit("/", 2)[-2] for p in ups] == [KCM, MCM, CA]
 
 
-@pytest.mark.parametrize(("record", "restored"), [("5", 5), ("-1", 1), ("many", 1)])
-async def test_the_record_is_restored_and_an_unusable_one_means_one(record: str, restored: int) -> None:
+def mark(kube: FakeKube, name: str, annotations: dict[str, str], replicas: int | None = None) -> None:
+    obj = kube.objects[deployment_path(name)]
+    obj["metadata"]["annotations"] = dict(annotations)
+    if replicas is not None:
+        obj["spec"]["replicas"] = replicas
+
+
+@pytest.mark.parametrize(
+    ("record", "dwd", "restored"),
+    [
+        (Record(5).text(), "5", 5),
+        ('{"replicas": -1}', None, 1),  # unreadable, nothing beside it: dependency-watchdog's 1
+        ("many", "4", 4),  # unreadable: dependency-watchdog's key we wrote beside it
+        ("many", "x", 1),
+    ],
+)
+async def test_our_record_is_restored_and_an_unreadable_one_falls_back(
+    record: str, dwd: str | None, restored: int
+) -> None:
     kube, clock = seed(), Clock()
-    kube.objects[deployment_path(KCM)]["metadata"]["annotations"] = {REPLICAS: record, MELTDOWN: ""}
-    kube.objects[deployment_path(KCM)]["spec"]["replicas"] = 0
+    marks = {RECORD: record, MELTDOWN: ""} | ({REPLICAS: dwd} if dwd is not None else {})
+    mark(kube, KCM, marks, replicas=0)
     await converge(scaler(kube, clock), clock, Desired.RUNNING)
     assert view(kube, KCM) == (restored, {})
+    assert RECORD not in kube.objects[deployment_path(KCM)]["metadata"]["annotations"]
 
 
-async def test_more_replicas_than_recorded_are_left_alone() -> None:
+async def test_up_is_only_from_zero_a_running_count_is_somebodys_choice() -> None:
     kube, clock = seed(), Clock()
-    kube.objects[deployment_path(KCM)]["metadata"]["annotations"] = {REPLICAS: "1", MELTDOWN: ""}
+    mark(kube, KCM, {RECORD: Record(1).text(), REPLICAS: "1", MELTDOWN: ""})  # runs 3
     await converge(scaler(kube, clock), clock, Desired.RUNNING)
     assert view(kube, KCM) == (3, {})
 
 
-async def test_ignore_scaling_and_absent_dependents() -> None:
+async def test_ignored_and_absent_optional_dependents_are_left_alone() -> None:
     kube, clock = seed(), Clock()
-    kube.objects[deployment_path(CA)]["metadata"]["annotations"] = {IGNORE_SCALING: "true"}
-    del kube.objects[deployment_path(MCM)]
+    mark(kube, MCM, {IGNORE_SCALING: "true"})
+    del kube.objects[deployment_path(CA)]  # optional
     await converge(scaler(kube, clock), clock, Desired.SCALED_DOWN)
-    assert view(kube, CA) == (1, {})
+    assert view(kube, MCM) == (2, {})
     assert view(kube, KCM) == (0, {REPLICAS: "3", MELTDOWN: ""})
 
 
-async def test_dry_run_never_writes_a_scale_down_but_restores() -> None:
+async def test_dry_run_writes_nothing_either_way() -> None:
     kube, clock = seed(), Clock()
     s = scaler(kube, clock, dry_run=True)
     await converge(s, clock, Desired.SCALED_DOWN)
-    assert not kube.writes
-    kube.objects[deployment_path(KCM)]["metadata"]["annotations"] = {REPLICAS: "3", MELTDOWN: ""}
-    kube.objects[deployment_path(KCM)]["spec"]["replicas"] = 0
+    mark(kube, KCM, {RECORD: Record(3).text(), REPLICAS: "3", MELTDOWN: ""}, replicas=0)
     await converge(s, clock, Desired.RUNNING)
-    assert view(kube, KCM) == (3, {})
+    assert not kube.writes
+    assert view(kube, KCM) == (0, {REPLICAS: "3", MELTDOWN: ""})
+    assert s.metrics.dry_run_writes.get(target=NS, resource=MCM, direction="down") == 1
 
 
-async def test_a_stray_protection_mark_is_removed_and_nothing_else_is_touched() -> None:
+@pytest.mark.parametrize("desired", [Desired.RUNNING, Desired.SCALED_DOWN])
+async def test_somebody_elses_marks_are_never_touched(desired: Desired) -> None:
     kube, clock = seed(), Clock()
-    kube.objects[deployment_path(MCM)]["metadata"]["annotations"] = {MELTDOWN: ""}
-    await converge(scaler(kube, clock), clock, Desired.RUNNING)
-    assert {n: view(kube, n) for n in CONTROLLERS} == {n: (r, {}) for n, r in CONTROLLERS.items()}
-    assert [p for _, p, _ in kube.writes] == [deployment_path(MCM)]
+    mark(kube, MCM, {MELTDOWN: ""})  # a stray mark: whose, we cannot know
+    mark(kube, CA, {REPLICAS: "1", MELTDOWN: ""}, replicas=0)  # dependency-watchdog holds it down
+    await converge(scaler(kube, clock), clock, desired)
+    assert view(kube, CA) == (0, {REPLICAS: "1", MELTDOWN: ""})
+    if desired is Desired.RUNNING:
+        assert view(kube, MCM) == (2, {MELTDOWN: ""})
+        assert not kube.writes

@@ -13,6 +13,7 @@ from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from aggregator.decider import Phase
 from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.scaler import MELTDOWN, REPLICAS
 from aggregator.settings import Settings, Shoots
@@ -24,6 +25,8 @@ from testenv.standins import CONTROLLERS
 from tests.unit.fakekube import FakeKube, managed
 
 NS = "shoot--p--s"
+KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
+DOWN = dict.fromkeys(CONTROLLERS, 0)
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INTERVAL_FIELDS = {"f:metadata": {"f:annotations": {f"f:{RENEW_INTERVAL}": {}}}}
 RENEW_FIELDS = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
@@ -167,6 +170,17 @@ class World:
         for _ in range(round(seconds / self.settings.decider.tick_s)):
             await self.step(**kw)
 
+    async def settle(self) -> None:
+        """Past the start: a lease duration of fresh view, the record read, every lease judged."""
+        await self.run(12)
+        assert self.target.memory.phase is Phase.HEALTHY, self.target.status.reason
+        assert self.target.status.candidates == len(self.names)
+
+    async def outage(self, nodes: int = 7) -> None:
+        """``nodes`` agents fall silent until every controller is at 0."""
+        self.alive -= set(self.names[:nodes])
+        await self.until(lambda: self.replicas() == DOWN, 40, "every controller scaled down")
+
     async def until(self, predicate: Any, seconds: float, what: str) -> float:
         """Step until ``predicate()`` holds; the seconds it took."""
         start = self.clock()
@@ -183,6 +197,41 @@ class World:
     def annotations(self, name: str) -> dict[str, str]:
         ann = self.seed.objects[deployment_path(name)]["metadata"].get("annotations") or {}
         return {k: v for k, v in ann.items() if k in (REPLICAS, MELTDOWN)}
+
+    # -- the seed's other writers: dependency-watchdog, operators
+    def annotate(self, name: str, annotations: dict[str, str | None]) -> None:
+        """Someone else sets (or, with None, removes) annotations on a dependent."""
+        obj = self.seed.objects[deployment_path(name)]
+        have = obj["metadata"].setdefault("annotations", {})
+        for key, value in annotations.items():
+            if value is None:
+                have.pop(key, None)
+            else:
+                have[key] = value
+        obj["metadata"]["resourceVersion"] = self.seed._next_rv()
+
+    def scale(self, name: str, replicas: int) -> None:
+        """Someone else (an operator's kubectl scale, dependency-watchdog) sets spec.replicas."""
+        obj = self.seed.objects[deployment_path(name)]
+        obj["spec"]["replicas"] = replicas
+        obj["metadata"]["resourceVersion"] = self.seed._next_rv()
+        if self.seed.controller:
+            self.seed.follow(deployment_path(name))
+
+    def dwd_scale_down(self, name: str) -> None:
+        """What dependency-watchdog v1.7.0's prober writes when it scales a dependent down."""
+        current = int(self.seed.objects[deployment_path(name)]["spec"]["replicas"])
+        if current > 0:
+            self.annotate(name, {REPLICAS: str(current), MELTDOWN: ""})
+            self.scale(name, 0)
+
+    def dwd_scale_up(self, name: str) -> None:
+        """What its scale-up writes: a dependent at 0 goes to its ``replicas`` annotation (1 without
+        one), whoever lowered it; only ``meltdown-protection-active`` is removed, ``replicas`` stays."""
+        obj = self.seed.objects[deployment_path(name)]
+        if int(obj["spec"]["replicas"]) == 0:
+            self.scale(name, int((obj["metadata"].get("annotations") or {}).get(REPLICAS, "1")))
+        self.annotate(name, {MELTDOWN: None})
 
     def ever_scaled_down(self) -> bool:
         return any(min(r.values()) == 0 for _, r in self.trace)

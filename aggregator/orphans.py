@@ -1,0 +1,154 @@
+"""Records of ours whose target is gone: restored by the leader, not by a task per target.
+
+A target can go while it holds its dependents down: its Cluster hibernated or
+deleted, its entry gone from the targets file, and the aggregator restarted or
+rolled before anything restored them. The record on the Deployments is the only
+state that survives all of that, so that is what is swept: the leader lists our
+label across the seed when it starts leading, whenever the fleet drops a target,
+and every ``DWD_SWEEP`` (``Shoots.sweep_s``); a record in a namespace that no
+target serves is restored once it has been seen orphaned for the recovery period,
+only where it is ours (a dependent with somebody else's marks is never touched).
+A standby does nothing and keeps nothing: the next leader starts from the seed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections.abc import Callable, Sequence
+
+from aggregator.decider import Desired
+from aggregator.dependents import KIND_PATHS, Dependent, Step
+from aggregator.kube import KubeClient
+from aggregator.metrics import AggregatorMetrics
+from aggregator.objects import metadata
+from aggregator.records import RECORD
+from aggregator.scaler import Scaler
+from aggregator.settings import Settings
+from core import logs
+from core.errors import KubeError
+
+log = logs.get("fleet")
+
+# Where records can be: every kind the dependents file accepts, listed across namespaces.
+COLLECTIONS = {kind: "/apis/" + api + "/" + kind.lower() + "s" for api, kind in KIND_PATHS}
+
+Served = Callable[[], "set[str] | None"]
+
+
+class Orphans:
+    """The leader's sweep for records whose namespace no target serves."""
+
+    def __init__(
+        self,
+        seed: KubeClient,
+        dependents: Sequence[Dependent],
+        settings: Settings,
+        metrics: AggregatorMetrics,
+        *,
+        served: Served,
+        is_leader: Callable[[], bool],
+        term_end: Callable[[], float] = lambda: math.inf,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.seed = seed
+        self.dependents = tuple(dependents)
+        self.settings = settings
+        self.metrics = metrics
+        # The namespaces the fleet serves now; None while that is not known (no answer from
+        # the source yet, or it fails): then nothing is an orphan.
+        self.served = served
+        self.is_leader = is_leader
+        self.term_end = term_end
+        self.clock = clock
+        self.wake = asyncio.Event()
+        # Namespace -> the names carrying our record there, and since when it is orphaned.
+        self.found: dict[str, dict[str, str]] = {}
+        self.since: dict[str, float] = {}
+        self.scalers: dict[str, Scaler] = {}
+        self._listed_at = -math.inf
+        self._error = ""
+
+    async def run(self) -> None:
+        while True:
+            if self.is_leader():
+                await self.sweep()
+            else:
+                self._forget()
+            self.wake.clear()
+            pause_s = self.settings.shoots.sweep_s
+            if self.since:
+                pause_s = min(pause_s, self.settings.shoots.orphan_recheck_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(pause_s):
+                    await self.wake.wait()
+
+    def _forget(self) -> None:
+        self.found, self.since, self.scalers, self._listed_at = {}, {}, {}, -math.inf
+        self.metrics.orphans.set(0)
+
+    async def sweep(self) -> None:
+        """One pass: list when due, then restore what has been orphaned long enough."""
+        served = self.served()
+        if served is None:
+            return
+        now = self.clock()
+        if self.wake.is_set() or now - self._listed_at >= self.settings.shoots.sweep_s:
+            try:
+                self.found = await self._list()
+            except KubeError as e:
+                if str(e) != self._error:
+                    log.warning("orphan_sweep_failed", error=str(e))
+                self._error = str(e)
+                return
+            self._error, self._listed_at = "", now
+        orphaned = {ns for ns in self.found if ns not in served}
+        self.since = {ns: self.since.get(ns, now) for ns in orphaned}
+        self.scalers = {ns: s for ns, s in self.scalers.items() if ns in orphaned}
+        self.metrics.orphans.set(len(orphaned))
+        for ns in sorted(orphaned):
+            if now - self.since[ns] >= self.settings.decider.recovery_period_s:
+                await self._restore(ns)
+
+    async def _list(self) -> dict[str, dict[str, str]]:
+        """Namespace -> {name: kind} of every object carrying our label across the seed."""
+        found: dict[str, dict[str, str]] = {}
+        for kind, path in COLLECTIONS.items():
+            for obj in (await self.seed.get(path, labelSelector=RECORD)).get("items") or []:
+                meta = metadata(obj)
+                if meta.get("namespace") and meta.get("name"):
+                    found.setdefault(str(meta["namespace"]), {})[str(meta["name"])] = kind
+        return found
+
+    async def _restore(self, namespace: str) -> None:
+        scaler = self.scalers.get(namespace)
+        if scaler is None:
+            scaler = self.scalers[namespace] = Scaler(
+                self.seed,
+                namespace,
+                self._dependents(self.found[namespace]),
+                settings=self.settings.scaling,
+                label=namespace,
+                deadline=self.term_end,
+                clock=self.clock,
+            )
+            log.info("orphan_restoring", namespace=namespace, resources=sorted(self.found[namespace]))
+        reason = "no target serves this namespace any more: restoring what it scaled down"
+        if await scaler.converge(Desired.RUNNING, reason):
+            log.info("orphan_restored", namespace=namespace)
+            for store in (self.found, self.since, self.scalers):
+                store.pop(namespace, None)
+
+    def _dependents(self, names: dict[str, str]) -> list[Dependent]:
+        """The configured dependents that carry a record, in their order; a record on anything
+        else (the dependents file changed meanwhile) comes back after them."""
+        known = [d for d in self.dependents if d.name in names]
+        last = max((d.scale_up.level for d in self.dependents), default=0) + 1
+        extra = [
+            Dependent("apps/v1", kind, name, True, Step(last, 0.0, 30.0), Step(0, 0.0, 30.0))
+            for name, kind in sorted(names.items())
+            if name not in {d.name for d in known}
+        ]
+        return known + extra

@@ -1,0 +1,64 @@
+"""Our record of a scale-down, and the marks of dependency-watchdog beside it.
+
+dependency-watchdog writes ``replicas`` and ``meltdown-protection-active`` on the
+dependents it scales down, gardenlet and Gardener's shoot care read them, and
+operators use them. So do we, but those keys are shared: dependency-watchdog leaves
+``replicas`` on every Deployment it ever restored, so a DWD key alone says nothing
+about who lowered a dependent. Ours is a key of our own, ``RECORD``: the replicas
+taken away, when, and for which target, plus the label ``RECORD`` so the leader can
+list every record across the seed. A dependent with DWD's keys and no record of ours
+belongs to someone else: it is never acted on and never cleaned up, only reported.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from core.lease import PREFIX
+
+# dependency-watchdog's keys: written beside our record, read by gardenlet.
+REPLICAS = PREFIX + "replicas"
+MELTDOWN = PREFIX + "meltdown-protection-active"
+IGNORE_SCALING = PREFIX + "ignore-scaling"
+
+# Ours: an annotation holding the record and a label of the same key to list them by.
+RECORD = "dwd-lease.gardener.cloud/scaled-down"
+
+
+@dataclass(frozen=True)
+class Record:
+    """What a scale-down of ours took away: ``replicas`` is None when the record is unreadable."""
+
+    replicas: int | None
+    target: str = ""
+    at: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Record:
+        """Never fails: an unreadable record is still ours (it is our key), its count unknown."""
+        try:
+            raw = json.loads(text)
+            replicas = raw["replicas"]
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+                raise ValueError(replicas)
+            return cls(replicas, str(raw.get("target") or ""), str(raw.get("at") or ""))
+        except (ValueError, TypeError, KeyError):
+            return cls(None)
+
+    @classmethod
+    def now(cls, replicas: int, target: str) -> Record:
+        return cls(replicas, target, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    def text(self) -> str:
+        return json.dumps({"replicas": self.replicas, "target": self.target, "at": self.at}, sort_keys=True)
+
+
+def record_marks(record: Record) -> dict[str, str | None]:
+    """The annotations a scale-down writes: ours, and dependency-watchdog's beside it."""
+    return {RECORD: record.text(), REPLICAS: str(record.replicas), MELTDOWN: ""}
+
+
+# What a finished scale-up removes: every mark a scale-down of ours wrote.
+CLEARED: dict[str, str | None] = {RECORD: None, REPLICAS: None, MELTDOWN: None}
