@@ -82,6 +82,8 @@ class Fleet:
                     if str(e) != self.source_error:
                         log.error("targets_unavailable", error=str(e))
                     self.source_error = str(e)
+                if not self.reconciled.is_set():
+                    self.orphans.wake.set()  # what is served is known now: sweep at once
                 self.reconciled.set()
                 await asyncio.sleep(self.settings.shoots.poll_s)
         finally:

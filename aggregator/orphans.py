@@ -32,8 +32,8 @@ from core.errors import KubeError
 
 log = logs.get("fleet")
 
-# Where records can be: every kind the dependents file accepts, listed across namespaces.
-COLLECTIONS = {kind: "/apis/" + api + "/" + kind.lower() + "s" for api, kind in KIND_PATHS}
+# Where records can be, listed across namespaces, for each kind the dependents file accepts.
+COLLECTIONS = {(api, kind): f"/apis/{api}/{kind.lower()}s" for api, kind in KIND_PATHS}
 
 Served = Callable[[], "set[str] | None"]
 
@@ -79,7 +79,8 @@ class Orphans:
                 self._forget()
             self.wake.clear()
             pause_s = self.settings.shoots.sweep_s
-            if self.since:
+            if self.since or not self.is_leader():
+                # Orphans waiting, or a standby (no I/O) that must sweep soon after it leads.
                 pause_s = min(pause_s, self.settings.shoots.orphan_recheck_s)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(pause_s):
@@ -115,7 +116,10 @@ class Orphans:
     async def _list(self) -> dict[str, dict[str, str]]:
         """Namespace -> {name: kind} of every object carrying our label across the seed."""
         found: dict[str, dict[str, str]] = {}
-        for kind, path in COLLECTIONS.items():
+        # Only the kinds that are configured: the seed's RBAC grants no more.
+        kinds = sorted({(d.api_version, d.kind) for d in self.dependents})
+        for api_version, kind in kinds:
+            path = COLLECTIONS[(api_version, kind)]
             for obj in (await self.seed.get(path, labelSelector=RECORD)).get("items") or []:
                 meta = metadata(obj)
                 if meta.get("namespace") and meta.get("name"):

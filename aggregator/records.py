@@ -41,7 +41,8 @@ class Record:
         try:
             raw = json.loads(text)
             replicas = raw["replicas"]
-            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            # A count of 0 would restore nothing: a running dependent is never recorded at 0.
+            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
                 raise ValueError(replicas)
             return cls(replicas, str(raw.get("target") or ""), str(raw.get("at") or ""))
         except (ValueError, TypeError, KeyError):

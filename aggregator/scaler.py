@@ -224,7 +224,7 @@ class Scaler:
                     if done and direction is Direction.UP and state.record is not None and not state.ignored:
                         await self._write(d, Write(CLEARED), state, reason)
                         self._report_done(d, state, reason)
-                    elif done and direction is Direction.DOWN and state.record is not None:
+                    elif done and direction is Direction.DOWN and state.record and not state.ignored:
                         self._report_done(d, state, reason)
                     self.errors.pop(d.name, None)
                     return done
@@ -255,7 +255,7 @@ class Scaler:
                 return Write(record_marks(replace(s.record, replicas=s.replicas)))
             if not s.marks_complete():
                 # dependency-watchdog's scale-up removes its protection mark: gardenlet needs it.
-                return Write(record_marks(s.record))
+                return Write(record_marks(replace(s.record, replicas=s.restore_to())))
             return Write(replicas=0) if s.replicas != 0 else None
         if s.record is None or s.replicas != 0:
             # Not ours, or running: up only from 0, any other count is somebody's choice.

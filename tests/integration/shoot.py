@@ -151,6 +151,14 @@ class Shoot:
             "DWD_LEADER_RETRY_PERIOD": "500ms",
         }
 
+    def election_holder(self) -> str:
+        """Who holds the aggregators' election Lease in this shoot's namespace ("" when nobody)."""
+        path = f"/apis/coordination.k8s.io/v1/namespaces/{self.namespace}/leases"
+        holders = [
+            str((i.get("spec") or {}).get("holderIdentity") or "") for i in self.seed_admin.get(path)["items"]
+        ]
+        return next((h for h in holders if h), "")
+
     def env(self, **overrides: str) -> dict[str, str]:
         dependents = self.tmp / "dependents.yaml"
         dependents.write_text(yaml.safe_dump(FAST_DEPENDENTS))

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from aggregator.scaler import IGNORE_SCALING, MELTDOWN, REPLICAS
+from aggregator.records import IGNORE_SCALING, MELTDOWN, REPLICAS
 from tests.integration.agents import wait_for
 from tests.integration.shoot import CONTROLLERS, Shoot
 

@@ -19,7 +19,9 @@ from tests.integration.shoot import CONTROLLERS, Sample, Shoot
 
 pytestmark = pytest.mark.integration
 
-# dependency-watchdog's annotations: the contract with the seed, whatever writes them.
+# Written as strings: the contract with the seed, whatever the code calls them. Ours, and
+# dependency-watchdog's beside it.
+RECORD = "dwd-lease.gardener.cloud/scaled-down"
 REPLICAS = "dependency-watchdog.gardener.cloud/replicas"
 MELTDOWN = "dependency-watchdog.gardener.cloud/meltdown-protection-active"
 
@@ -46,7 +48,11 @@ def judging(shoot: Shoot, *, seed: FaultProxy | None = None, **env: str) -> None
 def recorded(shoot: Shoot) -> dict[str, dict[str, str]]:
     """Our annotations on each controller (empty when none is left)."""
     return {
-        name: {k: v for k, v in (d["metadata"].get("annotations") or {}).items() if k in (REPLICAS, MELTDOWN)}
+        name: {
+            k: v
+            for k, v in (d["metadata"].get("annotations") or {}).items()
+            if k in (RECORD, REPLICAS, MELTDOWN)
+        }
         for name, d in shoot.deployments().items()
     }
 
@@ -196,12 +202,6 @@ def test_mcm_and_ca_wait_for_kcm_on_the_way_up(shoot: Shoot) -> None:
     wait_for(lambda: restored(shoot), 30, "every controller back once the seed heals", every_s=0.2)
 
 
-def _election_holder(shoot: Shoot) -> str:
-    items = shoot.seed_admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{shoot.namespace}/leases")["items"]
-    holders = [str((i.get("spec") or {}).get("holderIdentity") or "") for i in items]
-    return next((h for h in holders if h), "")
-
-
 @pytest.mark.timeout(240)
 def test_a_deposed_leader_never_writes_again(shoot: Shoot) -> None:
     """The leader's seed connection goes into a black hole in the middle of a scale-up; the
@@ -211,7 +211,7 @@ def test_a_deposed_leader_never_writes_again(shoot: Shoot) -> None:
     election = shoot.election_env()
     proxy = shoot.seed_proxy()
     shoot.start_aggregator(seed=proxy, **election)
-    old = wait_for(lambda: _election_holder(shoot), 30, "the first aggregator to lead")
+    old = wait_for(shoot.election_holder, 30, "the first aggregator to lead")
     shoot.start_aggregator(**election)
     shoot.wait_leases_renewed()
     time.sleep(4)
@@ -223,7 +223,7 @@ def test_a_deposed_leader_never_writes_again(shoot: Shoot) -> None:
     shoot.driver.alive |= SEVEN
     wait_for(lambda: first_up.hits == 1, OUTAGE_S, "the leader's scale-up to begin", every_s=0.01)
     proxy.blackhole(True)
-    wait_for(lambda: _election_holder(shoot) not in ("", old), 20, "the standby to take over", every_s=0.2)
+    wait_for(lambda: shoot.election_holder() not in ("", old), 20, "the standby to take over", every_s=0.2)
     wait_for(lambda: restored(shoot), OUTAGE_S, "the new leader's recovery", every_s=0.1)
 
     shoot.driver.alive -= SEVEN
@@ -247,4 +247,4 @@ def test_a_deposed_leader_never_writes_again(shoot: Shoot) -> None:
         f" back; its writes since: {late_writes()}"
     )
     assert not late_writes(), "the deposed leader wrote to the controllers"
-    assert _election_holder(shoot) != old
+    assert shoot.election_holder() != old

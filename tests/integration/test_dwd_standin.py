@@ -8,22 +8,20 @@ dependent at 0 raised, ignore-scaling. The pure parts are checked first, without
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from core.errors import ConfigError
-from core.lease import format_micro_time, leases_path
+from core.lease import format_micro_time
 from testenv.client import Client
 from testenv.controlplane import ControlPlane
 from testenv.dwd import (
     GARDENER_DEPENDENTS,
     IGNORE_SCALING,
     MELTDOWN,
-    NODE_LEASE_NAMESPACE,
     NOT_MANAGED_BY_MCM,
     REPLICAS,
     DependencyWatchdog,
@@ -36,24 +34,13 @@ from testenv.dwd import (
     scale_flows,
     target_replicas,
 )
-from testenv.standins import DEPLOYMENTS, NodeLeaseDriver
+from testenv.standins import DEPLOYMENTS
 from tests.integration.agents import wait_for
+from tests.integration.dwdworld import CA, DOWN, FAST, KCM, MCM, NODES, DwdWorld
 from tests.integration.shoot import FAST_DEPENDENTS, Shoot
 
 pytestmark = pytest.mark.integration
 
-KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
-NODES = [f"node-{i}" for i in range(10)]
-DOWN = {KCM: 0, MCM: 0, CA: 0}
-# Short clocks, DWD's rules: a lease is expired 1.5 s after its renewal.
-FAST: dict[str, Any] = {
-    "dependents": FAST_DEPENDENTS,
-    "kcm_grace_s": 2.0,
-    "probe_interval_s": 0.3,
-    "jitter": 0.2,
-    "initial_delay_s": 0.0,
-    "probe_timeout_s": 5.0,
-}
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 FAST_REF = {"kind": "Deployment", "name": KCM, "apiVersion": "apps/v1"}
 
@@ -156,52 +143,6 @@ def test_pure_flows_annotations_and_config() -> None:
 # --- against the API servers ------------------------------------------------------------------
 
 
-@dataclass
-class World:
-    shoot: Shoot
-    kubelets: NodeLeaseDriver
-    dwd: DependencyWatchdog
-
-
-@pytest.fixture
-def world_for(shoot: Shoot) -> Iterator[Callable[..., World]]:
-    """A shoot with 10 nodes whose kubelet leases renew every 0.3 s, and a DWD stand-in with
-    clients of its own (not yet started)."""
-    clients: list[Client] = []
-    worlds: list[World] = []
-
-    def make(
-        controllers: dict[str, int] | None = None,
-        annotations: dict[str, dict[str, str]] | None = None,
-        **settings: Any,
-    ) -> World:
-        shoot.setup(controllers=controllers)
-        for name, marks in (annotations or {}).items():
-            shoot.seed_admin.merge_patch(
-                f"{DEPLOYMENTS.format(ns=shoot.namespace)}/{name}", {"metadata": {"annotations": marks}}
-            )
-        kubelets = NodeLeaseDriver(shoot.shoot.admin_client(), NODES, every_s=0.3)
-        kubelets.start()
-        clients.extend([shoot.shoot.admin_client(), shoot.seed.admin_client()])
-        dwd = DependencyWatchdog(clients[-2], clients[-1], shoot.namespace, **{**FAST, **settings})
-        world = World(shoot, kubelets, dwd)
-        worlds.append(world)
-        wait_for(lambda: len(renewed(shoot)) == len(NODES), 10, "every kubelet lease renewed")
-        return world
-
-    yield make
-    for w in worlds:
-        w.dwd.stop()
-        w.kubelets.stop()
-    for c in clients:
-        c.close()
-
-
-def renewed(shoot: Shoot) -> list[str]:
-    items = shoot.shoot_admin.get(leases_path(NODE_LEASE_NAMESPACE))["items"]
-    return [x["metadata"]["name"] for x in items if x["spec"].get("renewTime")]
-
-
 def marks_of(shoot: Shoot, name: str) -> dict[str, str]:
     return dict(shoot.deployments()[name]["metadata"].get("annotations") or {})
 
@@ -213,7 +154,7 @@ def set_replicas(shoot: Shoot, name: str, replicas: int, *, wait: bool = True) -
         wait_for(lambda: shoot.ready_replicas()[name] == replicas, 5, f"{name} ready at {replicas}")
 
 
-def lose_quorum_and_scale_down(w: World) -> float:
+def lose_quorum_and_scale_down(w: DwdWorld) -> float:
     """7 of 10 kubelet leases stop; returns when DWD's probe has scaled down (its start time)."""
     w.kubelets.alive = set(NODES[7:])
     wait_for(lambda: w.dwd.verdict().action == "scale-down", 5, "7 leases expired", every_s=0.1)
@@ -222,7 +163,7 @@ def lose_quorum_and_scale_down(w: World) -> float:
     return w.dwd.writes[started].t
 
 
-def test_healthy_shoot_probe_scales_up_and_writes_nothing(world_for: Callable[..., World]) -> None:
+def test_healthy_shoot_probe_scales_up_and_writes_nothing(world_for: Callable[..., DwdWorld]) -> None:
     w = world_for()
     verdict = w.dwd.verdict()
     assert (verdict.action, verdict.candidates, verdict.expired) == ("scale-up", 10, 0)
@@ -232,7 +173,7 @@ def test_healthy_shoot_probe_scales_up_and_writes_nothing(world_for: Callable[..
     assert all(not marks_of(w.shoot, n) for n in (KCM, MCM, CA))
 
 
-def test_quorum_lost_marks_then_zeroes_mcm_and_ca_before_kcm(world_for: Callable[..., World]) -> None:
+def test_quorum_lost_marks_then_zeroes_mcm_and_ca_before_kcm(world_for: Callable[..., DwdWorld]) -> None:
     w = world_for()
     set_replicas(w.shoot, KCM, 4)  # the replicas "at that moment", not the configured ones
     lose_quorum_and_scale_down(w)
@@ -256,7 +197,7 @@ def test_quorum_lost_marks_then_zeroes_mcm_and_ca_before_kcm(world_for: Callable
     assert len(w.dwd.writes) == n
 
 
-def test_quorum_back_restores_counts_and_keeps_replicas_mark(world_for: Callable[..., World]) -> None:
+def test_quorum_back_restores_counts_and_keeps_replicas_mark(world_for: Callable[..., DwdWorld]) -> None:
     w = world_for()
     set_replicas(w.shoot, KCM, 4)
     lose_quorum_and_scale_down(w)
@@ -282,7 +223,7 @@ def test_quorum_back_restores_counts_and_keeps_replicas_mark(world_for: Callable
     assert len(w.dwd.writes) == n
 
 
-def test_any_dependent_at_zero_is_raised_by_a_passing_probe(world_for: Callable[..., World]) -> None:
+def test_any_dependent_at_zero_is_raised_by_a_passing_probe(world_for: Callable[..., DwdWorld]) -> None:
     w = world_for(controllers={KCM: 3, MCM: 0, CA: 1})
     assert marks_of(w.shoot, MCM) == {}
     assert w.dwd.probe_once() == "scale-up"
@@ -292,7 +233,7 @@ def test_any_dependent_at_zero_is_raised_by_a_passing_probe(world_for: Callable[
     assert marks_of(w.shoot, MCM) == {}
 
 
-def test_ignore_scaling_is_not_scaled_and_loses_its_meltdown_mark(world_for: Callable[..., World]) -> None:
+def test_ignore_scaling_is_not_scaled_and_loses_its_meltdown_mark(world_for: Callable[..., DwdWorld]) -> None:
     w = world_for(
         controllers={KCM: 0, MCM: 2, CA: 1},
         annotations={KCM: {IGNORE_SCALING: "true", MELTDOWN: ""}, CA: {MELTDOWN: ""}},
@@ -306,7 +247,7 @@ def test_ignore_scaling_is_not_scaled_and_loses_its_meltdown_mark(world_for: Cal
     assert w.dwd.writes_to(MCM) == []
 
 
-def test_loop_raises_mcm_each_time_it_is_lowered(world_for: Callable[..., World]) -> None:
+def test_loop_raises_mcm_each_time_it_is_lowered(world_for: Callable[..., DwdWorld]) -> None:
     w = world_for(controllers={KCM: 3, MCM: 0, CA: 1})
     w.dwd.start()
 

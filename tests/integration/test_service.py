@@ -10,7 +10,7 @@ import httpx
 import pytest
 import yaml
 
-from aggregator.scaler import MELTDOWN, REPLICAS
+from aggregator.records import MELTDOWN, REPLICAS
 from testenv.apply import apply
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.standins import LoggedProcess

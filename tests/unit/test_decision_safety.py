@@ -14,7 +14,7 @@ import pytest
 from aggregator import budget
 from aggregator.decider import Phase
 from aggregator.objects import NodeView
-from aggregator.scaler import MELTDOWN, REPLICAS
+from aggregator.records import MELTDOWN, REPLICAS
 from aggregator.target import Interlock
 from aggregator.watcher import Informer
 from core.errors import Forbidden, NotFound

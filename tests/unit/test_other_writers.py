@@ -22,13 +22,11 @@ from aggregator.decider import Phase
 from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent, Step
 from aggregator.fleet import Fleet, Running
 from aggregator.metrics import AggregatorMetrics
-from aggregator.scaler import IGNORE_SCALING, MELTDOWN, REPLICAS
+from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
 from aggregator.sources import TargetSpec
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.standins import CONTROLLERS
 from tests.unit.world import CA, DOWN, KCM, MCM, NS, World, deployment_path, with_settings
-
-RECORD = "dwd-lease.gardener.cloud/scaled-down"
 
 
 def ours(w: World, name: str) -> dict[str, Any] | None:
@@ -166,6 +164,60 @@ async def test_a_missed_leader_term_in_the_scale_up_window_lowers_nothing() -> N
     w.leader = True
     await w.until(w.restored, 90, "the scale-up finished")
     assert all(r[KCM] == 3 for _, r in w.trace[mark:]), [r for _, r in w.trace[mark:]]
+
+
+# -- every combination of what a start finds, on a healthy shoot and in an outage
+
+
+def _found(w: World, found: str) -> None:
+    """What a start finds on the seed: records of ours on some dependents, on all, or somebody
+    else's (dependency-watchdog holding the shoot down)."""
+    held = {
+        "nothing": (),
+        "ours on MCM": (MCM,),  # a scale-down that got as far as level 0 before a crash
+        "ours on all": tuple(CONTROLLERS),
+        "ours on MCM and CA, KCM back": (MCM, CA),  # the scale-up window
+    }.get(found, ())
+    for name in held:
+        w.annotate(name, record_marks(Record(CONTROLLERS[name], "shoot")))
+        w.seed.objects[deployment_path(name)]["metadata"]["labels"] = {RECORD: "true"}
+        w.scale(name, 0)
+    if found == "somebody else's":
+        for name in CONTROLLERS:
+            w.dwd_scale_down(name)
+
+
+FOUND = ["nothing", "ours on MCM", "ours on all", "ours on MCM and CA, KCM back", "somebody else's"]
+
+
+@pytest.mark.parametrize("found", FOUND)
+async def test_a_start_on_a_healthy_shoot_lowers_nothing_and_restores_only_ours(found: str) -> None:
+    w = World()
+    _found(w, found)
+    start = w.replicas()
+    await w.run(60)
+    lowered = [r for _, r in w.trace if any(r[n] < start[n] for n in CONTROLLERS)]
+    assert not lowered, lowered[0]
+    if found == "somebody else's":
+        assert w.replicas() == DOWN and not seed_writes(w)  # not ours: left to its writer
+    else:
+        assert w.restored(), (w.replicas(), {n: w.annotations(n) for n in CONTROLLERS})
+
+
+@pytest.mark.parametrize("found", FOUND)
+async def test_a_start_in_an_outage_lowers_only_after_a_confirmed_verdict(found: str) -> None:
+    w = World()
+    _found(w, found)
+    w.alive -= set(w.names[:7])
+    start = w.replicas()
+    await w.run(40)
+    first_lowered = next((t for t, r in w.trace if any(r[n] < start[n] for n in CONTROLLERS)), None)
+    if found not in {"ours on all", "somebody else's"}:
+        # Nothing before a lease duration of fresh view, a lease duration and the confirm period.
+        assert first_lowered is not None and first_lowered - 1000 >= 8 + 4, first_lowered
+    assert w.replicas() == DOWN
+    if found == "somebody else's":
+        assert not seed_writes(w)
 
 
 # -- 6: ignore-scaling keeps the record and the resource untouched

@@ -168,3 +168,16 @@ async def test_somebody_elses_marks_are_never_touched(desired: Desired) -> None:
     if desired is Desired.RUNNING:
         assert view(kube, MCM) == (2, {MELTDOWN: ""})
         assert not kube.writes
+
+
+@pytest.mark.parametrize("text", ["{}", '{"replicas": 0}', '{"replicas": true}', "[1]", ""])
+def test_an_unreadable_record_is_still_ours_with_its_count_unknown(text: str) -> None:
+    assert Record.parse(text) == Record(None)
+
+
+async def test_an_unreadable_record_held_down_gets_its_marks_from_the_fallback() -> None:
+    kube, clock = seed(), Clock()
+    mark(kube, KCM, {RECORD: "garbage", REPLICAS: "4"}, replicas=0)  # meltdown-protection-active lost
+    await converge(scaler(kube, clock), clock, Desired.SCALED_DOWN)
+    assert view(kube, KCM) == (0, {REPLICAS: "4", MELTDOWN: ""})
+    assert Record.parse(kube.objects[deployment_path(KCM)]["metadata"]["annotations"][RECORD]).replicas == 4

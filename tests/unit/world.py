@@ -15,7 +15,7 @@ from typing import Any
 
 from aggregator.decider import Phase
 from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent
-from aggregator.scaler import MELTDOWN, REPLICAS
+from aggregator.records import MELTDOWN, REPLICAS
 from aggregator.settings import Settings, Shoots
 from aggregator.target import Target
 from core.durations import parse_duration
