@@ -9,6 +9,11 @@ and every ``DWD_SWEEP`` (``Shoots.sweep_s``); a record in a namespace that no
 target serves is restored once it has been seen orphaned for the recovery period,
 only where it is ours (a dependent with somebody else's marks is never touched).
 A standby does nothing and keeps nothing: the next leader starts from the seed.
+
+The sweep takes every record of ours in the seed that it does not serve for an orphan,
+so a seed has one aggregator with targets from a file or from Gardener (as it has one
+dependency-watchdog prober); one with a single target from the environment does not
+sweep.
 """
 
 from __future__ import annotations
@@ -72,6 +77,11 @@ class Orphans:
         self._error = ""
 
     async def run(self) -> None:
+        if self.settings.shoots.mode == "env":
+            # One target from the environment is served as long as the process runs, and a
+            # record in any other namespace is not this aggregator's to judge: another
+            # aggregator may serve it.
+            return
         while True:
             if self.is_leader():
                 await self.sweep()

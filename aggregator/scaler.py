@@ -228,6 +228,9 @@ class Scaler:
                         self._report_done(d, state, reason)
                     self.errors.pop(d.name, None)
                     return done
+                # Moved away from the target (by us, or by someone else raising it): the
+                # controller has to follow again, its timeout counts from the next arrival.
+                self._at_target_since.pop(d.name, None)
                 await self._write(d, write, state, reason)
             return False
         except KubeError as e:

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from aggregator.records import MELTDOWN, RECORD, REPLICAS
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv import workload
 from testenv.controlplane import ControlPlane, ensure_namespace
@@ -325,8 +326,9 @@ def run(
             d["metadata"].get("annotations") or {}
             for d in seed_admin.get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
         ]
-        leftover = [a for a in annotations if any(k.startswith("dependency-watchdog") for k in a)]
-        show(f"restored {replicas()}; dependency-watchdog annotations left: {len(leftover)}")
+        marks = (RECORD, REPLICAS, MELTDOWN)
+        leftover = [a for a in annotations if any(k in marks for k in a)]
+        show(f"restored {replicas()}; controllers still carrying a record: {len(leftover)}")
         return {
             "last_renewal_to_mcm_down_s": (mcm_down_wall - last_renewal).total_seconds(),
             "last_renewal_to_kcm_down_s": (all_down_wall - last_renewal).total_seconds(),

@@ -19,6 +19,8 @@ from tests.integration.shoot import CONTROLLERS, Shoot, shoot_for
 
 pytestmark = pytest.mark.integration
 
+KCM = "kube-controller-manager"
+
 DOWN = dict.fromkeys(CONTROLLERS, 0)
 FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
 
@@ -279,8 +281,9 @@ def test_dry_run_reports_and_scales_nothing(shoot: Shoot) -> None:
     assert m["dwd_dry_run"] == 1
     assert m["dwd_leader"] == 1  # no election: the only replica leads
     assert status(port)["dry_run"] is True
-    dry = [e for e in agg.events() if e["event"] == "dry_run_scale"]
+    dry = [e for e in agg.events() if e["event"] == "dry_run_write"]
     assert {e["resource"] for e in dry} == set(CONTROLLERS)
+    assert m[f'dwd_dry_run_writes_total{{target="{shoot.namespace}",resource="{KCM}",direction="down"}}'] >= 1
     time.sleep(1)
     assert shoot.replicas() == CONTROLLERS
     assert all(shoot.annotation(n, REPLICAS) is None for n in CONTROLLERS)

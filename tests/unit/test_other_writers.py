@@ -291,6 +291,24 @@ async def test_dependency_watchdogs_scale_up_during_our_outage_is_lowered_and_re
     assert w.target.metrics.overridden.get(target="shoot", resource=KCM) == 2
 
 
+async def test_after_a_raise_kcm_waits_again_for_mcm_to_stop() -> None:
+    """Held down for longer than MCM's timeout, then raised by someone else: lowering it again,
+    KCM (level 1) must wait for MCM to be seen stopped again, not count the old timeout."""
+    w = World()
+    await w.settle()
+    await w.outage()
+    await w.run(40)  # longer than the dependents' 30 s timeout
+    for name in CONTROLLERS:
+        w.dwd_scale_up(name)
+    w.seed.controller = False  # MCM's pods take their time to go
+    await w.until(lambda: w.replicas()[MCM] == 0, 15, "MCM lowered again")
+    await w.run(20)
+    assert w.replicas()[KCM] == 3, "KCM lowered while MCM still runs"
+    w.seed.follow(deployment_path(MCM))
+    w.seed.follow(deployment_path(CA))
+    await w.until(lambda: w.replicas()[KCM] == 0, 15, "KCM lowered once MCM stopped")
+
+
 # -- 8: a removed target's restore is the leader's job, and touches only what is ours
 
 
@@ -310,7 +328,7 @@ def quick(w: World) -> tuple[Dependent, ...]:
 
 
 def quick_fleet(w: World, *, leader: bool = True, metrics: AggregatorMetrics | None = None) -> Fleet:
-    settings = with_settings(w.settings, recovery_period_s=0.05, poll_s=0.02, sweep_s=0.05)
+    settings = with_settings(w.settings, recovery_period_s=0.05, poll_s=0.02, sweep_s=0.05, mode="file")
     return Fleet(settings, w.seed, quick(w), metrics or AggregatorMetrics(), is_leader=lambda: leader)  # type: ignore[arg-type]
 
 
@@ -336,6 +354,24 @@ async def test_a_restart_after_a_target_was_removed_still_restores_what_it_scale
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_an_aggregator_of_one_target_from_the_environment_sweeps_nothing() -> None:
+    w = World()
+    await w.settle()
+    await w.outage()  # as if another aggregator of this seed held this shoot down
+    fleet = quick_fleet(w)
+    fleet.settings = with_settings(fleet.settings, mode="env")
+    fleet.orphans.settings = fleet.settings
+    task = asyncio.create_task(
+        fleet.run(Targets(TargetSpec("other", "shoot--p--other", kubeconfig_path="-")))
+    )
+    try:
+        await asyncio.sleep(0.5)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert w.replicas() == DOWN
 
 
 async def test_a_removed_target_touches_only_what_carries_our_record() -> None:
