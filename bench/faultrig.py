@@ -1,34 +1,42 @@
-"""The fault suite's rig: a real shoot and seed, ten nodes renewed by a driver, and two
-aggregator replicas with leader election, each reaching the seed through its own FaultProxy.
+"""The fault suite's rig: a real shoot and seed, ten nodes whose agents' and kubelets' leases
+drivers renew, and two aggregator replicas with leader election, each reaching the seed
+through its own FaultProxy; on demand, dependency-watchdog's prober beside them.
 
 One proxy per replica, so one replica's seed path can be blackholed while the
 other's works. A sampler reads the controllers straight from the seed (not
 through a proxy) every 100 ms: whatever the aggregators did, even briefly, is
 seen. A journal keeps what the suite did, with wall-clock times to line up with
 the aggregators' JSON logs.
+
+The kubelet leases are what dependency-watchdog judges: a cut silences a node's
+agent and its kubelet together, as a broken path would.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
+import yaml
 
+from aggregator.records import RECORD
 from core.errors import KubeError
-from core.lease import PREFIX
+from core.lease import PREFIX, leases_path
 from testenv.controlplane import ControlPlane, free_port
+from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
 from testenv.faultproxy import FaultProxy
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, LoggedProcess
-from tests.integration.shoot import Shoot, shoot_for
+from testenv.standins import CONTROLLERS, DEPLOYMENTS, LoggedProcess, NodeLeaseDriver, eventually
+from tests.integration.shoot import FAST_DEPENDENTS, Shoot, shoot_for
 
 NAMESPACE = "shoot--faults--suite"
 NODES = [f"node-{i}" for i in range(10)]
@@ -42,10 +50,44 @@ LEADER_ENV = {
     "DWD_LEADER_RENEW_DEADLINE": "2s",
     "DWD_LEADER_RETRY_PERIOD": "500ms",
 }
+KCM, MCM = "kube-controller-manager", "machine-controller-manager"
+# The tests' dependents, but MCM comes up 5 s after KCM (Gardener's is 30 s): a window in
+# which KCM runs again while MCM and CA are still at 0 with our record, for restarts to hit.
+MCM_UP_DELAY = "5s"
+DEPENDENTS_FILE = "dependents-faults.yaml"
+# dependency-watchdog's own clocks, in Gardener's proportions: a kubelet lease counts as
+# expired 30 s after its renewal (0.75 x KCM's 40 s grace), far beyond the suite's 4-15 s
+# outages, so its verdict is always "scale-up" and every dependent it finds at 0 it raises
+# to the ``replicas`` annotation, i.e. to what the aggregator holds down. Probes 3-3.6 s
+# apart (Gardener's 30 s, against outages of minutes), so that an outage here sees one or
+# more; each shoot request bounded by the interval.
+DWD_SETTINGS: dict[str, Any] = {
+    "kcm_grace_s": 40.0,
+    "probe_interval_s": 3.0,
+    "jitter": 0.2,
+    "initial_delay_s": 0.0,
+    "probe_timeout_s": 3.0,
+}
+# kubelet renews every 10 s; 1 s follows a restore as closely as the agents do, and a
+# fresher lease only widens the margin to dependency-watchdog's 30 s.
+KUBELET_RENEW_S = 1.0
 
 
-def wall() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+def dependents() -> dict[str, Any]:
+    """The rig's dependents, for the aggregators' file and dependency-watchdog alike."""
+    config: dict[str, Any] = copy.deepcopy(FAST_DEPENDENTS)
+    for info in config["dependentResourceInfos"]:
+        if info["ref"]["name"] == MCM:
+            info["scaleUp"]["initialDelay"] = MCM_UP_DELAY
+    return config
+
+
+def wall(t: float | None = None) -> str:
+    """Now, or the monotonic moment ``t``, as the UTC wall clock the JSON logs use."""
+    now = datetime.now(UTC)
+    if t is not None:
+        now -= timedelta(seconds=time.monotonic() - t)
+    return now.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Journal:
@@ -57,8 +99,10 @@ class Journal:
         self._lock = threading.Lock()
         self.lines: list[str] = []
 
-    def __call__(self, text: str) -> None:
-        line = f"{wall()} {text}"
+    def __call__(self, text: str, at: float | None = None) -> None:
+        """``at``: the monotonic moment it happened, when written down later (another writer's
+        record, read when it stops)."""
+        line = f"{wall(at)} {text}"
         with self._lock:
             self.lines.append(line)
             self._file.write(line + "\n")
@@ -68,8 +112,9 @@ class Journal:
             return len(self.lines)
 
     def since(self, mark: int) -> list[str]:
+        """In the order things happened: lines written down later take their place."""
         with self._lock:
-            return self.lines[mark:]
+            return sorted(self.lines[mark:], key=lambda line: line.split(" ", 1)[0])
 
     def close(self) -> None:
         self._file.close()
@@ -79,8 +124,20 @@ class Journal:
 class Sample:
     t: float  # monotonic
     replicas: dict[str, int]
-    # The controllers that carry any dependency-watchdog annotation.
+    # The controllers that carry any mark of a scale-down: ours, or dependency-watchdog's keys.
     annotated: frozenset[str]
+    # The controllers that carry our record (its annotation or its label): held down by us.
+    recorded: frozenset[str]
+
+
+def _recorded(d: dict[str, Any]) -> bool:
+    meta = d["metadata"]
+    return RECORD in (meta.get("annotations") or {}) or RECORD in (meta.get("labels") or {})
+
+
+def _annotated(d: dict[str, Any]) -> bool:
+    """Our record is not under dependency-watchdog's prefix: counted on its own."""
+    return _recorded(d) or any(k.startswith(PREFIX) for k in d["metadata"].get("annotations") or {})
 
 
 class Sampler(threading.Thread):
@@ -107,11 +164,8 @@ class Sampler(threading.Thread):
                 sample = Sample(
                     started,
                     {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items},
-                    frozenset(
-                        d["metadata"]["name"]
-                        for d in items
-                        if any(k.startswith(PREFIX) for k in d["metadata"].get("annotations") or {})
-                    ),
+                    frozenset(d["metadata"]["name"] for d in items if _annotated(d)),
+                    frozenset(d["metadata"]["name"] for d in items if _recorded(d)),
                 )
                 with self._lock:
                     self.samples.append(sample)
@@ -171,8 +225,16 @@ class Replica:
 
 
 class Rig:
-    def __init__(self, shoot: Shoot, replicas: list[Replica], sampler: Sampler, journal: Journal) -> None:
+    def __init__(
+        self,
+        shoot: Shoot,
+        kubelets: NodeLeaseDriver,
+        replicas: list[Replica],
+        sampler: Sampler,
+        journal: Journal,
+    ) -> None:
         self.shoot = shoot
+        self.kubelets = kubelets
         self.replicas = replicas
         self.sampler = sampler
         self.journal = journal
@@ -187,11 +249,37 @@ class Rig:
     # -- the nodes
 
     def cut(self, nodes: frozenset[str]) -> None:
-        # A new set, never mutated in place: the driver thread iterates it.
+        """Their agents and their kubelets stop renewing, together."""
+        # New sets, never mutated in place: the driver threads iterate them.
         self.shoot.driver.alive = set(NODES) - nodes
+        self.kubelets.alive = set(NODES) - nodes
 
     def restore_nodes(self) -> None:
         self.shoot.driver.alive = set(NODES)
+        self.kubelets.alive = set(NODES)
+
+    # -- the other writers
+
+    def scale(self, name: str, replicas: int, who: str) -> None:
+        """Sets a controller's scale as ``kubectl scale`` does: no precondition, last writer wins."""
+        self.shoot.seed_admin.merge_patch(
+            f"{DEPLOYMENTS.format(ns=NAMESPACE)}/{name}/scale", {"spec": {"replicas": replicas}}
+        )
+        self.journal(f"{who}: scaled {name} to {replicas}")
+
+    @contextlib.contextmanager
+    def watchdog(self) -> Iterator[DependencyWatchdog]:
+        """dependency-watchdog's prober, probing from now until the block ends, on clients of
+        its own (it shares none of the suite's connections, as the real one would not)."""
+        with self.shoot.shoot.admin_client() as shoot, self.shoot.seed.admin_client() as seed:
+            dwd = DependencyWatchdog(shoot, seed, NAMESPACE, dependents=dependents(), **DWD_SETTINGS)
+            dwd.start()
+            self.journal("dependency-watchdog started")
+            try:
+                yield dwd
+            finally:
+                dwd.stop()
+                self.journal(f"dependency-watchdog stopped after {len(dwd.probes)} probes")
 
     # -- the replicas
 
@@ -205,6 +293,7 @@ class Rig:
                 **LEADER_ENV,
                 DWD_SEED_KUBECONFIG=str(r.kubeconfig),
                 DWD_METRICS_ADDR=f"127.0.0.1:{r.port}",
+                DWD_DEPENDENTS_FILE=str(self.workdir / DEPENDENTS_FILE),
             )
             with open(log_path, "wb") as log:
                 popen = subprocess.Popen(
@@ -242,11 +331,12 @@ class Rig:
             r.proxy.blackhole(False)
             self.start(r)
 
-    def settled(self) -> bool:
-        """The controllers at their replicas without a record, and both replicas healthy with
-        one leader between them: the next cycle starts from where the first one did."""
+    def settled(self, want: dict[str, int] = CONTROLLERS) -> bool:
+        """The controllers at ``want`` (their replicas, unless an operator chose other counts)
+        without a record, and both replicas healthy with one leader between them: the next
+        cycle starts from where the first one did."""
         sample = self.sampler.latest()
-        if sample is None or sample.replicas != CONTROLLERS or sample.annotated:
+        if sample is None or sample.replicas != want or sample.annotated:
             return False
         statuses = [r.status() for r in self.replicas]
         if any(s is None for s in statuses) or not all(r.alive() for r in self.replicas):
@@ -294,6 +384,10 @@ def rig(workdir: Path) -> Iterator[Rig]:
         seed = stack.enter_context(ControlPlane().running())
         shoot = stack.enter_context(shoot_for(seed, NAMESPACE, workdir))
         shoot.setup(nodes=len(NODES))
+        (workdir / DEPENDENTS_FILE).write_text(yaml.safe_dump(dependents()))
+        kubelets = NodeLeaseDriver(shoot.shoot.admin_client(), NODES, every_s=KUBELET_RENEW_S)
+        kubelets.start()
+        stack.callback(kubelets.stop)
         replicas = []
         for slot in range(2):
             proxy = FaultProxy(seed).open()
@@ -302,12 +396,14 @@ def rig(workdir: Path) -> Iterator[Rig]:
         sampler = Sampler(seed, NAMESPACE)
         sampler.start()
         stack.callback(sampler.stop)
-        r = Rig(shoot, replicas, sampler, journal)
+        r = Rig(shoot, kubelets, replicas, sampler, journal)
         stack.callback(_kill_all, r)
         for replica in replicas:
             r.start(replica)
         r.wait_leader(60)
         shoot.wait_leases_renewed(60)
+        if not eventually(lambda: _kubelet_leases(shoot) == len(NODES), 60):
+            raise TimeoutError("the kubelet leases were not all created within 60s")
         deadline = time.monotonic() + 60
         while not r.settled():
             if time.monotonic() > deadline:
@@ -315,6 +411,11 @@ def rig(workdir: Path) -> Iterator[Rig]:
             time.sleep(0.2)
         journal("rig settled")
         yield r
+
+
+def _kubelet_leases(shoot: Shoot) -> int:
+    items = shoot.shoot_admin.get(leases_path(NODE_LEASE_NAMESPACE))["items"]
+    return sum(1 for x in items if (x.get("spec") or {}).get("renewTime"))
 
 
 def _kill_all(r: Rig) -> None:

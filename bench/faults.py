@@ -12,17 +12,23 @@ Each cycle is one of
   renewing when the stop begins and renew again 1 s after /readyz, as behind a load
   balancer that admits traffic only to a ready server (nothing may be scaled down);
 and any cycle may also get: SIGKILL of the leader (restarted 1-8 s later), the seed
-answering 500 or 429 to every PATCH of a Deployment or its scale for 2-6 s, and a leader
-handover (the leader's seed path blackholed for 4-8 s). The extras start around the
-scale-down or around the scale-up (bench/faultplan.py).
+answering 500 or 429 to every PATCH of a Deployment or its scale for 2-6 s, a leader
+handover (the leader's seed path blackholed for 4-8 s), and dependency-watchdog's prober
+running beside the aggregators (it raises whatever they hold at 0: they must lower it
+again); an outage may also get an operator scaling one controller held at 0 to another
+count (that count must come back), and a SIGKILL of the leader or of both replicas in the
+scale-up's window, KCM back and MCM still at 0 (KCM must not be lowered again). The
+extras start around the scale-down or around the scale-up (bench/faultplan.py).
 
 After each cycle everything is healed and the rig must settle within 60 s: the
-controllers at their replicas without a record, both replicas healthy, one leader.
+controllers at their replicas (an operator's count first, then the suite sets it back)
+without a record, both replicas healthy, one leader.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import signal
 import tempfile
@@ -34,7 +40,7 @@ from bench import faultplan
 from bench.faultplan import Plan, plan
 from bench.faultreport import Result, check, report
 from bench.faultrig import NODES, Rig, rig, wall
-from testenv.standins import eventually
+from testenv.standins import CONTROLLERS, eventually
 
 SETTLE_S = 60.0
 # Past the aggregator's blind limit (2 min): a rig that has not settled by then never will.
@@ -45,6 +51,15 @@ def run_cycle(r: Rig, p: Plan) -> Result:
     mark = r.journal.mark()
     r.journal(f"cycle {p.n}: {p.describe()}")
     res = Result(p, wall())
+    with faultplan.watchdog(r, p, res.tally):
+        _cycle(r, p, res)
+    r.journal(f"cycle {p.n} done")
+    res.end_wall = wall()
+    res.journal = r.journal.since(mark)
+    return res
+
+
+def _cycle(r: Rig, p: Plan, res: Result) -> None:
     t_start = time.monotonic()
     with faultplan.running(r, p, res.tally) as (healed, finish):
         t_cut = time.monotonic()
@@ -70,20 +85,23 @@ def run_cycle(r: Rig, p: Plan) -> Result:
     r.heal()
     t_healed = time.monotonic()
     r.journal("everything healed")
-    settled = eventually(r.settled, SETTLE_S)
+    # An operator's count scaled while held down is what must come back, until they set it back.
+    settled = eventually(lambda: r.settled(res.tally.expected()), SETTLE_S)
+    res.settle_s = time.monotonic() - t_healed if settled else None
+    t_reset = math.inf
+    if res.tally.operator is not None:
+        name = res.tally.operator[0]
+        t_reset = time.monotonic()
+        r.scale(name, CONTROLLERS[name], "operator, setting it back")
+        settled = eventually(r.settled, SETTLE_S) and settled
     t_end = time.monotonic()
-    res.settle_s = t_end - t_healed if settled else None
-    check(res, r.sampler.between(t_start, t_end), t_cut, t_heal)
+    check(res, r.sampler.between(t_start, t_end), t_cut, t_heal, t_reset)
     if not settled:
         res.notes.append(f"not settled {SETTLE_S:.0f}s after the heal: {r.describe()}")
         if eventually(r.settled, LAST_CHANCE_S):
             res.notes.append(f"settled {time.monotonic() - t_healed:.0f}s after the heal")
         else:
             res.notes.append(f"still not settled after {LAST_CHANCE_S:.0f}s more: {r.describe()}")
-    r.journal(f"cycle {p.n} done")
-    res.end_wall = wall()
-    res.journal = r.journal.since(mark)
-    return res
 
 
 def _progress(x: Result, total: int) -> None:
