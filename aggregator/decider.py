@@ -37,6 +37,7 @@ from enum import StrEnum
 
 from aggregator.objects import NodeView
 from aggregator.settings import Decider
+from aggregator.witness import KubeletObs, witnesses
 from core.lease import LeaseView
 
 
@@ -101,6 +102,9 @@ class Verdict:
     estimate: float | None = None
     # Candidates and stale ones per zone: what an operator reads a zone outage from.
     zones: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # Candidates whose agent is silent while their kubelet proves the path (aggregator/witness.py):
+    # not counted stale.
+    path_alive: frozenset[str] = frozenset()
 
     @property
     def fraction(self) -> float:
@@ -171,13 +175,17 @@ def stratified(nodes: Mapping[str, NodeObs], zones: Mapping[str, tuple[int, int]
 
 
 def _per_zone(
-    nodes: Mapping[str, NodeObs], counted: Mapping[str, LeaseObs], now: float, p: Decider
+    nodes: Mapping[str, NodeObs],
+    counted: Mapping[str, LeaseObs],
+    alive: Collection[str],
+    now: float,
+    p: Decider,
 ) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     for name, lease in counted.items():
         zone = nodes[name].view.zone
         n, stale = out.get(zone, (0, 0))
-        out[zone] = (n + 1, stale + is_stale(lease, now, p))
+        out[zone] = (n + 1, stale + (name not in alive and is_stale(lease, now, p)))
     return out
 
 
@@ -195,15 +203,21 @@ def decide(
     view_since: float | None,
     records: bool | None = None,
     sample: Collection[str] | None = None,
+    kubelets: Mapping[str, KubeletObs] | None = None,
 ) -> Verdict:
     """One tick.
 
     ``view_since``: since when the aggregator's view of the shoot has been fresh without a
     gap (None: it is not fresh now). ``records``: whether a dependent carries the record of
-    a scale-down (read while starting; None: not read yet).
+    a scale-down (read while starting; None: not read yet). ``kubelets``: the kubelet leases
+    as last LISTed, the second witness (None: not read).
     """
     counted = candidates(nodes, leases, now, p, sample)
-    zones = _per_zone(nodes, counted, now, p)
+    alive: frozenset[str] = frozenset()
+    if kubelets:
+        stale = {n: lease.view.renew_time for n, lease in counted.items() if is_stale(lease, now, p)}
+        alive = witnesses(stale, kubelets, now, margin_s=p.witness_margin_s, fresh_s=p.witness_fresh_s)
+    zones = _per_zone(nodes, counted, alive, now, p)
     estimate = stratified(nodes, zones) if sample is not None and len(sample) < len(nodes) else None
     verdict = _judge(
         memory,
@@ -216,7 +230,14 @@ def decide(
         records=records,
     )
     # The estimate stands for a judged quorum only: a blind or too-thin tick has none.
-    return replace(verdict, zones=zones, estimate=estimate if verdict.judged else None)
+    reason = verdict.reason
+    if alive and verdict.judged:
+        reason += (
+            f"; {len(alive)} agent(s) silent while their kubelets renew: the path works, the agents fail"
+        )
+    return replace(
+        verdict, zones=zones, estimate=estimate if verdict.judged else None, path_alive=alive, reason=reason
+    )
 
 
 def _judge(

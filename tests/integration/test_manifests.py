@@ -205,9 +205,12 @@ SHOOT_MAY = [
     ("watch", "coordination.k8s.io/leases", NS, "", ""),
     ("list", "nodes", "", "", ""),
     ("watch", "nodes", "", "", ""),
+    ("list", "coordination.k8s.io/leases", "kube-node-lease", "", ""),  # the second witness
 ]
 SHOOT_MUST_NOT = [
     ("patch", "coordination.k8s.io/leases", "kube-node-lease", "n1", ""),
+    ("update", "coordination.k8s.io/leases", "kube-node-lease", "n1", ""),
+    ("delete", "coordination.k8s.io/leases", "kube-node-lease", "n1", ""),
     ("patch", "nodes", "", "n1", ""),
     ("delete", "nodes", "", "n1", ""),
     ("get", "secrets", "kube-system", "", ""),
