@@ -143,13 +143,10 @@ def candidates(
     renewed since they were asked."""
     out = {}
     for name, node in nodes.items():
-        n = node.view
-        if n.deleting or n.ignored or n.unhealthy or now - node.created_mono < p.node_grace_s:
-            continue
         if sample is not None and name not in sample:
             continue
         lease = leases.get(name)
-        if lease is None or lease.view.renew_time is None or lease.view.released:
+        if lease is None or not _eligible(node, lease, now, p):
             continue
         interval_s = lease.view.interval_s
         if interval_s is None or interval_s > p.fast_interval_s:
@@ -160,14 +157,35 @@ def candidates(
     return out
 
 
-def stratified(nodes: Mapping[str, NodeObs], zones: Mapping[str, tuple[int, int]]) -> float | None:
+def _eligible(node: NodeObs, lease: LeaseObs, now: float, p: Decider) -> bool:
+    """Whether a node is one the verdict stands for, at whatever pace it renews: live, old
+    enough, not ignored nor unhealthy, its lease renewed and not released."""
+    n = node.view
+    if n.deleting or n.ignored or n.unhealthy or now - node.created_mono < p.node_grace_s:
+        return False
+    return lease.view.renew_time is not None and not lease.view.released
+
+
+def stratified(
+    nodes: Mapping[str, NodeObs],
+    leases: Mapping[str, LeaseObs],
+    zones: Mapping[str, tuple[int, int]],
+    now: float,
+    p: Decider,
+) -> float | None:
     """The stale fraction of the whole cluster, estimated from a sample drawn per zone
     (``zones``: its candidates and stale ones per zone): each zone's stale fraction weighted
-    by the zone's share of the nodes. The sample gives a small zone more than its share
-    (aggregator/budget.py), so counting it plainly would overweight it; weighting by zone
-    keeps the estimate unbiased. Zones without a candidate drop out and the others are
-    weighted among themselves. None when nothing is counted."""
-    size = collections.Counter(node.view.zone for node in nodes.values())
+    by the zone's share of the nodes the verdict stands for (not of all its nodes: a zone of
+    280 nodes, 279 of them ignored, must weigh as one node, not as 70 % of the cluster). The
+    sample gives a small zone more than its share (aggregator/budget.py), so counting it
+    plainly would overweight it; weighting by zone keeps the estimate unbiased. Zones
+    without a candidate drop out and the others are weighted among themselves. None when
+    nothing is counted."""
+    size = collections.Counter(
+        node.view.zone
+        for name, node in nodes.items()
+        if (lease := leases.get(name)) is not None and _eligible(node, lease, now, p)
+    )
     covered = sum(size[z] for z in zones)
     if not covered:
         return None
@@ -218,7 +236,9 @@ def decide(
         stale = {n: lease.view.renew_time for n, lease in counted.items() if is_stale(lease, now, p)}
         alive = witnesses(stale, kubelets, now, margin_s=p.witness_margin_s, fresh_s=p.witness_fresh_s)
     zones = _per_zone(nodes, counted, alive, now, p)
-    estimate = stratified(nodes, zones) if sample is not None and len(sample) < len(nodes) else None
+    estimate = (
+        stratified(nodes, leases, zones, now, p) if sample is not None and len(sample) < len(nodes) else None
+    )
     verdict = _judge(
         memory,
         now,
