@@ -37,6 +37,7 @@ from enum import StrEnum
 
 from aggregator.objects import NodeView
 from aggregator.settings import Decider
+from aggregator.witness import KubeletObs, witnesses
 from core.lease import LeaseView
 
 
@@ -101,6 +102,9 @@ class Verdict:
     estimate: float | None = None
     # Candidates and stale ones per zone: what an operator reads a zone outage from.
     zones: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # Candidates whose agent is silent while their kubelet proves the path (aggregator/witness.py):
+    # not counted stale.
+    path_alive: frozenset[str] = frozenset()
 
     @property
     def fraction(self) -> float:
@@ -139,13 +143,10 @@ def candidates(
     renewed since they were asked."""
     out = {}
     for name, node in nodes.items():
-        n = node.view
-        if n.deleting or n.ignored or n.unhealthy or now - node.created_mono < p.node_grace_s:
-            continue
         if sample is not None and name not in sample:
             continue
         lease = leases.get(name)
-        if lease is None or lease.view.renew_time is None or lease.view.released:
+        if lease is None or not _eligible(node, lease, now, p):
             continue
         interval_s = lease.view.interval_s
         if interval_s is None or interval_s > p.fast_interval_s:
@@ -156,14 +157,35 @@ def candidates(
     return out
 
 
-def stratified(nodes: Mapping[str, NodeObs], zones: Mapping[str, tuple[int, int]]) -> float | None:
+def _eligible(node: NodeObs, lease: LeaseObs, now: float, p: Decider) -> bool:
+    """Whether a node is one the verdict stands for, at whatever pace it renews: live, old
+    enough, not ignored nor unhealthy, its lease renewed and not released."""
+    n = node.view
+    if n.deleting or n.ignored or n.unhealthy or now - node.created_mono < p.node_grace_s:
+        return False
+    return lease.view.renew_time is not None and not lease.view.released
+
+
+def stratified(
+    nodes: Mapping[str, NodeObs],
+    leases: Mapping[str, LeaseObs],
+    zones: Mapping[str, tuple[int, int]],
+    now: float,
+    p: Decider,
+) -> float | None:
     """The stale fraction of the whole cluster, estimated from a sample drawn per zone
     (``zones``: its candidates and stale ones per zone): each zone's stale fraction weighted
-    by the zone's share of the nodes. The sample gives a small zone more than its share
-    (aggregator/budget.py), so counting it plainly would overweight it; weighting by zone
-    keeps the estimate unbiased. Zones without a candidate drop out and the others are
-    weighted among themselves. None when nothing is counted."""
-    size = collections.Counter(node.view.zone for node in nodes.values())
+    by the zone's share of the nodes the verdict stands for (not of all its nodes: a zone of
+    280 nodes, 279 of them ignored, must weigh as one node, not as 70 % of the cluster). The
+    sample gives a small zone more than its share (aggregator/budget.py), so counting it
+    plainly would overweight it; weighting by zone keeps the estimate unbiased. Zones
+    without a candidate drop out and the others are weighted among themselves. None when
+    nothing is counted."""
+    size = collections.Counter(
+        node.view.zone
+        for name, node in nodes.items()
+        if (lease := leases.get(name)) is not None and _eligible(node, lease, now, p)
+    )
     covered = sum(size[z] for z in zones)
     if not covered:
         return None
@@ -171,13 +193,17 @@ def stratified(nodes: Mapping[str, NodeObs], zones: Mapping[str, tuple[int, int]
 
 
 def _per_zone(
-    nodes: Mapping[str, NodeObs], counted: Mapping[str, LeaseObs], now: float, p: Decider
+    nodes: Mapping[str, NodeObs],
+    counted: Mapping[str, LeaseObs],
+    alive: Collection[str],
+    now: float,
+    p: Decider,
 ) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     for name, lease in counted.items():
         zone = nodes[name].view.zone
         n, stale = out.get(zone, (0, 0))
-        out[zone] = (n + 1, stale + is_stale(lease, now, p))
+        out[zone] = (n + 1, stale + (name not in alive and is_stale(lease, now, p)))
     return out
 
 
@@ -195,16 +221,24 @@ def decide(
     view_since: float | None,
     records: bool | None = None,
     sample: Collection[str] | None = None,
+    kubelets: Mapping[str, KubeletObs] | None = None,
 ) -> Verdict:
     """One tick.
 
     ``view_since``: since when the aggregator's view of the shoot has been fresh without a
     gap (None: it is not fresh now). ``records``: whether a dependent carries the record of
-    a scale-down (read while starting; None: not read yet).
+    a scale-down (read while starting; None: not read yet). ``kubelets``: the kubelet leases
+    as last LISTed, the second witness (None: not read).
     """
     counted = candidates(nodes, leases, now, p, sample)
-    zones = _per_zone(nodes, counted, now, p)
-    estimate = stratified(nodes, zones) if sample is not None and len(sample) < len(nodes) else None
+    alive: frozenset[str] = frozenset()
+    if kubelets:
+        stale = {n: lease.view.renew_time for n, lease in counted.items() if is_stale(lease, now, p)}
+        alive = witnesses(stale, kubelets, now, margin_s=p.witness_margin_s, fresh_s=p.witness_fresh_s)
+    zones = _per_zone(nodes, counted, alive, now, p)
+    estimate = (
+        stratified(nodes, leases, zones, now, p) if sample is not None and len(sample) < len(nodes) else None
+    )
     verdict = _judge(
         memory,
         now,
@@ -216,7 +250,14 @@ def decide(
         records=records,
     )
     # The estimate stands for a judged quorum only: a blind or too-thin tick has none.
-    return replace(verdict, zones=zones, estimate=estimate if verdict.judged else None)
+    reason = verdict.reason
+    if alive and verdict.judged:
+        reason += (
+            f"; {len(alive)} agent(s) silent while their kubelets renew: the path works, the agents fail"
+        )
+    return replace(
+        verdict, zones=zones, estimate=estimate if verdict.judged else None, path_alive=alive, reason=reason
+    )
 
 
 def _judge(

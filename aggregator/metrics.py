@@ -85,6 +85,11 @@ class AggregatorMetrics:
             "dwd_orphan_records",
             "Dependents carrying our record whose target this aggregator no longer serves.",
         )
+        self.path_alive = r.gauge(
+            "dwd_target_agent_silent_path_alive",
+            "Candidates whose agent is silent while their kubelet renews after it: not counted stale.",
+            ["target"],
+        )
         self.leader = r.gauge("dwd_leader", "1 while this replica is the leader.")
         self.dry_run = r.gauge("dwd_dry_run", "1 when scaling is only reported.")
 

@@ -412,6 +412,16 @@ class Scaler:
             # An Event is a report, not part of the action: never fail a scale for it.
             self.log.warning("event_failed", reason=reason, error=str(e))
 
+    async def report(self, reason: str, message: str, kind: str = "Warning") -> None:
+        """An Event about the target as a whole, on its first dependent (what an operator of the
+        control plane looks at); nothing in dry-run, which writes nothing."""
+        if self.dry_run or not self.dependents:
+            return
+        d = self.dependents[0]
+        await self._event(
+            d, self.state.get(d.name, DependentState(d.name, exists=False)), reason, message, kind
+        )
+
     def snapshot(self) -> dict[str, Any]:
         return {
             name: {**s.to_status(), "error": self.errors.get(name, "")}

@@ -88,6 +88,13 @@ class Decider:
     # The renewal interval of the fast sample (DWD_RENEW_INTERVAL).
     fast_interval_s: float = 2.0
     blind_limit_s: float = 120.0
+    # The second witness (aggregator/witness.py). Kubelet leases are LISTed this often while a
+    # candidate is stale or the shoot is not healthy: kubelet renews every 10 s, so each LIST
+    # sees a renewal of every kubelet that can reach KAPI.
+    witness_every_s: float = 10.0
+    # A kubelet renewal proves the path only this long after a LIST first showed it: three of
+    # kubelet's 10 s renewals, so a kubelet that falls silent too stops vouching 30 s later.
+    witness_fresh_s: float = 30.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -109,6 +116,13 @@ class Decider:
     def tick_s(self) -> float:
         """How often each target judges: a quarter lease, so detection is late by at most that."""
         return min(1.0, self.lease_duration_s / 4)
+
+    @property
+    def witness_margin_s(self) -> float:
+        """How much later than its agent a kubelet must have renewed to prove the path: the
+        agent's interval and a second, so a kubelet that renewed just before a cut, an
+        interval after its agent's last renewal, proves nothing."""
+        return self.fast_interval_s + 1.0
 
     @property
     def stall_s(self) -> float:

@@ -38,6 +38,7 @@ from aggregator.provisioner import Provisioner
 from aggregator.scaler import Scaler
 from aggregator.settings import Settings
 from aggregator.watcher import Informer, Observed
+from aggregator.witness import KubeletLeases
 from core import logs
 from core.errors import KubeError
 from core.lease import LeaseView, leases_path
@@ -52,6 +53,8 @@ class Interlock(StrEnum):
     WATCH_STALE = "watch_stale"
     LIST_FAILED = "list_failed"
     LIST_DISAGREES = "list_disagrees"
+    # The stale nodes' kubelets renewed after their agents went quiet: the agents fail.
+    PATH_ALIVE = "kubelets_renewing"
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class TargetStatus:
     error: str = ""
     # Per zone of the sample: (candidates, stale), so a whole-zone outage shows as one.
     zones: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Candidates whose agent is silent while their kubelet renews: not counted stale.
+    path_alive: frozenset[str] = frozenset()
     history: collections.deque[tuple[float, float]] = field(
         default_factory=lambda: collections.deque(maxlen=600)
     )
@@ -116,6 +121,7 @@ class Target:
         self.log = log.bind(target=name)
         self.metrics = metrics or AggregatorMetrics()
         self.observed = Observed(clock=clock)
+        self.kubelets = KubeletLeases(shoot, clock=clock)
         self.nodes, self.leases = self._informers(skip_unhealthy_nodes)
         self.provisioner = Provisioner(
             shoot,
@@ -141,6 +147,9 @@ class Target:
         self.status = TargetStatus()
         # Since when the view of the shoot has been fresh without a gap (None: not now).
         self.view_since: float | None = None
+        # Since when agents have been silent while their kubelets renew, and whether it was told.
+        self._silent_since: float | None = None
+        self._silent_told = False
         self._tick_done: float | None = None
         self._was_leader = False
         self._pacing: Pacing | None = None
@@ -267,6 +276,8 @@ class Target:
         self._take_over_if_new_leader(now, leader)
         self._see(now)
         before = self.memory
+        if self._wants_witness() and self.kubelets.due(self.params.witness_every_s):
+            await self._read_kubelets()
         verdict = await self._judge(now)
         if verdict.scale_down:
             # A standby checks too (the checks only read): its status must not claim a
@@ -278,11 +289,27 @@ class Target:
         self._record(verdict)
         if leader:
             self._announce(verdict)
+            await self._report_silent_agents(now, verdict.path_alive)
         self._set_memory(verdict.memory, verdict.reason)
         if leader:
             await self._act(verdict)
         self._tick_done = self.clock()
         return verdict
+
+    def _wants_witness(self) -> bool:
+        """The kubelets are asked only while it matters: a candidate is stale (or vouched for by
+        its kubelet), or the shoot is anything but healthy."""
+        s = self.status
+        return s.stale > 0 or bool(s.path_alive) or self.memory.phase not in (Phase.HEALTHY, Phase.STARTING)
+
+    async def _read_kubelets(self) -> None:
+        try:
+            await self.kubelets.read()
+        except KubeError as e:
+            # No second witness is no reason to refuse protection: the agents' verdict stands.
+            if str(e) != self.kubelets.error:
+                self.log.warning("kubelet_leases_unreadable", error=str(e))
+            self.kubelets.error = str(e)
 
     def _take_over_if_new_leader(self, now: float, leader: bool) -> None:
         if leader and not self._was_leader and self.memory.phase is not Phase.STARTING:
@@ -342,6 +369,7 @@ class Target:
             view_since=self.view_since,
             records=records,
             sample=self.pacing().fast,
+            kubelets=self.kubelets.leases,
         )
 
     async def interlocks(self) -> Refusal | None:
@@ -361,6 +389,7 @@ class Target:
         except KubeError as e:
             self._gap("the confirming LIST failed")
             return Refusal(Interlock.LIST_FAILED, str(e))
+        await self._read_kubelets()  # the second witness, as fresh as the LIST
         confirm = decide(
             self.observed.nodes,
             self.observed.leases,
@@ -369,7 +398,13 @@ class Target:
             self.memory,
             view_since=self.view_since,
             sample=self.pacing().fast,
+            kubelets=self.kubelets.leases,
         )
+        if not confirm.scale_down and confirm.path_alive:
+            return Refusal(
+                Interlock.PATH_ALIVE,
+                f"{len(confirm.path_alive)} silent agents' kubelets renewed after them: the path works",
+            )
         if not confirm.scale_down:
             return Refusal(
                 Interlock.LIST_DISAGREES, f"a fresh LIST shows {confirm.stale}/{confirm.candidates} stale"
@@ -386,6 +421,8 @@ class Target:
     def _record(self, v: Verdict) -> None:
         self.status.candidates, self.status.stale, self.status.fraction = v.candidates, v.stale, v.fraction
         self.status.zones = dict(v.zones)
+        self.status.path_alive = v.path_alive
+        self.metrics.path_alive.set(len(v.path_alive), target=self.name)
         for zone, (n, stale) in self.status.zones.items():
             self.metrics.zone_fraction.set(stale_fraction(stale, n), target=self.name, zone=zone)
         self.status.history.append((self.wall(), v.fraction))
@@ -394,6 +431,28 @@ class Target:
         self.metrics.fraction.set(v.fraction, target=self.name)
         if v.scale_down or (v.judged and v.memory.phase is Phase.HEALTHY):
             self.status.blocked = None  # the last refusal is history once a verdict moved on
+
+    async def _report_silent_agents(self, now: float, alive: frozenset[str]) -> None:
+        """One Event an episode: agents fail on a path their kubelets prove working. Told once it
+        has lasted a kubelet read (every kubelet has renewed since), so the count is the episode's."""
+        if not alive:
+            if self._silent_since is not None:
+                self.log.info("agents_silent_path_alive_over")
+            self._silent_since, self._silent_told = None, False
+            return
+        if self._silent_since is None:
+            self._silent_since = now
+        if self._silent_told or now - self._silent_since < self.params.witness_every_s:
+            return
+        self._silent_told = True
+        self.log.warning("agents_silent_path_alive", nodes=len(alive), first=sorted(alive)[:5])
+        await self.scaler.report(
+            "AgentsSilentPathAlive",
+            f"{len(alive)} node(s) stopped renewing their dwd-node-lease leases while their kubelets "
+            "keep renewing through the same path: the agents fail, not the path (look for 403, "
+            "401 or 500 answers in the agents' logs, OOM kills, a crash loop). They are not "
+            f"counted stale: {', '.join(sorted(alive)[:10])}",
+        )
 
     def _announce(self, verdict: Verdict) -> None:
         """The decision to act, logged once: the actuator converges on it over the next ticks."""
@@ -450,5 +509,7 @@ class Target:
             },
             "heartbeat_writes_per_s": round(pacing.writes_per_s(len(self.observed.nodes)), 2),
             "lease_ages": {k: round(v, 2) for k, v in sorted(self.observed.lease_ages().items())},
+            "agent_silent_path_alive": sorted(s.path_alive),
+            "kubelet_leases_error": self.kubelets.error,
             "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],
         }

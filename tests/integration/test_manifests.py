@@ -15,7 +15,7 @@ import pytest
 from core.errors import Forbidden
 from core.lease import lease_path, leases_path
 from testenv import netns
-from testenv.apply import apply, kustomize_build
+from testenv.apply import apply, kustomize_build, load_docs
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.pytest_plugin import EXTERNAL_NAMES
@@ -205,9 +205,12 @@ SHOOT_MAY = [
     ("watch", "coordination.k8s.io/leases", NS, "", ""),
     ("list", "nodes", "", "", ""),
     ("watch", "nodes", "", "", ""),
+    ("list", "coordination.k8s.io/leases", "kube-node-lease", "", ""),  # the second witness
 ]
 SHOOT_MUST_NOT = [
     ("patch", "coordination.k8s.io/leases", "kube-node-lease", "n1", ""),
+    ("update", "coordination.k8s.io/leases", "kube-node-lease", "n1", ""),
+    ("delete", "coordination.k8s.io/leases", "kube-node-lease", "n1", ""),
     ("patch", "nodes", "", "n1", ""),
     ("delete", "nodes", "", "n1", ""),
     ("get", "secrets", "kube-system", "", ""),
@@ -291,3 +294,14 @@ def test_agent_from_the_daemonset_environment_renews(
         if lb is not None:
             lb.shutdown()
         ns.delete()
+
+
+def test_the_agent_has_no_memory_limit_an_oom_kill_everywhere_would_look_like_an_outage() -> None:
+    daemonset = next(
+        d
+        for d in load_docs((MANIFESTS / "shoot" / "base" / "daemonset.yaml").read_text())
+        if d["kind"] == "DaemonSet"
+    )
+    (agent,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert agent["resources"]["requests"]["memory"]
+    assert "limits" not in agent["resources"], agent["resources"]

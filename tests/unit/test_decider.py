@@ -342,12 +342,18 @@ def test_only_leases_asked_to_renew_fast_are_judged(interval_s: float | None, co
 def zoned_cluster(
     sizes: dict[str, int], silent: Callable[[str, str], bool]
 ) -> tuple[dict[str, NodeObs], dict[str, LeaseObs], frozenset[str]]:
-    """Old nodes in zones, their fast sample as the budget draws it, and the sample's leases:
-    those of silent nodes last seen 9 s ago, the others 1 s ago."""
+    """Old nodes in zones, their fast sample as the budget draws it, and every node's lease:
+    the sample's renew fast (a silent one last seen 9 s ago, the others 1 s ago), the rest
+    every two minutes."""
     zones = {f"{z}-{i:05d}": z for z, n in sizes.items() for i in range(n)}
     nodes = {n: NodeObs(NodeView(n, zone=z), 0.0) for n, z in zones.items()}
     sample = budget.plan(zones, 2.0, 100.0, zones).fast
-    leases = {n: lease(n, NOW - 9.0 if silent(n, zones[n]) else NOW - 1.0) for n in sample}
+    leases = {
+        n: lease(n, NOW - 9.0 if silent(n, zones[n]) else NOW - 1.0)
+        if n in sample
+        else lease(n, NOW - 60.0, interval_s=120.0)
+        for n in zones
+    }
     return nodes, leases, sample
 
 
@@ -373,3 +379,17 @@ def test_a_sample_drawn_per_zone_estimates_the_clusters_stale_fraction(
     if truth == 0.1:
         assert v.stale / v.candidates > 0.2  # what the plain count would have said
     assert (v.memory.phase is Phase.CONFIRMING) == (truth >= 0.6)
+
+
+def test_a_zone_is_weighted_by_the_nodes_the_verdict_stands_for_not_by_all_its_nodes() -> None:
+    """Zone a: 280 nodes, 279 of them annotated ignore-node; zone b: 120 nodes. The sample holds
+    a's one candidate and 20 of b. That one node stopping is one node in 121, not 70 % of the
+    cluster (it scaled a healthy shoot down before)."""
+    nodes = {
+        f"a{i}": NodeObs(NodeView(f"a{i}", zone="a", ignored=i > 0), created_mono=0.0) for i in range(280)
+    } | {f"b{i}": NodeObs(NodeView(f"b{i}", zone="b"), created_mono=0.0) for i in range(120)}
+    leases = {name: lease(name, NOW - (9.0 if name == "a0" else 1.0)) for name in nodes}
+    sample = {"a0", *(f"b{i}" for i in range(20))}
+    v = judge(nodes, leases, NOW, P, healthy(), sample=sample)
+    assert v.estimate is not None and v.estimate == pytest.approx(1 / 121)
+    assert v.memory.phase is Phase.HEALTHY

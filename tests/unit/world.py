@@ -18,6 +18,7 @@ from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.records import MELTDOWN, REPLICAS
 from aggregator.settings import Settings, Shoots
 from aggregator.target import Target
+from aggregator.witness import NODE_LEASE_NAMESPACE
 from core.durations import parse_duration
 from core.errors import KubeError
 from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, format_micro_time, lease_path
@@ -106,6 +107,14 @@ class World:
                 deployment_path(name),
                 {"spec": {"replicas": replicas}, "status": {"replicas": replicas, "readyReplicas": replicas}},
             )
+        # The kubelets of ``alive`` renew kube-node-lease every 10 s, each at its own phase, on
+        # its node's clock (``skew_s``, shared with the node's agent): ``alive`` is the nodes
+        # whose path works. ``agents_failing``: agents that fail on a working path (403, a
+        # broken webhook, OOM-killed), ``kubelets``: the kubelets that run at all.
+        self.agents_failing: set[str] = set()
+        self.kubelets = set(self.names)
+        self.skew_s: dict[str, float] = {}
+        self.kubelet_due = {name: self.clock() + (i % 10) for i, name in enumerate(self.names)}
         self.target = self.new_target()
         self.trace: list[tuple[float, dict[str, int]]] = []
 
@@ -134,17 +143,38 @@ class World:
         if self.shoot.down:
             return
         now = self.clock()
-        for name in sorted(self.alive):
+        for name in sorted(self.alive - self.agents_failing):
             path = lease_path(DEFAULT_LEASE_NAMESPACE, name)
             lease = self.shoot.objects.get(path)
             if lease is None or self.due.get(name, now) > now:
                 continue
-            lease["spec"]["renewTime"] = format_micro_time(T0 + timedelta(seconds=now))
+            lease["spec"]["renewTime"] = self.node_time(name)
             lease["metadata"]["resourceVersion"] = self.shoot._next_rv()
             managed(lease, "dwd-lease-agent", self.wall(), RENEW_FIELDS)
             # The agent adopts the interval its PATCH response carries.
             interval = (lease["metadata"].get("annotations") or {}).get(RENEW_INTERVAL, "2s")
             self.due[name] = now + parse_duration(interval)
+
+    def node_time(self, name: str) -> str:
+        """The node's own clock as MicroTime: ours, off by the node's skew."""
+        return format_micro_time(T0 + timedelta(seconds=self.clock() + self.skew_s.get(name, 0.0)))
+
+    def renew_kubelets(self) -> None:
+        """Every running kubelet of a node whose path works renews when its 10 s have come."""
+        if self.shoot.down:
+            return
+        now = self.clock()
+        for name in sorted(self.kubelets & self.alive):
+            if self.kubelet_due[name] > now:
+                continue
+            path = lease_path(NODE_LEASE_NAMESPACE, name)
+            spec = {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": self.node_time(name)}
+            if path in self.shoot.objects:
+                self.shoot.objects[path]["spec"] = spec
+                self.shoot.objects[path]["metadata"]["resourceVersion"] = self.shoot._next_rv()
+            else:
+                self.shoot.put(path, {"spec": spec})
+            self.kubelet_due[name] = now + 10.0
 
     def wall(self) -> str:
         """The API server's wall clock, as managedFields stamp it (whole seconds)."""
@@ -154,6 +184,7 @@ class World:
     async def step(self, *, provision: bool = True) -> None:
         self.clock.now += self.settings.decider.tick_s
         self.renew()
+        self.renew_kubelets()
         t = self.target
         for informer in (t.nodes, t.leases):
             try:

@@ -1,0 +1,144 @@
+"""The second witness: kubelet leases overrule agents that fail on a working path.
+
+Pure rules first (aggregator/witness.py), then the Target tick by tick in the fake world,
+where ``World.agents_failing`` are agents that fail while their node's path works (403, a
+broken webhook, OOM) and ``World.alive`` the nodes whose path works at all: a real cut
+silences the kubelet with the agent.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from aggregator.decider import Phase
+from aggregator.target import Interlock
+from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletObs, path_alive
+from core.errors import Forbidden
+from core.lease import format_micro_time, leases_path
+from testenv.standins import CONTROLLERS
+from tests.unit.world import DOWN, World
+
+T = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def agent_at(seconds: float) -> str:
+    return format_micro_time(T + timedelta(seconds=seconds))
+
+
+@pytest.mark.parametrize(
+    ("kubelet_s", "seen_ago_s", "alive"),
+    [
+        (3.01, 0, True),  # renewed more than the interval and a second after the agent
+        (3.0, 0, False),  # exactly the margin: a kubelet that renewed just before a cut proves nothing
+        (-5.0, 0, False),  # renewed before the agent did
+        (10.0, 30.0, True),
+        (10.0, 30.1, False),  # we have not seen it renew for three of its intervals
+        (None, 0, False),
+    ],
+)
+def test_a_kubelet_proves_the_path_only_after_its_agent_went_quiet_and_recently(
+    kubelet_s: float | None, seen_ago_s: float, alive: bool
+) -> None:
+    kubelet = KubeletObs(None if kubelet_s is None else T + timedelta(seconds=kubelet_s), 100.0 - seen_ago_s)
+    assert path_alive(agent_at(0), kubelet, 100.0, margin_s=3.0, fresh_s=30.0) is alive
+
+
+def test_no_kubelet_lease_or_an_unreadable_renewal_proves_nothing() -> None:
+    kubelet = KubeletObs(T + timedelta(seconds=10), 100.0)
+    assert not path_alive(agent_at(0), None, 100.0, margin_s=3.0, fresh_s=30.0)
+    assert not path_alive("yesterday", kubelet, 100.0, margin_s=3.0, fresh_s=30.0)
+    assert not path_alive(None, kubelet, 100.0, margin_s=3.0, fresh_s=30.0)
+
+
+@pytest.mark.parametrize("skew_s", [0.0, 3600.0, -86400.0])
+async def test_agents_failing_on_a_working_path_never_scale_a_shoot_down(skew_s: float) -> None:
+    """Every agent's renewals answered 403 while every kubelet keeps renewing: nothing may be
+    scaled down, whatever the nodes' clocks say (agent and kubelet share one)."""
+    w = World()
+    w.skew_s = dict.fromkeys(w.names, skew_s)
+    await w.settle()
+    mark = len(w.seed.writes)
+    w.agents_failing = set(w.names)
+    await w.run(120)
+    assert not w.ever_scaled_down(), w.target.status.reason
+    assert w.target.status.path_alive == frozenset(w.names)
+    assert w.target.snapshot()["agent_silent_path_alive"] == sorted(w.names)
+    assert w.target.metrics.path_alive.get(target="shoot") == 10
+    reports = [b for m, p, b in w.seed.writes[mark:] if p.endswith("/events")]
+    assert [b["reason"] for b in reports] == ["AgentsSilentPathAlive"]  # once, for the episode
+    assert "403" in reports[0]["message"] and "10 node(s)" in reports[0]["message"]
+
+
+async def test_the_interlock_refuses_when_the_kubelets_renewed_after_the_agents() -> None:
+    """The kubelets are read again right before the scale-down: agents that failed just now,
+    between two reads of the kubelet leases, are still caught there."""
+    w = World()
+    await w.settle()
+    w.agents_failing = set(w.names)
+    w.target.kubelets.read_at = float("inf")  # no read while confirming: only the interlock's
+    refusals = []
+    for _ in range(30):
+        await w.step()
+        if w.target.status.blocked is not None:
+            refusals.append(w.target.status.blocked.interlock)
+    assert Interlock.PATH_ALIVE in refusals
+    assert not w.ever_scaled_down()
+
+
+async def test_a_real_cut_is_scaled_down_as_fast_as_without_the_witness() -> None:
+    took = {}
+    for kubelets in (True, False):
+        w = World()
+        if not kubelets:
+            w.kubelets = set()
+        await w.settle()
+        w.alive -= set(w.names[:7])  # the path breaks: agents and kubelets fall silent
+        took[kubelets] = await w.until(lambda w=w: w.replicas() == DOWN, 40, "scaled down")
+    assert took[True] == took[False], took
+
+
+async def test_scaled_down_the_kubelets_bring_the_controllers_back_while_the_agents_stay_silent() -> None:
+    w = World()
+    await w.settle()
+    await w.outage()
+    mark = len(w.seed.writes)
+    w.agents_failing = set(w.names[:7])  # the path heals, but those agents stay broken
+    w.alive |= set(w.names)
+    took = await w.until(w.restored, 90, "restored by the kubelets' word")
+    # The next kubelet read (every 10 s), its renewals, the recovery period; then MCM's 30 s.
+    assert took <= 10 + 10 + 10 + 30 + 5, took
+    ups = [
+        b["message"]
+        for m, p, b in w.seed.writes[mark:]
+        if p.endswith("/events") and b["reason"] == "ScaledUp"
+    ]
+    assert ups and "agents fail" in ups[0], ups
+
+
+async def test_a_kubelet_that_falls_silent_too_stops_vouching() -> None:
+    """Agents fail first (no scale-down: their kubelets renew); then the path really breaks.
+    Once the kubelets have not been seen renewing for 30 s, the shoot is scaled down."""
+    w = World()
+    await w.settle()
+    w.agents_failing = set(w.names)
+    await w.run(30)
+    assert not w.ever_scaled_down()
+    w.alive -= set(w.names[:7])
+    took = await w.until(lambda: w.replicas() == DOWN, 60, "scaled down after the real cut")
+    assert took <= 10 + 30 + 4 + 5, took
+
+
+async def test_unreadable_kubelet_leases_leave_protection_as_it_was() -> None:
+    """A shoot whose aggregator may not read kube-node-lease (RBAC not updated yet): the agents'
+    verdict stands, and the reason is on the status page."""
+    w = World()
+    w.shoot.fail("GET", leases_path(NODE_LEASE_NAMESPACE) + "$", lambda: Forbidden(403, "Forbidden", "no"))
+    await w.settle()
+    w.alive -= set(w.names[:7])
+    await w.until(lambda: w.replicas() == DOWN, 40, "scaled down")
+    assert "Forbidden" in w.target.snapshot()["kubelet_leases_error"] or "no" in w.target.kubelets.error
+    assert w.target.memory.phase is Phase.DOWN
+    w.alive |= set(w.names)
+    await w.until(lambda: w.replicas() == CONTROLLERS, 60, "restored")
