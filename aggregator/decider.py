@@ -157,13 +157,44 @@ def candidates(
     return out
 
 
-def _eligible(node: NodeObs, lease: LeaseObs, now: float, p: Decider) -> bool:
-    """Whether a node is one the verdict stands for, at whatever pace it renews: live, old
-    enough, not ignored nor unhealthy, its lease renewed and not released."""
+def _eligible(node: NodeObs, lease: LeaseObs | None, now: float, p: Decider) -> bool:
+    """Whether a node is one the verdict stands for, at whatever pace it renews."""
+    return skip_reason(node, lease, now, p) is None
+
+
+def skip_reason(node: NodeObs, lease: LeaseObs | None, now: float, p: Decider) -> str | None:
+    """Which rule leaves a node out of every verdict, whatever pace it renews at (None: it is
+    one the verdict stands for). dependency-watchdog's rules, and the lease's own."""
     n = node.view
-    if n.deleting or n.ignored or n.unhealthy or now - node.created_mono < p.node_grace_s:
-        return False
-    return lease.view.renew_time is not None and not lease.view.released
+    if n.deleting:
+        return "being deleted"
+    if n.ignored:
+        return "annotated ignore-node"
+    if n.unmanaged:
+        return "not managed by MCM"
+    if n.unhealthy:
+        return "an unhealthy condition"
+    if now - node.created_mono < p.node_grace_s:
+        return "younger than the node grace"
+    if lease is None:
+        return "no lease yet"
+    if lease.view.renew_time is None:
+        return "its agent has not renewed yet"
+    if lease.view.released:
+        return "released by its agent"
+    return None
+
+
+def skipped(
+    nodes: Mapping[str, NodeObs], leases: Mapping[str, LeaseObs], now: float, p: Decider
+) -> dict[str, str]:
+    """Every node left out of the verdict and why: for the status page, not for each tick."""
+    out = {}
+    for name, node in nodes.items():
+        why = skip_reason(node, leases.get(name), now, p)
+        if why is not None:
+            out[name] = why
+    return out
 
 
 def stratified(

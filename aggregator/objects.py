@@ -17,6 +17,10 @@ from core.lease import IGNORE_NODE, parse_time
 # The well-known label the fast sample is stratified by (aggregator/budget.py).
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
+# A node MCM does not manage (dependency-watchdog skips it whatever the value): MCM would not
+# replace it, so its silence is no reason to stop MCM.
+NOT_MANAGED_BY_MCM = "node.machine.sapcloud.io/not-managed-by-mcm"
+
 # dependency-watchdog's list of conditions that make a node's silence meaningless.
 UNHEALTHY_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "DiskPressure", "NetworkUnavailable")
 
@@ -44,6 +48,7 @@ class NodeView:
     created: datetime | None = None
     deleting: bool = False
     ignored: bool = False
+    unmanaged: bool = False
     unhealthy: bool = False
     zone: str = ""
 
@@ -60,6 +65,7 @@ class NodeView:
             created=parse_time(meta.get("creationTimestamp")),
             deleting=bool(meta.get("deletionTimestamp")),
             ignored=section(meta, "annotations").get(IGNORE_NODE) == "true",
+            unmanaged=NOT_MANAGED_BY_MCM in section(meta, "annotations"),
             unhealthy=any(
                 c.get("type") in UNHEALTHY_CONDITIONS and c.get("status") == "True" for c in conditions
             ),

@@ -27,6 +27,7 @@ from aggregator.decider import (
     Verdict,
     blocked,
     decide,
+    skipped,
     stale_fraction,
     take_over,
 )
@@ -510,6 +511,9 @@ class Target:
             "heartbeat_writes_per_s": round(pacing.writes_per_s(len(self.observed.nodes)), 2),
             "lease_ages": {k: round(v, 2) for k, v in sorted(self.observed.lease_ages().items())},
             "agent_silent_path_alive": sorted(s.path_alive),
+            "skipped": dict(
+                sorted(skipped(self.observed.nodes, self.observed.leases, self.clock(), self.params).items())
+            ),
             "kubelet_leases_error": self.kubelets.error,
             "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],
         }

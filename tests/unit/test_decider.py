@@ -19,6 +19,7 @@ from aggregator.decider import (
     candidates,
     decide,
     is_stale,
+    skipped,
     take_over,
 )
 from aggregator.objects import NodeView
@@ -393,3 +394,35 @@ def test_a_zone_is_weighted_by_the_nodes_the_verdict_stands_for_not_by_all_its_n
     v = judge(nodes, leases, NOW, P, healthy(), sample=sample)
     assert v.estimate is not None and v.estimate == pytest.approx(1 / 121)
     assert v.memory.phase is Phase.HEALTHY
+
+
+@pytest.mark.parametrize(
+    ("view", "lease_kw", "why"),
+    [
+        (NodeView("n", deleting=True), {}, "being deleted"),
+        (NodeView("n", ignored=True), {}, "annotated ignore-node"),
+        (NodeView("n", unmanaged=True), {}, "not managed by MCM"),
+        (NodeView("n", unhealthy=True), {}, "an unhealthy condition"),
+        (NodeView("n"), None, "no lease yet"),
+        (NodeView("n"), {"renew_time": None}, "its agent has not renewed yet"),
+        (NodeView("n"), {"released": True}, "released by its agent"),
+        (NodeView("n"), {}, None),
+    ],
+)
+def test_each_node_left_out_says_which_rule_left_it_out(
+    view: NodeView, lease_kw: dict[str, object] | None, why: str | None
+) -> None:
+    nodes = {"n": NodeObs(view, created_mono=0.0), "young": NodeObs(NodeView("young"), created_mono=NOW - 1)}
+    leases = {"young": lease("young", NOW)}
+    if lease_kw is not None:
+        leases["n"] = lease("n", NOW, **lease_kw)
+    out = skipped(nodes, leases, NOW, P)
+    assert out.get("n") == why
+    assert out["young"] == "younger than the node grace"
+    assert ("n" in candidates(nodes, leases, NOW, P)) is (why is None)
+
+
+def test_a_node_mcm_does_not_manage_is_read_from_its_annotation_whatever_its_value() -> None:
+    meta = {"name": "n", "annotations": {"node.machine.sapcloud.io/not-managed-by-mcm": "false"}}
+    assert NodeView.from_object({"metadata": meta}).unmanaged
+    assert not NodeView.from_object({"metadata": {"name": "n"}}).unmanaged
