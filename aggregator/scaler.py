@@ -330,7 +330,11 @@ class Scaler:
         return state
 
     async def _write(self, d: Dependent, write: Write, state: DependentState, reason: str) -> None:
-        """One write, conditional on the resourceVersion read, within the leader's term."""
+        """One write, conditional on the resourceVersion read, within the leader's term; none in
+        dry-run, which only says what it would have written."""
+        if self.dry_run:
+            self._once(d.name, "dry-run", "dry_run_write", direction=str(self.desired), **_fields(write))
+            return
         path = d.path(self.namespace)
         precondition = {"resourceVersion": state.resource_version}
         if write.annotations is not None:
@@ -386,6 +390,8 @@ class Scaler:
             getattr(self.log, level)(event, **({"resource": name} | kw))
 
     async def _event(self, d: Dependent, s: DependentState, reason: str, message: str, kind: str) -> None:
+        if self.dry_run:
+            return  # an Event is a write too
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "metadata": {"generateName": f"{d.name}.", "namespace": self.namespace},
@@ -415,7 +421,7 @@ class Scaler:
     async def report(self, reason: str, message: str, kind: str = "Warning") -> None:
         """An Event about the target as a whole, on its first dependent (what an operator of the
         control plane looks at); nothing in dry-run, which writes nothing."""
-        if self.dry_run or not self.dependents:
+        if not self.dependents:
             return
         d = self.dependents[0]
         await self._event(

@@ -181,3 +181,17 @@ async def test_an_unreadable_record_held_down_gets_its_marks_from_the_fallback()
     await converge(scaler(kube, clock), clock, Desired.SCALED_DOWN)
     assert view(kube, KCM) == (0, {REPLICAS: "4", MELTDOWN: ""})
     assert Record.parse(kube.objects[deployment_path(KCM)]["metadata"]["annotations"][RECORD]).replicas == 4
+
+
+async def test_dry_run_writes_nothing_even_to_clean_up_or_report() -> None:
+    """Our record on a running KCM (raised by someone): a real run would remove it once ready; a
+    missing MCM: a real run would record an Event. Dry-run does neither."""
+    kube, clock = seed(), Clock()
+    mark(kube, KCM, {RECORD: Record(3).text(), REPLICAS: "3", MELTDOWN: ""})
+    del kube.objects[deployment_path(MCM)]
+    s = scaler(kube, clock, dry_run=True)
+    for desired in (Desired.RUNNING, Desired.SCALED_DOWN, Desired.RUNNING):
+        for _ in range(5):
+            await s.converge(desired, "test")
+            clock.now += 1
+    assert not kube.writes
