@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from agent.path import Attempt, Connection, Origin, Request, resolve, ssl_context
+from agent.path import Attempt, Connection, Origin, Request, resolve
 from agent.settings import Settings
 from core.credentials import TokenFile
 from core.errors import BadResponse, TransportError, api_error
@@ -86,7 +87,7 @@ class LeaseClient:
         namespace: str,
         name: str,
         token: TokenFile,
-        ca_file: str,
+        tls: Callable[[], ssl.SSLContext],
         *,
         clock: Callable[[], float] = time.monotonic,
         resolver: Callable[[str, int], Any] = resolve,
@@ -94,10 +95,10 @@ class LeaseClient:
         self.origin = Origin.from_url(base_url)
         self.path = lease_path(namespace, name)
         self.token = token
-        self.ca_file = ca_file
+        self.tls = tls
         self.clock = clock
         self.resolver = resolver
-        self._ssl = ssl_context(ca_file)
+        self._ssl = tls()
         self.warm: Connection | None = None
         self.spare: Connection | None = None
         self._spare_until = 0.0
@@ -118,12 +119,12 @@ class LeaseClient:
             settings.lease_namespace,
             settings.node_name,
             TokenFile(settings.token_file),
-            settings.ca_file,
+            settings.tls,
         )
 
     def reload_tls(self) -> None:
-        """Re-read the CA file: after a tls failure the CA may have been rotated."""
-        self._ssl = ssl_context(self.ca_file)
+        """Re-read the CA: after a tls failure it may have been rotated."""
+        self._ssl = self.tls()
 
     async def patch(self, body: dict[str, Any] | list[dict[str, Any]], *, window_s: float) -> dict[str, Any]:
         """Patch the lease (a dict: merge patch, a list: JSON patch); returns the lease as stored."""

@@ -67,9 +67,9 @@ def classify(exc: BaseException) -> TransportKind:
     return "connect"
 
 
-def ssl_context(ca_file: str) -> ssl.SSLContext:
-    """Verify against the CA file, or the system store when none is given."""
-    ctx = ssl.create_default_context(cafile=ca_file or None)
+def ssl_context(ca_file: str = "", *, ca_pem: str = "") -> ssl.SSLContext:
+    """Verify against the CA file or PEM, or the system store when neither is given."""
+    ctx = ssl.create_default_context(cafile=ca_file or None, cadata=ca_pem or None)
     ctx.set_alpn_protocols(["h2", "http/1.1"])
     return ctx
 

@@ -176,7 +176,12 @@ class Renewer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Renew until ``stop`` is set; then mark the lease released."""
-        self.log.info("agent_started", url=self.settings.apiserver_url, interval=self.interval_s)
+        self.log.info(
+            "agent_started",
+            url=self.settings.apiserver_url,
+            url_from=self.settings.kubelet_kubeconfig or "DWD_APISERVER_URL",
+            interval=self.interval_s,
+        )
         next_at = self.clock()
         try:
             while not stop.is_set():

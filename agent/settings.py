@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from agent.kubeconfig import Endpoint, KubeconfigError, read_endpoint
+from agent.path import ssl_context
 from core.config import EnvReader
 from core.credentials import DEFAULT_TOKEN_FILE
 from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label, is_dns_subdomain
@@ -23,6 +27,9 @@ RETIRED = {
 MIN_INTERVAL_S = 0.2
 MAX_INTERVAL_S = 300.0
 
+# Gardener's kubelet kubeconfig on a worker node; the DaemonSet mounts it at the same path.
+DEFAULT_KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig-real"
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -32,6 +39,11 @@ class Settings:
     renew_interval_s: float = 2.0
     token_file: str = DEFAULT_TOKEN_FILE
     ca_file: str = ""
+    # The CA as read from the kubelet kubeconfig's certificate-authority-data.
+    ca_pem: str = ""
+    # The kubelet kubeconfig that gave the server ("" when DWD_APISERVER_URL did): read
+    # again for its CA after a TLS failure, since a CA rotation rewrites it.
+    kubelet_kubeconfig: str = ""
     metrics_addr: tuple[str, int] | None = None
     log_format: LogFormat = "auto"
     log_level: str = "info"
@@ -39,13 +51,24 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         r = EnvReader(env)
-        url = r.string("DWD_APISERVER_URL", required=True).rstrip("/")
+        url = r.string("DWD_APISERVER_URL").rstrip("/")
+        kubeconfig = r.string("DWD_KUBELET_KUBECONFIG", DEFAULT_KUBELET_KUBECONFIG)
+        url_setting, endpoint = "DWD_APISERVER_URL", Endpoint(url)
+        if not url:
+            # kubelet's own server is the default: it is the path KCM judges (docs/install.md).
+            url_setting = "DWD_KUBELET_KUBECONFIG"
+            try:
+                endpoint = read_endpoint(kubeconfig)
+            except KubeconfigError as e:
+                r.problem(url_setting, f"{e} (or set DWD_APISERVER_URL)")
+            url = endpoint.server
         if url:
             parts = urlsplit(url)
+            where = "" if url_setting == "DWD_APISERVER_URL" else f"{kubeconfig}: server "
             if parts.scheme != "https" or not parts.hostname:
-                r.problem("DWD_APISERVER_URL", f"{url!r} is not an https URL with a host name")
+                r.problem(url_setting, f"{where}{url!r} is not an https URL with a host name")
             elif parts.query or parts.fragment:
-                r.problem("DWD_APISERVER_URL", f"{url!r} must not carry a query or fragment")
+                r.problem(url_setting, f"{where}{url!r} must not carry a query or fragment")
         node = r.string("NODE_NAME", required=True)
         if node and not is_dns_subdomain(node):
             r.problem("NODE_NAME", f"{node!r} is not a valid node name (RFC 1123 subdomain)")
@@ -59,6 +82,14 @@ class Settings:
         ca_file = r.string("DWD_CA_FILE", "")
         if ca_file and not os.access(ca_file, os.R_OK):
             r.problem("DWD_CA_FILE", f"{ca_file} is not a readable file")
+        elif not ca_file and endpoint.ca_file:
+            ca_file = endpoint.ca_file
+            if not os.access(ca_file, os.R_OK):
+                r.problem(
+                    "DWD_KUBELET_KUBECONFIG",
+                    f"{kubeconfig}: its certificate-authority {ca_file} is not readable "
+                    "(mount it too, or set DWD_CA_FILE)",
+                )
         metrics = r.address("DWD_METRICS_ADDR")
         log_format, log_level = r.logging()
         r.finish()
@@ -69,7 +100,21 @@ class Settings:
             renew_interval_s=interval,
             token_file=token_file,
             ca_file=ca_file,
+            ca_pem="" if ca_file else endpoint.ca_pem,
+            kubelet_kubeconfig=kubeconfig if url_setting == "DWD_KUBELET_KUBECONFIG" else "",
             metrics_addr=metrics,
             log_format=log_format,
             log_level=log_level,
         )
+
+    def tls(self) -> ssl.SSLContext:
+        """The context that verifies KAPI, read afresh (the renewer calls it again after a TLS
+        failure: the CA may have been rotated). A kubelet kubeconfig that cannot be read at
+        that moment (rewritten in place) leaves the CA read at start."""
+        if self.ca_file or not self.ca_pem:
+            return ssl_context(self.ca_file)
+        pem = self.ca_pem
+        if self.kubelet_kubeconfig:
+            with contextlib.suppress(KubeconfigError):
+                pem = read_endpoint(self.kubelet_kubeconfig).ca_pem or pem
+        return ssl_context(ca_pem=pem)

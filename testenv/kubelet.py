@@ -25,8 +25,10 @@ as a real kubelet whose containers keep passing their readiness probes would.
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import ipaddress
+import json
 import signal
 import sys
 import threading
@@ -53,6 +55,43 @@ POD_CIDR = ipaddress.ip_network("10.244.0.0/16")
 def node_credentials(ca: CertificateAuthority, node: str) -> KeyPair:
     """A kubelet client certificate for ``node`` from the control plane's CA."""
     return ca.issue(f"kubelet-{node}", f"system:node:{node}", organizations=["system:nodes"])
+
+
+# Where a kubelet keeps its rotated client certificate and key (one file).
+CLIENT_PEM = "/var/lib/kubelet/pki/kubelet-client-current.pem"
+
+
+def write_kubeconfig(path: Path, server: str, ca_pem: bytes, keys: KeyPair | None = None) -> Path:
+    """The kubeconfig a kubelet has after its TLS bootstrap (Gardener's
+    ``/var/lib/kubelet/kubeconfig-real``): the CA embedded, the client certificate and key by
+    path, and 0600 as kubelet writes it."""
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "kubelet",
+        "clusters": [
+            {
+                "name": "default-cluster",
+                "cluster": {
+                    "server": server,
+                    "certificate-authority-data": base64.b64encode(ca_pem).decode(),
+                },
+            }
+        ],
+        "contexts": [{"name": "kubelet", "context": {"cluster": "default-cluster", "user": "default-auth"}}],
+        "users": [
+            {
+                "name": "default-auth",
+                "user": {
+                    "client-certificate": str(keys.cert) if keys else CLIENT_PEM,
+                    "client-key": str(keys.key) if keys else CLIENT_PEM,
+                },
+            }
+        ],
+    }
+    path.write_text(json.dumps(doc, indent=2))  # JSON is YAML
+    path.chmod(0o600)
+    return path
 
 
 def _now() -> str:

@@ -26,8 +26,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 AGENT_MAX_BYTES = 150_000_000
 # What the agent imports, and what it must not carry (the aggregator's dependencies).
-AGENT_NEEDS = ("httpx", "httpcore", "h2", "structlog", "uvloop", "core", "agent")
-AGENT_MUST_NOT = ("kubernetes", "aiohttp", "yaml", "aggregator", "pip")
+AGENT_NEEDS = ("httpx", "httpcore", "h2", "structlog", "uvloop", "yaml", "core", "agent")
+AGENT_MUST_NOT = ("kubernetes", "aiohttp", "aggregator", "pip")
 SCRIPT = """
 import importlib.metadata as m, importlib.util as u, json, sys
 mods = sys.argv[1].split(",")

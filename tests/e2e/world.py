@@ -17,6 +17,7 @@ from typing import Any
 from testenv import containers
 from testenv.controlplane import ControlPlane
 from testenv.dns import DnsServer
+from testenv.kubelet import write_kubeconfig
 from testenv.netns import NetNs, _ip, unused
 from testenv.pki import CertificateAuthority
 from testenv.pytest_plugin import EXTERNAL_NAMES
@@ -152,17 +153,21 @@ class World:
 
     def start_agent_container(self, node: Node, image: str, daemonset: dict[str, Any], **env: str) -> None:
         """The agent from its image as the DaemonSet runs it: the DaemonSet's environment and
-        user, its token and CA as files at the DaemonSet's mount path, a read-only root, the
+        user, its token and the kubelet kubeconfig at the DaemonSet's mount paths, a read-only root, the
         node's network namespace (hostNetwork) and the node's resolver (dnsPolicy: Default)."""
         spec = daemonset["spec"]["template"]["spec"]
         container = spec["containers"][0]
         assert spec["hostNetwork"] and spec.get("dnsPolicy") == "Default"
         assert container["securityContext"]["readOnlyRootFilesystem"]
-        mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "credentials")
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
         creds = self.tmp / f"creds-{node.name}"
         creds.mkdir(mode=0o755)
         (creds / "token").write_text(self.cp.node_token(node.name))
-        (creds / "ca.crt").write_bytes(self.cp.ca_file.read_bytes())
+        # The node's kubelet kubeconfig, 0600 root as kubelet leaves it: the agent takes its
+        # server (this world's external name) and CA from it.
+        kubeconfig = write_kubeconfig(
+            self.tmp / f"kubeconfig-{node.name}", f"https://{API}", self.cp.ca_file.read_bytes()
+        )
         full_env = {}
         for var in container["env"]:
             if "valueFrom" in var:
@@ -178,7 +183,7 @@ class World:
             name=node.container,
             log_path=node.log,
             env={**full_env, **env},
-            mounts={creds: mount},
+            mounts={creds: mounts["credentials"], kubeconfig: mounts["kubelet-kubeconfig"]},
             network=f"ns:/run/netns/{node.ns.name}",
             dns=[node.ns.host_ip],
             user=f"{user['runAsUser']}:{user['runAsGroup']}",

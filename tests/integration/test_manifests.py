@@ -18,6 +18,7 @@ from testenv import netns
 from testenv.apply import apply, kustomize_build, load_docs
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
+from testenv.kubelet import write_kubeconfig
 from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.standins import wait_for
 from testenv.tcpproxy import TcpProxy
@@ -76,7 +77,10 @@ def test_every_manifest_applies_without_warnings(installed: dict[str, list[dict[
     container = spec["containers"][0]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-    assert spec["securityContext"]["runAsNonRoot"] is True
+    # Root only to read kubelet's 0600 kubeconfig, and without a capability.
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    (kubeconfig,) = [v["hostPath"] for v in spec["volumes"] if "hostPath" in v]
+    assert kubeconfig == {"path": "/var/lib/kubelet/kubeconfig-real", "type": "File"}  # not its directory
     assert spec["tolerations"] == [{"operator": "Exists"}]
 
 
@@ -253,21 +257,25 @@ def test_agent_from_the_daemonset_environment_renews(
     node = "node-ds"
     client = _agent_client(plane, node)
     client.close()
-    # What kubelet would put into the projected volume: the bound token and the CA.
+    # What kubelet would put into the projected volume (the bound token), and the node's
+    # kubelet kubeconfig, whose server is the external name.
     creds = tmp_path / "creds"
     creds.mkdir()
     (creds / "token").write_text(plane.node_token(node))
-    (creds / "ca.crt").write_bytes(plane.ca_file.read_bytes())
+    host = EXTERNAL_NAMES[0]
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig-real", f"https://{host}", plane.ca_file.read_bytes())
     env: dict[str, str] = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     for var in container["env"]:
         if "valueFrom" in var:
             assert var["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
             env[var["name"]] = node
         else:
-            env[var["name"]] = var["value"].replace(mounts["credentials"], str(creds))
-    url = env["DWD_APISERVER_URL"]
-    host = url.removeprefix("https://").split(":")[0]
-    assert host in EXTERNAL_NAMES
+            env[var["name"]] = (
+                var["value"]
+                .replace(mounts["credentials"], str(creds))
+                .replace(mounts["kubelet-kubeconfig"], str(kubeconfig))
+            )
+    assert "DWD_APISERVER_URL" not in env  # the kubelet's server, not one of its own
     ns = netns.NetNs().create()
     lb = None
     agent = None

@@ -50,7 +50,7 @@ async def silent_server() -> AsyncIterator[int]:
 
 
 async def _fail(url: str, token: TokenFile, ca: str = "") -> TransportError:
-    client = LeaseClient(url, "ns", "n1", token, ca)
+    client = LeaseClient(url, "ns", "n1", token, lambda: ssl_context(ca))
     try:
         with pytest.raises(TransportError) as e:
             await client.patch({}, window_s=0.5)

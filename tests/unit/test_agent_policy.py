@@ -19,7 +19,7 @@ import pytest
 
 from agent import client as policy
 from agent.client import LeaseClient
-from agent.path import Attempt, Request
+from agent.path import Attempt, Request, ssl_context
 from core.credentials import TokenFile
 from core.errors import TransportError
 
@@ -88,7 +88,7 @@ class Net:
 @pytest.fixture
 def client(tmp_path: Path) -> LeaseClient:
     (tmp_path / "token").write_text("t")
-    return LeaseClient("https://api.example", "ns", "n1", TokenFile(tmp_path / "token"), "")
+    return LeaseClient("https://api.example", "ns", "n1", TokenFile(tmp_path / "token"), ssl_context)
 
 
 def script(client: LeaseClient, *connections: FakeConnection) -> Net:

@@ -42,10 +42,15 @@ def test_every_bad_variable_is_named_in_one_error(tmp_path: Path) -> None:
     assert named == set(env)
 
 
-def test_required_variables(token: str) -> None:
+def test_required_variables(token: str, tmp_path: Path) -> None:
+    """Without DWD_APISERVER_URL the kubelet kubeconfig is required."""
+    missing = tmp_path / "kubeconfig-real"
     with pytest.raises(ConfigError) as e:
-        Settings.from_env({"DWD_TOKEN_FILE": token})
-    assert e.value.problems == ["DWD_APISERVER_URL: is required", "NODE_NAME: is required"]
+        Settings.from_env({"DWD_TOKEN_FILE": token, "DWD_KUBELET_KUBECONFIG": str(missing)})
+    assert e.value.problems == [
+        f"DWD_KUBELET_KUBECONFIG: {missing}: No such file or directory (or set DWD_APISERVER_URL)",
+        "NODE_NAME: is required",
+    ]
 
 
 def test_a_retired_setting_is_ignored_not_fatal(token: str) -> None:

@@ -1,0 +1,174 @@
+"""The agent takes kubelet's server and CA from the node's kubelet kubeconfig, and nothing else."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.kubeconfig import KubeconfigError, read_endpoint
+from agent.settings import Settings
+from core.config import ConfigError
+from testenv.kubelet import write_kubeconfig
+from testenv.pki import CertificateAuthority
+
+SERVER = "https://api.internal.shoot.example"
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> CertificateAuthority:
+    d = tmp_path / "ca"
+    d.mkdir()
+    return CertificateAuthority(d, "kubelet-kubeconfig-ca")
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> dict[str, str]:
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    return {"NODE_NAME": "n1", "DWD_TOKEN_FILE": str(token)}
+
+
+def kubeconfig(path: Path, **cluster: Any) -> Path:
+    """A kubeconfig of one cluster (``cluster`` its fields) and one user."""
+    user = cluster.pop("user", {"client-certificate": "/var/lib/kubelet/pki/kubelet-client-current.pem"})
+    doc = {
+        "current-context": "kubelet",
+        "clusters": [{"name": "c", "cluster": {"server": SERVER, **cluster}}],
+        "contexts": [{"name": "kubelet", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": user}],
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def subjects(settings: Settings) -> list[Any]:
+    return [c["subject"] for c in settings.tls().get_ca_certs()]
+
+
+def test_the_server_and_ca_come_from_the_kubelet_kubeconfig(
+    tmp_path: Path, ca: CertificateAuthority, base: dict[str, str]
+) -> None:
+    path = write_kubeconfig(tmp_path / "kubeconfig-real", SERVER + "/", ca.cert_path.read_bytes())
+    s = Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(path)})
+    assert s.apiserver_url == SERVER
+    assert (s.kubelet_kubeconfig, s.ca_file) == (str(path), "")
+    assert subjects(s) == [((("commonName", "kubelet-kubeconfig-ca"),),)]
+
+
+def test_dwd_apiserver_url_overrides_and_the_kubeconfig_is_not_read(base: dict[str, str]) -> None:
+    s = Settings.from_env(
+        {**base, "DWD_APISERVER_URL": "https://api.other.example", "DWD_KUBELET_KUBECONFIG": "/nonexistent"}
+    )
+    assert (s.apiserver_url, s.kubelet_kubeconfig, s.ca_pem) == ("https://api.other.example", "", "")
+
+
+def test_neither_a_kubeconfig_nor_a_url_is_an_error_naming_both(base: dict[str, str], tmp_path: Path) -> None:
+    missing = tmp_path / "kubeconfig-real"
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(missing)})
+    (problem,) = e.value.problems
+    assert problem.startswith(f"DWD_KUBELET_KUBECONFIG: {missing}: No such file")
+    assert "or set DWD_APISERVER_URL" in problem
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        {"client-certificate-data": "Y2VydA==", "client-key-data": "a2V5"},
+        {"token": "abcdef.0123456789abcdef"},  # a bootstrap token
+        {"username": "admin", "password": "secret"},
+    ],
+)
+def test_a_kubeconfig_that_embeds_a_credential_is_refused(
+    tmp_path: Path, base: dict[str, str], user: dict[str, str]
+) -> None:
+    path = kubeconfig(tmp_path / "kubeconfig", user=user)
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(path)})
+    (problem,) = e.value.problems
+    secret = next(k for k in ("client-key-data", "token", "password") if k in user)
+    assert f"{path} embeds credentials (users[u].{secret})" in problem
+    assert "must not be mounted into the agent" in problem
+    assert "DWD_APISERVER_URL" in problem
+
+
+def test_a_ca_by_path_is_read_relative_to_the_kubeconfig(
+    tmp_path: Path, ca: CertificateAuthority, base: dict[str, str]
+) -> None:
+    (tmp_path / "ca.crt").write_bytes(ca.cert_path.read_bytes())
+    path = kubeconfig(tmp_path / "kubeconfig", **{"certificate-authority": "ca.crt"})
+    s = Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(path)})
+    assert s.ca_file == str(tmp_path / "ca.crt")
+    assert len(subjects(s)) == 1
+
+
+def test_a_ca_path_that_is_not_mounted_says_what_to_do(tmp_path: Path, base: dict[str, str]) -> None:
+    path = kubeconfig(tmp_path / "kubeconfig", **{"certificate-authority": "/var/lib/kubelet/ca.crt"})
+    with pytest.raises(ConfigError, match=r"certificate-authority /var/lib/kubelet/ca.crt is not readable"):
+        Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(path)})
+    # DWD_CA_FILE replaces it.
+    (tmp_path / "own.crt").write_text("")
+    s = Settings.from_env(
+        {**base, "DWD_KUBELET_KUBECONFIG": str(path), "DWD_CA_FILE": str(tmp_path / "own.crt")}
+    )
+    assert (s.apiserver_url, s.ca_file) == (SERVER, str(tmp_path / "own.crt"))
+
+
+def test_a_rotated_ca_is_read_again(tmp_path: Path, ca: CertificateAuthority, base: dict[str, str]) -> None:
+    path = write_kubeconfig(tmp_path / "kubeconfig-real", SERVER, ca.cert_path.read_bytes())
+    s = Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(path)})
+    (tmp_path / "new").mkdir()
+    rotated = CertificateAuthority(tmp_path / "new", "rotated-ca")
+    write_kubeconfig(path, SERVER, rotated.cert_path.read_bytes())
+    assert subjects(s) == [((("commonName", "rotated-ca"),),)]
+    path.write_text("half written: {")  # caught mid-rewrite: the CA read at start stays
+    assert subjects(s) == [((("commonName", "kubelet-kubeconfig-ca"),),)]
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("a: [", "not YAML"),
+        ("- 1\n- 2\n", "no mapping at the top"),
+        (json.dumps({"clusters": [{"name": "c", "cluster": {}}]}), "the current cluster has no server"),
+        (
+            json.dumps({"current-context": "x", "contexts": []}),
+            "current-context 'x' is not among its contexts",
+        ),
+        (
+            json.dumps({"clusters": [{"name": "a", "cluster": {}}, {"name": "b", "cluster": {}}]}),
+            "no current-context, and 2 clusters to choose from",
+        ),
+        (json.dumps({"clusters": "c"}), "clusters is not a list"),
+    ],
+)
+def test_a_broken_kubeconfig_names_itself_and_what_is_wrong(tmp_path: Path, text: str, why: str) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(text)
+    with pytest.raises(KubeconfigError) as e:
+        read_endpoint(str(path))
+    assert str(e.value).startswith(f"{path}: ")
+    assert why in str(e.value)
+
+
+def test_ca_data_that_is_not_a_certificate_is_refused(tmp_path: Path) -> None:
+    bad = kubeconfig(tmp_path / "a", **{"certificate-authority-data": "not base64!"})
+    with pytest.raises(KubeconfigError, match="is not base64 of a PEM"):
+        read_endpoint(str(bad))
+    text = kubeconfig(tmp_path / "b", **{"certificate-authority-data": base64.b64encode(b"hello").decode()})
+    with pytest.raises(KubeconfigError, match="holds no PEM certificate"):
+        read_endpoint(str(text))
+
+
+def test_a_kubeconfig_server_that_is_not_https_is_named(tmp_path: Path, base: dict[str, str]) -> None:
+    path = kubeconfig(tmp_path / "kubeconfig", server="http://api.internal.example")
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(path)})
+    assert e.value.problems == [
+        f"DWD_KUBELET_KUBECONFIG: {path}: server 'http://api.internal.example' "
+        "is not an https URL with a host name"
+    ]
