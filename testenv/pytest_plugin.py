@@ -9,8 +9,9 @@ import pytest
 from testenv import binaries
 from testenv.controlplane import ControlPlane
 
-# Names the e2e load balancer forwards to KAPI; the serving certificate must carry them.
-EXTERNAL_NAMES = ("api.shoot.dwd.test",)
+# Names the e2e load balancers forward to KAPI; the serving certificate must carry them. The
+# second is the kubelet's (Gardener's internal domain), on a load balancer of its own.
+EXTERNAL_NAMES = ("api.shoot.dwd.test", "api.internal.shoot.dwd.test")
 
 
 @pytest.fixture(scope="session")

@@ -13,8 +13,9 @@ import pytest
 from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, LAST_OUTAGE, RENEW_INTERVAL, Outage, lease_path, leases_path
 from testenv.controlplane import ControlPlane, ensure_node
+from testenv.kubelet import write_kubeconfig
 from testenv.standins import grant_agent_rbac, wait_for
-from tests.e2e.world import Node, World
+from tests.e2e.world import API, INTERNAL_API, Node, World
 
 pytestmark = pytest.mark.e2e
 
@@ -72,15 +73,55 @@ def cut_connections(node: Node) -> None:
     node.lb.open()
 
 
+def provision(cp: ControlPlane, *nodes: Node) -> None:
+    """Each node and its lease, as the aggregator provisions it: with the renew-interval
+    annotation."""
+    with cp.admin_client() as admin:
+        for node in nodes:
+            ensure_node(admin, node.name)
+            lease = {"metadata": {"name": node.name, "annotations": {RENEW_INTERVAL: "500ms"}}, "spec": {}}
+            admin.ensure(leases_path(DEFAULT_LEASE_NAMESPACE), lease)
+
+
+def test_the_agent_follows_the_kubelets_server_not_the_external_name(world: World) -> None:
+    """Two names lead to KAPI, each through a load balancer of its own; the kubelet kubeconfig
+    names the internal one, as in Gardener. Only the kubelet's path breaks: the agent that took
+    its server from that kubeconfig fails with it, while an agent pointed at the external name
+    (the old default) renews on, proving a path that KCM does not judge."""
+    cp = world.cp
+    kubelets, external = world.add_node("e2e-kubelet-path"), world.add_node("e2e-external-path")
+    internal_lb = world.add_internal_path(kubelets)
+    world.add_internal_path(external)
+    world.start_dns()
+    provision(cp, kubelets, external)
+    kubeconfig = write_kubeconfig(
+        world.tmp / "kubeconfig-real", f"https://{INTERNAL_API}", cp.ca_file.read_bytes()
+    )
+    world.start_agent(kubelets, DWD_KUBELET_KUBECONFIG=str(kubeconfig))
+    world.start_agent(external)
+    for node in (kubelets, external):
+        wait_for(lambda n=node: renew_time(cp, n.name), 20, f"renewals of {node.name}")  # type: ignore[misc]
+    started = next(e for e in kubelets.events() if e["event"] == "agent_started")
+    assert (started["url"], started["url_from"]) == (f"https://{INTERNAL_API}", str(kubeconfig))
+    assert internal_lb.connections >= 1 and kubelets.lb.connections == 0, "not through the kubelet's path"
+    assert next(e for e in external.events() if e["event"] == "agent_started")["url"] == f"https://{API}"
+
+    internal_lb.blackhole = True  # the kubelet's path breaks; the external one works on
+    wait_for(lambda: any(e["event"] == "renew_failing" for e in kubelets.events()), 20, "the agent failing")
+    stuck, moving = renew_time(cp, kubelets.name), renew_time(cp, external.name)
+    time.sleep(2)
+    assert renew_time(cp, kubelets.name) == stuck, "renewed while the kubelet's path was broken"
+    assert renew_time(cp, external.name) != moving, "the external path should still work"
+
+    internal_lb.blackhole = False
+    wait_for(lambda: any(e["event"] == "renew_recovered" for e in kubelets.events()), 20, "recovery")
+
+
 def test_each_fault_on_the_path_is_classified(world: World) -> None:
     cp = world.cp
     node = world.add_node("e2e-faults")
     world.start_dns()
-    with cp.admin_client() as admin:
-        ensure_node(admin, node.name)
-        # As the aggregator provisions it: with the renew-interval annotation.
-        lease = {"metadata": {"name": node.name, "annotations": {RENEW_INTERVAL: "500ms"}}, "spec": {}}
-        admin.ensure(leases_path(DEFAULT_LEASE_NAMESPACE), lease)
+    provision(cp, node)
     world.start_agent(node)
     wait_for(lambda: renew_time(cp, node.name), 20, "renewals through DNS and the load balancer")
     assert world.dns is not None and world.dns.queries >= 1

@@ -24,7 +24,7 @@ from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.standins import json_log
 from testenv.tcpproxy import TcpProxy
 
-API = EXTERNAL_NAMES[0]
+API, INTERNAL_API = EXTERNAL_NAMES
 
 
 class ImpostorTls:
@@ -65,6 +65,8 @@ class Node:
     agent: subprocess.Popen[bytes] | None = None
     log: Path | None = None
     container: str | None = None  # the agent's container, when it runs from the image
+    # The kubelet's own load balancer, under INTERNAL_API (add_internal_path).
+    internal_lb: TcpProxy | None = None
     # The loss rules in place now, each as given to iptables after the chain name.
     loss_rules: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
 
@@ -107,10 +109,22 @@ class World:
     impostors: list[ImpostorTls] = field(default_factory=list)
 
     def resolve(self, name: str, address: str) -> str | None:
+        node = next(n for n in self.nodes.values() if n.ns.host_ip == address)
+        if name == INTERNAL_API and node.internal_lb is not None:
+            return node.internal_lb.listen[0]
         if name != API:
             return None
-        node = next(n for n in self.nodes.values() if n.ns.host_ip == address)
         return node.impostor_ip if node.name in self.tampered else address
+
+    def add_internal_path(self, node: Node) -> TcpProxy:
+        """A second way to KAPI for this node: INTERNAL_API resolves to a load balancer of its
+        own, on an address of its own (Gardener's internal domain, which kubelet uses)."""
+        ip = unused(lambda: f"10.215.{random.randrange(256)}.{random.randrange(1, 255)}")
+        _ip("addr", "add", f"{ip}/32", "dev", node.ns.host_if)
+        _ip("netns", "exec", node.ns.name, "ip", "route", "add", f"{ip}/32", "via", node.ns.host_ip)
+        kapi_port = int(self.cp.url.rsplit(":", 1)[1])
+        node.internal_lb = TcpProxy(upstream=("127.0.0.1", kapi_port), listen=(ip, 443)).open()
+        return node.internal_lb
 
     def add_node(self, name: str) -> Node:
         ns = NetNs(resolver=True).create()
@@ -148,6 +162,8 @@ class World:
             "DWD_LOG_FORMAT": "json",
             **env,
         }
+        if "DWD_KUBELET_KUBECONFIG" in env:  # the server and CA come from there
+            del full_env["DWD_APISERVER_URL"], full_env["DWD_CA_FILE"]
         with open(node.log, "wb") as log:
             node.agent = node.ns.popen([sys.executable, "-m", "agent"], env=full_env, stdout=log, stderr=log)
 
@@ -213,6 +229,8 @@ class World:
                             *(["--reject-with", "tcp-reset"] if action == "REJECT" else []),
                         )
             node.lb.shutdown()
+            if node.internal_lb is not None:
+                node.internal_lb.shutdown()
             node.ns.delete()
         if self.dns is not None:
             self.dns.stop()
