@@ -186,7 +186,9 @@ async def test_hedge_delay_follows_the_paths_own_pace(client: LeaseClient) -> No
     for _ in range(3):
         await client.request(REQ, 4.0)
     assert net.opened == [] and client.warm is warm
-    assert client.plan(4.0)[0].hedge_after_s == pytest.approx(0.6, abs=0.05)
+    # Twice the measured 0.3 s, above the 0.5 s floor; a loaded machine only measures slower.
+    hedge = client.plan(4.0)[0].hedge_after_s
+    assert hedge is not None and 0.59 <= hedge <= 0.9, hedge
 
 
 async def test_recycling_is_make_before_break(client: LeaseClient, monkeypatch: pytest.MonkeyPatch) -> None:
