@@ -172,11 +172,16 @@ class Observed:
         self.changed.set()
 
     def node_event(self, kind: str, view: NodeView) -> None:
+        previous = self.nodes.get(view.name)
         if kind == "DELETED":
             self.nodes.pop(view.name, None)
         else:
             self.nodes[view.name] = self._node(view)
-        self.changed.set()
+        # The provisioner acts on a node's name and uid only. Watched in full, a node changes
+        # with every status update its kubelet posts; a pass over every lease for each of
+        # those would run at that rate.
+        if kind == "DELETED" or previous is None or previous.view.uid != view.uid:
+            self.changed.set()
 
     # -- leases
     def _lease(self, view: LeaseView) -> LeaseObs:

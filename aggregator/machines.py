@@ -1,0 +1,103 @@
+"""The shoot's Machines in the seed, for dependency-watchdog's Machine rule: a node whose Machine
+(label ``node=<name>``, in the control-plane namespace) is Failed or Terminating is no candidate.
+
+LISTed, not watched: MCM rewrites a Machine's status on every health check and a Machine
+carries its node's conditions, so a watch per shoot would stream far more than the rule needs;
+and leaving a node out changes no verdict while nothing is stale. So a LIST every
+``Decider.machines_every_s`` while it matters, every ``machines_idle_s`` otherwise (for
+/status), and once more right before a scale-down.
+
+Where dependency-watchdog v1.7.0 differs on purpose: a node without a Machine is a candidate
+here (DWD drops it, so a seed without the Machine CRD made it never scale); a seed that does not
+serve Machines (404) turns the rule off; any other error keeps the last read's verdicts for
+``machines_keep_s`` at most, then none: the rule never leaves every node out, nor blocks a
+scale-down for good. Both are on /status.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from aggregator.candidates import LEAVING_PHASES
+from aggregator.objects import metadata, section
+from core.errors import BadResponse, KubeError, NotFound
+
+if TYPE_CHECKING:
+    from aggregator.kube import KubeClient
+
+MACHINES = "/apis/machine.sapcloud.io/v1alpha1/namespaces/{namespace}/machines"
+NODE_LABEL = "node"
+ABSENT = "the seed serves no machines.machine.sapcloud.io: the Machine rule is off"
+
+
+def phases_by_node(items: object) -> dict[str, str]:
+    """Each node's Machine phase. A node with several Machines (a replacement under way) takes
+    one that is not leaving, if any: DWD keeps a node that has any such Machine."""
+    out: dict[str, str] = {}
+    for obj in items if isinstance(items, list) else ():
+        if not isinstance(obj, Mapping):
+            continue
+        node = section(metadata(obj), "labels").get(NODE_LABEL)
+        if not isinstance(node, str) or not node:
+            continue  # not joined yet: no node to leave out
+        phase = str(section(section(obj, "status"), "currentStatus").get("phase") or "")
+        if out.get(node, "Failed") in LEAVING_PHASES:
+            out[node] = phase
+    return out
+
+
+class Machines:
+    """The last LIST of a namespace's Machines, and what it is worth now."""
+
+    def __init__(
+        self,
+        seed: KubeClient,
+        namespace: str,
+        *,
+        keep_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.seed = seed
+        self.path = MACHINES.format(namespace=namespace)
+        # A target with no control-plane namespace has no Machines to read: the rule is off.
+        self.enabled = bool(namespace)
+        self.keep_s = keep_s
+        self.clock = clock
+        self._phases: dict[str, str] = {}
+        self.read_at = -math.inf  # the last attempt
+        self.ok_at = -math.inf  # the last success
+        self.error = ""
+
+    def due(self, every_s: float) -> bool:
+        return self.enabled and self.clock() - self.read_at >= every_s
+
+    def phases(self) -> Mapping[str, str]:
+        """Node -> its Machine's phase, as far as it may be relied on now."""
+        if self.clock() - self.ok_at > self.keep_s:
+            return {}
+        return self._phases
+
+    async def read(self) -> bool:
+        """One LIST; False when it failed (``error`` says why, and nothing is raised: no
+        Machine rule is reason to judge nothing)."""
+        now = self.read_at = self.clock()
+        try:
+            result = await self.seed.get(self.path)
+            items = result.get("items")
+            if not isinstance(items, list):
+                raise BadResponse(f"LIST {self.path}: no items")
+        except NotFound:
+            self._phases, self.ok_at, self.error = {}, now, ABSENT
+            return True
+        except KubeError as e:
+            self.error = f"LIST machines: {e}"
+            return False
+        self._phases, self.ok_at, self.error = phases_by_node(items), now, ""
+        return True
+
+    def age_s(self) -> float | None:
+        """Seconds since the last successful read (None: never)."""
+        return None if self.ok_at == -math.inf else self.clock() - self.ok_at
