@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 MACHINES = "/apis/machine.sapcloud.io/v1alpha1/namespaces/{namespace}/machines"
 NODE_LABEL = "node"
-ABSENT = "the seed serves no machines.machine.sapcloud.io: the Machine rule is off"
+ABSENT = "off: the seed serves no machines.machine.sapcloud.io"
 
 
 def phases_by_node(items: object) -> dict[str, str]:
@@ -70,6 +70,8 @@ class Machines:
         self.read_at = -math.inf  # the last attempt
         self.ok_at = -math.inf  # the last success
         self.error = ""
+        # The last read found no Machine resource in the seed: the rule is off, not failing.
+        self.absent = False
 
     def due(self, every_s: float) -> bool:
         return self.enabled and self.clock() - self.read_at >= every_s
@@ -90,13 +92,25 @@ class Machines:
             if not isinstance(items, list):
                 raise BadResponse(f"LIST {self.path}: no items")
         except NotFound:
-            self._phases, self.ok_at, self.error = {}, now, ABSENT
+            self._phases, self.ok_at, self.error, self.absent = {}, now, "", True
             return True
         except KubeError as e:
             self.error = f"LIST machines: {e}"
             return False
-        self._phases, self.ok_at, self.error = phases_by_node(items), now, ""
+        self._phases, self.ok_at, self.error, self.absent = phases_by_node(items), now, "", False
         return True
+
+    def rule(self) -> str:
+        """What the Machine rule rests on now, for /status."""
+        if not self.enabled:
+            return "off: the target has no control-plane namespace"
+        if self.absent:
+            return ABSENT
+        if self.error and self.clock() - self.ok_at > self.keep_s:
+            return "off until a read succeeds: the last good read is too old"
+        if self.error:
+            return "on, from the last good read"
+        return "on" if self.ok_at > -math.inf else "not read yet"
 
     def age_s(self) -> float | None:
         """Seconds since the last successful read (None: never)."""

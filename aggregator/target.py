@@ -325,14 +325,17 @@ class Target:
             self.kubelets.error = str(e)
 
     async def _read_machines(self) -> None:
-        before = self.machines.error
-        await self.machines.read()
+        m = self.machines
+        before = (m.error, m.absent)
+        await m.read()
         # A repeating failure is told when it starts and when it ends.
-        if self.machines.error != before:
-            if self.machines.error:
-                self.log.warning("machines_unreadable", error=self.machines.error)
+        if m.error != before[0]:
+            if m.error:
+                self.log.warning("machines_unreadable", error=m.error)
             else:
                 self.log.info("machines_readable")
+        if m.absent and not before[1]:
+            self.log.info("machines_absent", rule=m.rule())
 
     def _take_over_if_new_leader(self, now: float, leader: bool) -> None:
         if leader and not self._was_leader and self.memory.phase is not Phase.STARTING:
@@ -549,7 +552,10 @@ class Target:
                 )
             ),
             "kubelet_leases_error": self.kubelets.error,
-            "machines_error": self.machines.error,
-            "machines_age_s": None if (age := self.machines.age_s()) is None else round(age, 1),
+            "machines": {
+                "rule": self.machines.rule(),
+                "error": self.machines.error,
+                "age_s": None if (age := self.machines.age_s()) is None else round(age, 1),
+            },
             "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],
         }
