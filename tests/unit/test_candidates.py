@@ -204,8 +204,12 @@ def test_a_node_with_several_machines_is_kept_when_one_of_them_is_not_leaving() 
         status = {} if phase is None else {"currentStatus": {"phase": phase}}
         return {"metadata": {"labels": labels}, "status": status}
 
-    items = [m("a", "Terminating"), m("a", "Running"), m("b", "Failed"), m("c", None), m(None, "Failed")]
-    assert phases_by_node(items) == {"a": "Running", "b": "Failed", "c": ""}
+    items = [
+        *(m("a", "Terminating"), m("a", "Running")),
+        *(m("d", "Running"), m("d", "Failed")),  # in either order
+        *(m("b", "Failed"), m("c", None), m(None, "Failed")),
+    ]
+    assert phases_by_node(items) == {"a": "Running", "d": "Running", "b": "Failed", "c": ""}
 
 
 # -- reading nodes and Clusters
