@@ -228,6 +228,17 @@ def test_a_node_view_carries_its_pool_its_true_conditions_and_an_in_place_update
     ).in_place_update
 
 
+async def test_full_nodes_are_listed_in_pages_into_one_view() -> None:
+    w = World(5)
+    w.target.nodes.page_size = 2
+    pages: list[str] = []
+    w.shoot.on_request = lambda method, path: pages.append(path) if path == "/api/v1/nodes" else None
+    await w.target.nodes.list_now()
+    assert len(pages) == 3 and sorted(w.target.observed.nodes) == w.names
+    assert World(1).target.nodes.page_size == 500
+    assert World(1, node_conditions=None).target.nodes.page_size is None  # metadata: one LIST
+
+
 def test_a_status_update_of_a_node_does_not_wake_the_provisioner() -> None:
     observed = Observed(clock=lambda: NOW)
     observed.node_event("ADDED", NodeView("n", uid="u1"))
