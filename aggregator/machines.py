@@ -16,6 +16,7 @@ scale-down for good. Both are on /status.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -30,7 +31,17 @@ if TYPE_CHECKING:
 
 MACHINES = "/apis/machine.sapcloud.io/v1alpha1/namespaces/{namespace}/machines"
 NODE_LABEL = "node"
+PAGE = 500
 ABSENT = "off: the seed serves no machines.machine.sapcloud.io"
+
+
+def _slim(obj: Mapping[str, object]) -> Mapping[str, object]:
+    labels = section(metadata(obj), "labels")
+    current = section(section(obj, "status"), "currentStatus")
+    return {
+        "metadata": {"labels": {NODE_LABEL: labels.get(NODE_LABEL)}},
+        "status": {"currentStatus": current},
+    }
 
 
 def phases_by_node(items: object) -> dict[str, str]:
@@ -58,6 +69,7 @@ class Machines:
         namespace: str,
         *,
         keep_s: float,
+        timeout_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.seed = seed
@@ -65,6 +77,7 @@ class Machines:
         # A target with no control-plane namespace has no Machines to read: the rule is off.
         self.enabled = bool(namespace)
         self.keep_s = keep_s
+        self.timeout_s = timeout_s
         self.clock = clock
         self._phases: dict[str, str] = {}
         self.read_at = -math.inf  # the last attempt
@@ -87,10 +100,12 @@ class Machines:
         Machine rule is reason to judge nothing)."""
         now = self.read_at = self.clock()
         try:
-            result = await self.seed.get(self.path)
-            items = result.get("items")
-            if not isinstance(items, list):
-                raise BadResponse(f"LIST {self.path}: no items")
+            # The whole read is bounded, not each page: the tick waits for it.
+            async with asyncio.timeout(self.timeout_s):
+                items = await self._list()
+        except TimeoutError:
+            self.error = f"LIST machines: no answer within {self.timeout_s:g}s"
+            return False
         except NotFound:
             self._phases, self.ok_at, self.error, self.absent = {}, now, "", True
             return True
@@ -99,6 +114,23 @@ class Machines:
             return False
         self._phases, self.ok_at, self.error, self.absent = phases_by_node(items), now, "", False
         return True
+
+    async def _list(self) -> list[Mapping[str, object]]:
+        """Every Machine, in pages: a Machine carries its node's conditions and template, so a
+        large shoot's would otherwise arrive and be decoded all at once. Only what the rule
+        needs is kept of each page."""
+        kept: list[Mapping[str, object]] = []
+        params = {"limit": str(PAGE)}
+        while True:
+            result = await self.seed.request("GET", self.path, params=params, timeout_s=self.timeout_s)
+            items = result.get("items")
+            if not isinstance(items, list):
+                raise BadResponse(f"LIST {self.path}: no items")
+            kept.extend(_slim(obj) for obj in items if isinstance(obj, Mapping))
+            token = metadata(result).get("continue")
+            if not token:
+                return kept
+            params = {"limit": str(PAGE), "continue": str(token)}
 
     def rule(self) -> str:
         """What the Machine rule rests on now, for /status."""

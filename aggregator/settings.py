@@ -124,6 +124,9 @@ class Decider:
     # the end of a Machine's life; they do not come back), then the rule is off until a read
     # succeeds: an unreadable seed must not leave nodes out for ever.
     machines_keep_s: float = 600.0
+    # A read of the Machines that takes longer fails (the last one stays in force): the tick,
+    # and before a scale-down the interlocks, wait for it. 500 Machines are ~5 MB a page.
+    machines_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         problems = []

@@ -133,7 +133,13 @@ class Target:
         self.metrics = metrics or AggregatorMetrics()
         self.observed = Observed(clock=clock)
         self.kubelets = KubeletLeases(shoot, clock=clock)
-        self.machines = Machines(seed, namespace, keep_s=self.params.machines_keep_s, clock=clock)
+        self.machines = Machines(
+            seed,
+            namespace,
+            keep_s=self.params.machines_keep_s,
+            timeout_s=self.params.machines_timeout_s,
+            clock=clock,
+        )
         self.nodes, self.leases = self._informers(full_nodes=self.params.node_conditions is not None)
         self.provisioner = Provisioner(
             shoot,

@@ -20,7 +20,7 @@ from aggregator.target import Interlock, Target
 from aggregator.watcher import Observed
 from core.errors import ConfigError, KubeError, api_error
 from core.lease import LeaseView
-from tests.unit.fakekube import FakeKube
+from tests.unit.fakekube import FakeKube, Rule, server_error
 from tests.unit.world import NS, World
 
 NOW = 1000.0
@@ -196,6 +196,26 @@ async def test_a_failed_read_keeps_the_last_reads_verdict_for_a_while_then_drops
     assert 20.0 < w.clock() - w.target.machines.ok_at <= 21.0
     assert w.target.snapshot()["machines"]["rule"].startswith("off until a read succeeds")
     assert w.target.status.candidates == 4
+
+
+async def test_the_machines_are_read_in_pages() -> None:
+    w = World(1)
+    for i in range(1200):
+        machine(w, f"n{i}", "Failed" if i % 2 else "Running")
+    pages: list[str] = []
+    w.seed.on_request = lambda method, path: pages.append(path) if path.endswith("/machines") else None
+    assert await w.target.machines.read()
+    assert len(pages) == 3
+    phases = w.target.machines.phases()
+    assert len(phases) == 1200 and phases["n1199"] == "Failed" and phases["n0"] == "Running"
+
+
+async def test_a_seed_that_does_not_answer_delays_a_tick_by_the_machines_timeout_at_most() -> None:
+    w = World(10, machines_timeout_s=0.05)
+    w.seed.hang = Rule("GET", "/machines$", server_error)
+    await w.settle()  # the ticks went on, every node counted
+    assert "no answer within 0.05s" in w.target.snapshot()["machines"]["error"]
+    await w.outage()
 
 
 def test_a_node_with_several_machines_is_kept_when_one_of_them_is_not_leaving() -> None:
