@@ -34,11 +34,15 @@ import collections
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from types import MappingProxyType
 
+from aggregator.candidates import machine_reason
 from aggregator.objects import NodeView
 from aggregator.settings import Decider
 from aggregator.witness import KubeletObs, witnesses
 from core.lease import LeaseView
+
+EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
 class Phase(StrEnum):
@@ -137,16 +141,18 @@ def candidates(
     now: float,
     p: Decider,
     sample: Collection[str] | None = None,
+    *,
+    machines: Mapping[str, str] = EMPTY,
 ) -> dict[str, LeaseObs]:
     """The leases that count: of live, old-enough, not ignored nodes (in the fast-renewing
     sample, when there is one), not released, asked to renew at the fast interval and seen
-    renewed since they were asked."""
+    renewed since they were asked. ``machines``: each node's Machine phase, as last read."""
     out = {}
     for name, node in nodes.items():
         if sample is not None and name not in sample:
             continue
         lease = leases.get(name)
-        if lease is None or not _eligible(node, lease, now, p):
+        if lease is None or not _eligible(node, lease, now, p, machines.get(name)):
             continue
         interval_s = lease.view.interval_s
         if interval_s is None or interval_s > p.fast_interval_s:
@@ -157,14 +163,19 @@ def candidates(
     return out
 
 
-def _eligible(node: NodeObs, lease: LeaseObs | None, now: float, p: Decider) -> bool:
+def _eligible(
+    node: NodeObs, lease: LeaseObs | None, now: float, p: Decider, machine: str | None = None
+) -> bool:
     """Whether a node is one the verdict stands for, at whatever pace it renews."""
-    return skip_reason(node, lease, now, p) is None
+    return skip_reason(node, lease, now, p, machine) is None
 
 
-def skip_reason(node: NodeObs, lease: LeaseObs | None, now: float, p: Decider) -> str | None:
+def skip_reason(
+    node: NodeObs, lease: LeaseObs | None, now: float, p: Decider, machine: str | None = None
+) -> str | None:
     """Which rule leaves a node out of every verdict, whatever pace it renews at (None: it is
-    one the verdict stands for). dependency-watchdog's rules, and the lease's own."""
+    one the verdict stands for). dependency-watchdog's rules (aggregator/candidates.py), and
+    the lease's own. ``machine``: the phase of the node's Machine (None: none known)."""
     n = node.view
     if n.deleting:
         return "being deleted"
@@ -172,8 +183,12 @@ def skip_reason(node: NodeObs, lease: LeaseObs | None, now: float, p: Decider) -
         return "annotated ignore-node"
     if n.unmanaged:
         return "not managed by MCM"
-    if n.unhealthy:
-        return "an unhealthy condition"
+    if (why := machine_reason(machine)) is not None:
+        return why
+    if n.in_place_update and p.node_conditions is not None:
+        return "in-place update"
+    if p.node_conditions is not None and (bad := p.node_conditions.unhealthy(n.pool, n.true_conditions)):
+        return f"an unhealthy condition ({', '.join(bad)})"
     if now - node.created_mono < p.node_grace_s:
         return "younger than the node grace"
     if lease is None:
@@ -186,12 +201,16 @@ def skip_reason(node: NodeObs, lease: LeaseObs | None, now: float, p: Decider) -
 
 
 def skipped(
-    nodes: Mapping[str, NodeObs], leases: Mapping[str, LeaseObs], now: float, p: Decider
+    nodes: Mapping[str, NodeObs],
+    leases: Mapping[str, LeaseObs],
+    now: float,
+    p: Decider,
+    machines: Mapping[str, str] = EMPTY,
 ) -> dict[str, str]:
     """Every node left out of the verdict and why: for the status page, not for each tick."""
     out = {}
     for name, node in nodes.items():
-        why = skip_reason(node, leases.get(name), now, p)
+        why = skip_reason(node, leases.get(name), now, p, machines.get(name))
         if why is not None:
             out[name] = why
     return out
@@ -203,6 +222,8 @@ def stratified(
     zones: Mapping[str, tuple[int, int]],
     now: float,
     p: Decider,
+    *,
+    machines: Mapping[str, str] = EMPTY,
 ) -> float | None:
     """The stale fraction of the whole cluster, estimated from a sample drawn per zone
     (``zones``: its candidates and stale ones per zone): each zone's stale fraction weighted
@@ -215,7 +236,7 @@ def stratified(
     size = collections.Counter(
         node.view.zone
         for name, node in nodes.items()
-        if (lease := leases.get(name)) is not None and _eligible(node, lease, now, p)
+        if (lease := leases.get(name)) is not None and _eligible(node, lease, now, p, machines.get(name))
     )
     covered = sum(size[z] for z in zones)
     if not covered:
@@ -253,23 +274,24 @@ def decide(
     records: bool | None = None,
     sample: Collection[str] | None = None,
     kubelets: Mapping[str, KubeletObs] | None = None,
+    machines: Mapping[str, str] = EMPTY,
 ) -> Verdict:
     """One tick.
 
     ``view_since``: since when the aggregator's view of the shoot has been fresh without a
     gap (None: it is not fresh now). ``records``: whether a dependent carries the record of
     a scale-down (read while starting; None: not read yet). ``kubelets``: the kubelet leases
-    as last LISTed, the second witness (None: not read).
+    as last LISTed, the second witness (None: not read). ``machines``: each node's Machine
+    phase as last read (empty: none known, no node is left out for its Machine).
     """
-    counted = candidates(nodes, leases, now, p, sample)
+    counted = candidates(nodes, leases, now, p, sample, machines=machines)
     alive: frozenset[str] = frozenset()
     if kubelets:
         stale = {n: lease.view.renew_time for n, lease in counted.items() if is_stale(lease, now, p)}
         alive = witnesses(stale, kubelets, now, margin_s=p.witness_margin_s, fresh_s=p.witness_fresh_s)
     zones = _per_zone(nodes, counted, alive, now, p)
-    estimate = (
-        stratified(nodes, leases, zones, now, p) if sample is not None and len(sample) < len(nodes) else None
-    )
+    sampled = sample is not None and len(sample) < len(nodes)
+    estimate = stratified(nodes, leases, zones, now, p, machines=machines) if sampled else None
     verdict = _judge(
         memory,
         now,

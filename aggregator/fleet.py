@@ -133,6 +133,7 @@ class Fleet:
                 dependents=self.dependents,
                 is_leader=self.is_leader,
                 term_end=self.term_end,
+                node_conditions=dict(spec.node_conditions),
                 metrics=self.metrics,
             )
             running.target, running.error = target, ""

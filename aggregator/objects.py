@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from aggregator.candidates import pools_of_workers
 from core.lease import IGNORE_NODE, parse_time
 
 # The well-known label the fast sample is stratified by (aggregator/budget.py).
@@ -21,8 +22,14 @@ ZONE_LABEL = "topology.kubernetes.io/zone"
 # replace it, so its silence is no reason to stop MCM.
 NOT_MANAGED_BY_MCM = "node.machine.sapcloud.io/not-managed-by-mcm"
 
-# dependency-watchdog's list of conditions that make a node's silence meaningless.
-UNHEALTHY_CONDITIONS = ("KernelDeadlock", "ReadonlyFilesystem", "DiskPressure", "NetworkUnavailable")
+# The worker pool a node belongs to: dependency-watchdog's unhealthy conditions are per pool.
+WORKER_POOL_LABEL = "worker.gardener.cloud/pool"
+
+# MCM's in-place update marks the node with this condition; with these reasons the node is
+# drained for its update or its update failed (dependency-watchdog skips both, whatever the
+# condition's status). CandidateForUpdate, SelectedForUpdate and the rest still run workloads.
+IN_PLACE_UPDATE = "InPlaceUpdate"
+IN_PLACE_UPDATE_REASONS = frozenset({"ReadyForUpdate", "UpdateFailed"})
 
 
 def section(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -41,7 +48,8 @@ def resource_version(obj: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class NodeView:
-    """A Node as a candidate needs it (its metadata, and its conditions when they are read)."""
+    """A Node as a candidate needs it (its metadata, and its conditions when they are read:
+    a node watched as metadata only has none)."""
 
     name: str
     uid: str = ""
@@ -49,8 +57,11 @@ class NodeView:
     deleting: bool = False
     ignored: bool = False
     unmanaged: bool = False
-    unhealthy: bool = False
     zone: str = ""
+    pool: str = ""
+    # The types of the node's conditions whose status is True.
+    true_conditions: frozenset[str] = frozenset()
+    in_place_update: bool = False
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> NodeView:
@@ -58,7 +69,8 @@ class NodeView:
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError(f"node object without metadata.name: {dict(meta)!r}")
-        conditions = section(obj, "status").get("conditions") or []
+        conditions = [c for c in section(obj, "status").get("conditions") or [] if isinstance(c, Mapping)]
+        labels = section(meta, "labels")
         return cls(
             name=name,
             uid=str(meta.get("uid", "")),
@@ -66,26 +78,33 @@ class NodeView:
             deleting=bool(meta.get("deletionTimestamp")),
             ignored=section(meta, "annotations").get(IGNORE_NODE) == "true",
             unmanaged=NOT_MANAGED_BY_MCM in section(meta, "annotations"),
-            unhealthy=any(
-                c.get("type") in UNHEALTHY_CONDITIONS and c.get("status") == "True" for c in conditions
+            zone=str(labels.get(ZONE_LABEL) or ""),
+            pool=str(labels.get(WORKER_POOL_LABEL) or ""),
+            true_conditions=frozenset(str(c.get("type")) for c in conditions if c.get("status") == "True"),
+            in_place_update=any(
+                c.get("type") == IN_PLACE_UPDATE and c.get("reason") in IN_PLACE_UPDATE_REASONS
+                for c in conditions
             ),
-            zone=str(section(meta, "labels").get(ZONE_LABEL) or ""),
         )
 
 
 @dataclass(frozen=True)
 class ClusterView:
-    """A Gardener Cluster: its name, and why it gets no prober ("" when it gets one)."""
+    """A Gardener Cluster: its name, why it gets no prober ("" when it gets one), and its
+    worker pools' own unhealthy conditions (dependency-watchdog reads them from here too)."""
 
     name: str
     skip_reason: str
+    node_conditions: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> ClusterView:
         name = metadata(obj).get("name")
         if not isinstance(name, str) or not name:
             raise ValueError("cluster object without metadata.name")
-        return cls(name, _skip_reason(obj))
+        shoot_spec = section(section(section(obj, "spec"), "shoot"), "spec")
+        pools = pools_of_workers(section(shoot_spec, "provider").get("workers"))
+        return cls(name, _skip_reason(obj), tuple(sorted(pools.items())))
 
 
 def _skip_reason(cluster: Mapping[str, Any]) -> str:

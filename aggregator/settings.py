@@ -31,6 +31,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from aggregator.candidates import NodeConditions
 from core.config import EnvReader
 from core.errors import ConfigError
 from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label
@@ -52,6 +53,19 @@ def _readable(r: EnvReader, name: str, path: str) -> None:
 def _namespace(r: EnvReader, name: str, value: str) -> None:
     if value and not is_dns_label(value):
         r.problem(name, f"{value!r} is not a valid namespace name")
+
+
+def _node_conditions(r: EnvReader, name: str) -> NodeConditions | None:
+    text = r.string(name, "")
+    if not text:
+        return NodeConditions()
+    if text.lower() == "off":
+        return None
+    try:
+        return NodeConditions.parse(text)
+    except ValueError as e:
+        r.problem(name, f"{e} (or 'off')")
+        return NodeConditions()
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,24 @@ class Decider:
     # A kubelet renewal proves the path only this long after a LIST first showed it: three of
     # kubelet's 10 s renewals, so a kubelet that falls silent too stops vouching 30 s later.
     witness_fresh_s: float = 30.0
+    # dependency-watchdog's unhealthy conditions per worker pool (DWD_NODE_CONDITIONS), on by
+    # default as in DWD; None ("off") reads no node status at all: no condition and no
+    # in-place-update rule, and the nodes are watched as metadata only.
+    node_conditions: NodeConditions | None = field(default_factory=NodeConditions)
+    # The Machines (aggregator/machines.py) are LISTed this often while it matters (a candidate
+    # is stale, the shoot is not healthy), as the kubelet leases are, and once more right
+    # before a scale-down ...
+    machines_every_s: float = 10.0
+    # ... and otherwise only this often: for /status, since while nothing is stale leaving a
+    # node out changes no verdict. 250 shoots a seed make a LIST every 1.2 s at 5 min.
+    machines_idle_s: float = 300.0
+    # A failed read keeps the last read's Failed/Terminating nodes out this long (those are
+    # the end of a Machine's life; they do not come back), then the rule is off until a read
+    # succeeds: an unreadable seed must not leave nodes out for ever.
+    machines_keep_s: float = 600.0
+    # A read of the Machines that takes longer fails (the last one stays in force): the tick,
+    # and before a scale-down the interlocks, wait for it. 500 Machines are ~5 MB a page.
+    machines_timeout_s: float = 5.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -140,6 +172,7 @@ class Decider:
         recovery_period_s = r.duration("DWD_RECOVERY_PERIOD", "10s")
         min_candidates = r.integer("DWD_MIN_CANDIDATES", 2, min_value=1)
         blind_limit_s = r.duration("DWD_BLIND_LIMIT", "2m", min_s=1)
+        node_conditions = _node_conditions(r, "DWD_NODE_CONDITIONS")
         try:
             return cls(
                 lease_duration_s=lease_duration_s,
@@ -151,6 +184,7 @@ class Decider:
                 min_candidates=min_candidates,
                 fast_interval_s=fast_interval_s,
                 blind_limit_s=blind_limit_s,
+                node_conditions=node_conditions,
             )
         except ConfigError as e:
             r.problems.extend(e.problems)

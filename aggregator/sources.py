@@ -36,6 +36,8 @@ class TargetSpec:
     namespace: str
     kubeconfig_path: str = ""
     kubeconfig_secret: str = ""
+    # The shoot's own unhealthy conditions per worker pool (from its Cluster), over the setting's.
+    node_conditions: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 class TargetSource(Protocol):
@@ -93,7 +95,14 @@ class GardenerSource:
             if c.skip_reason:
                 skipped[c.name] = c.skip_reason
                 continue
-            out[c.name] = TargetSpec(name=c.name, namespace=c.name, kubeconfig_secret=self.secret)
+            # A changed list changes the spec: the Fleet restarts the target with it, as
+            # dependency-watchdog restarts its prober (AreWorkerNodeConditionsStale).
+            out[c.name] = TargetSpec(
+                name=c.name,
+                namespace=c.name,
+                kubeconfig_secret=self.secret,
+                node_conditions=c.node_conditions,
+            )
         if skipped != self.skipped:
             log.info("clusters_skipped", skipped=skipped)
         self.skipped = skipped

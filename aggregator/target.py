@@ -13,8 +13,8 @@ import collections
 import functools
 import math
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
@@ -33,11 +33,12 @@ from aggregator.decider import (
 )
 from aggregator.dependents import Dependent
 from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
+from aggregator.machines import Machines
 from aggregator.metrics import AggregatorMetrics
 from aggregator.objects import NodeView
 from aggregator.provisioner import Provisioner
 from aggregator.scaler import Scaler
-from aggregator.settings import Settings
+from aggregator.settings import Decider, Settings
 from aggregator.watcher import Informer, Observed
 from aggregator.witness import KubeletLeases
 from core import logs
@@ -45,6 +46,8 @@ from core.errors import KubeError
 from core.lease import LeaseView, leases_path
 
 log = logs.get("target")
+
+NODE_PAGE = 500
 
 
 class Interlock(StrEnum):
@@ -93,6 +96,13 @@ class TargetStatus:
     )
 
 
+def _with_pools(p: Decider, pools: Mapping[str, tuple[str, ...]] | None) -> Decider:
+    """The shoot's own per-pool conditions (its Cluster's) over the setting's; off stays off."""
+    if not pools or p.node_conditions is None:
+        return p
+    return replace(p, node_conditions=p.node_conditions.with_pools(pools))
+
+
 class Target:
     def __init__(
         self,
@@ -107,14 +117,14 @@ class Target:
         term_end: Callable[[], float] = lambda: math.inf,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-        skip_unhealthy_nodes: bool = False,
+        node_conditions: Mapping[str, tuple[str, ...]] | None = None,
         metrics: AggregatorMetrics | None = None,
     ) -> None:
         self.name = name
         self.namespace = namespace
         self.shoot = shoot
         self.settings = settings
-        self.params = settings.decider
+        self.params = _with_pools(settings.decider, node_conditions)
         self.is_leader = is_leader
         self.clock = clock
         # The sample rotates on the wall clock: a restarted or new leader draws the same one.
@@ -123,7 +133,14 @@ class Target:
         self.metrics = metrics or AggregatorMetrics()
         self.observed = Observed(clock=clock)
         self.kubelets = KubeletLeases(shoot, clock=clock)
-        self.nodes, self.leases = self._informers(skip_unhealthy_nodes)
+        self.machines = Machines(
+            seed,
+            namespace,
+            keep_s=self.params.machines_keep_s,
+            timeout_s=self.params.machines_timeout_s,
+            clock=clock,
+        )
+        self.nodes, self.leases = self._informers(full_nodes=self.params.node_conditions is not None)
         self.provisioner = Provisioner(
             shoot,
             self.observed,
@@ -159,7 +176,7 @@ class Target:
         self.metrics.set_phase(name, Phase.STARTING)
         self.metrics.synced.set(0, target=name)
 
-    def _informers(self, skip_unhealthy_nodes: bool) -> tuple[Informer[NodeView], Informer[LeaseView]]:
+    def _informers(self, *, full_nodes: bool) -> tuple[Informer[NodeView], Informer[LeaseView]]:
         common: dict[str, Any] = {"settings": self.settings.watching, "clock": self.clock, "label": self.name}
         nodes = Informer(
             self.shoot,
@@ -169,9 +186,12 @@ class Target:
             on_list=self.observed.nodes_listed,
             on_event=self.observed.node_event,
             # Node objects are large; their metadata is all a candidate needs
-            # unless unhealthy conditions are to be read.
-            accept=None if skip_unhealthy_nodes else METADATA_ONLY,
-            list_accept=None if skip_unhealthy_nodes else METADATA_LIST,
+            # unless the conditions are read (unhealthy, in-place update).
+            accept=None if full_nodes else METADATA_ONLY,
+            list_accept=None if full_nodes else METADATA_LIST,
+            # In full, one LIST of 5000 nodes is 56 MiB that parse into 220 MiB more
+            # (python -m bench.node_objects); client-go's reflector pages by 500 too.
+            page_size=NODE_PAGE if full_nodes else None,
             **common,
         )
         leases = Informer(
@@ -279,6 +299,9 @@ class Target:
         before = self.memory
         if self._wants_witness() and self.kubelets.due(self.params.witness_every_s):
             await self._read_kubelets()
+        p = self.params
+        if self.machines.due(p.machines_every_s if self._wants_witness() else p.machines_idle_s):
+            await self._read_machines()
         verdict = await self._judge(now)
         if verdict.scale_down:
             # A standby checks too (the checks only read): its status must not claim a
@@ -311,6 +334,19 @@ class Target:
             if str(e) != self.kubelets.error:
                 self.log.warning("kubelet_leases_unreadable", error=str(e))
             self.kubelets.error = str(e)
+
+    async def _read_machines(self) -> None:
+        m = self.machines
+        before = (m.error, m.absent)
+        await m.read()
+        # A repeating failure is told when it starts and when it ends.
+        if m.error != before[0]:
+            if m.error:
+                self.log.warning("machines_unreadable", error=m.error)
+            else:
+                self.log.info("machines_readable")
+        if m.absent and not before[1]:
+            self.log.info("machines_absent", rule=m.rule())
 
     def _take_over_if_new_leader(self, now: float, leader: bool) -> None:
         if leader and not self._was_leader and self.memory.phase is not Phase.STARTING:
@@ -371,6 +407,7 @@ class Target:
             records=records,
             sample=self.pacing().fast,
             kubelets=self.kubelets.leases,
+            machines=self.machines.phases(),
         )
 
     async def interlocks(self) -> Refusal | None:
@@ -391,6 +428,8 @@ class Target:
             self._gap("the confirming LIST failed")
             return Refusal(Interlock.LIST_FAILED, str(e))
         await self._read_kubelets()  # the second witness, as fresh as the LIST
+        # As fresh too; a failed read keeps the last one for a while, then judges without it.
+        await self._read_machines()
         confirm = decide(
             self.observed.nodes,
             self.observed.leases,
@@ -400,6 +439,7 @@ class Target:
             view_since=self.view_since,
             sample=self.pacing().fast,
             kubelets=self.kubelets.leases,
+            machines=self.machines.phases(),
         )
         if not confirm.scale_down and confirm.path_alive:
             return Refusal(
@@ -512,8 +552,21 @@ class Target:
             "lease_ages": {k: round(v, 2) for k, v in sorted(self.observed.lease_ages().items())},
             "agent_silent_path_alive": sorted(s.path_alive),
             "skipped": dict(
-                sorted(skipped(self.observed.nodes, self.observed.leases, self.clock(), self.params).items())
+                sorted(
+                    skipped(
+                        self.observed.nodes,
+                        self.observed.leases,
+                        self.clock(),
+                        self.params,
+                        self.machines.phases(),
+                    ).items()
+                )
             ),
             "kubelet_leases_error": self.kubelets.error,
+            "machines": {
+                "rule": self.machines.rule(),
+                "error": self.machines.error,
+                "age_s": None if (age := self.machines.age_s()) is None else round(age, 1),
+            },
             "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],
         }

@@ -51,6 +51,7 @@ class Informer(Generic[V]):
         settings: Watching | None = None,
         clock: Callable[[], float] = time.monotonic,
         label: str = "",
+        page_size: int | None = None,
     ) -> None:
         self.client = client
         self.path = path
@@ -60,6 +61,9 @@ class Informer(Generic[V]):
         self.on_event = on_event
         self.accept = accept
         self.list_accept = list_accept or accept
+        # LIST in pages of this many (None: in one): a page's objects are parsed and dropped
+        # before the next arrives, so full Node objects never sit in memory all at once.
+        self.page_size = page_size
         self.settings = settings or Watching()
         self.clock = clock
         self.synced = asyncio.Event()
@@ -79,18 +83,30 @@ class Informer(Generic[V]):
             return None
 
     async def list_now(self) -> None:
-        """A consistent LIST (read from etcd, not the watch cache) fed through on_list."""
+        """A consistent LIST (read from etcd, not the watch cache) fed through on_list. Paged,
+        every page comes from the first one's snapshot (an expired continue token is a 410:
+        the caller lists again)."""
+        views: list[V] = []
+        params: dict[str, str] = {"limit": str(self.page_size)} if self.page_size else {}
         try:
-            result = await self.client.request("GET", self.path, accept=self.list_accept)
-            items = result.get("items")
-            if not isinstance(items, list):
-                raise BadResponse(f"LIST {self.path}: no items")
+            while True:
+                result = await self.client.request(
+                    "GET", self.path, params=params or None, accept=self.list_accept
+                )
+                items = result.get("items")
+                if not isinstance(items, list):
+                    raise BadResponse(f"LIST {self.path}: no items")
+                views.extend(v for v in map(self._view, items) if v is not None)
+                token = metadata(result).get("continue")
+                if not self.page_size or not token:
+                    break
+                params = {"limit": str(self.page_size), "continue": str(token)}
         except KubeError:
             self.failing = True
             raise
         self.resource_version = resource_version(result)
         self._received()
-        self.on_list([v for v in map(self._view, items) if v is not None])
+        self.on_list(views)
 
     async def run(self) -> None:
         delays = self.settings.backoff.delays()
@@ -172,11 +188,16 @@ class Observed:
         self.changed.set()
 
     def node_event(self, kind: str, view: NodeView) -> None:
+        previous = self.nodes.get(view.name)
         if kind == "DELETED":
             self.nodes.pop(view.name, None)
         else:
             self.nodes[view.name] = self._node(view)
-        self.changed.set()
+        # The provisioner acts on a node's name and uid only. Watched in full, a node changes
+        # with every status update its kubelet posts; a pass over every lease for each of
+        # those would run at that rate.
+        if kind == "DELETED" or previous is None or previous.view.uid != view.uid:
+            self.changed.set()
 
     # -- leases
     def _lease(self, view: LeaseView) -> LeaseObs:

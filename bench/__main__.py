@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from bench import agent_footprint, aggregator_scale, detection, faults, path, scale
+from bench import agent_footprint, aggregator_scale, detection, faults, node_objects, path, scale
 
 if __name__ == "__main__":
     agent_footprint.run()
     aggregator_scale.run()
+    node_objects.run()  # 5000 nodes on a real kube-apiserver: about a minute
     detection.run()
     path.run()
     faults.run()

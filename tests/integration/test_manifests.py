@@ -188,6 +188,7 @@ SEED_MAY = [
     ("get", "secrets", "shoot--p--a", "shoot-access-dwd-lease-aggregator", ""),
     ("list", "extensions.gardener.cloud/clusters", "", "", ""),
     ("watch", "extensions.gardener.cloud/clusters", "", "", ""),
+    ("list", "machine.sapcloud.io/machines", "shoot--p--a", "", ""),  # the Machine rule
     ("create", "coordination.k8s.io/leases", "garden", "", ""),
     ("update", "coordination.k8s.io/leases", "garden", "dwd-lease-aggregator", ""),
 ]
@@ -199,6 +200,10 @@ SEED_MUST_NOT = [
     ("create", "pods", "shoot--p--a", "", ""),
     ("patch", "apps/statefulsets", "shoot--p--a", "etcd-main", ""),
     ("update", "extensions.gardener.cloud/clusters", "", "shoot--p--a", ""),
+    ("watch", "machine.sapcloud.io/machines", "shoot--p--a", "", ""),
+    ("patch", "machine.sapcloud.io/machines", "shoot--p--a", "m1", ""),
+    ("delete", "machine.sapcloud.io/machines", "shoot--p--a", "m1", ""),
+    ("update", "machine.sapcloud.io/machines", "shoot--p--a", "m1", "status"),
     ("update", "coordination.k8s.io/leases", "garden", "gardenlet-leader-election", ""),
     ("patch", "nodes", "", "n1", ""),
 ]

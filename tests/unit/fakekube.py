@@ -113,7 +113,7 @@ class FakeKube:
         self._check(method, path)
         await asyncio.sleep(0)
         if method == "GET":
-            return self._get(path, (params or {}).get("labelSelector", ""))
+            return _page(self._get(path, (params or {}).get("labelSelector", "")), params or {})
         if method == "POST":
             return self._create(path, body)
         if method == "PATCH":
@@ -245,6 +245,19 @@ class FakeKube:
 
 
 _ACROSS_NAMESPACES = re.compile(r"^(/apis/[^/]+/[^/]+|/api/v1)/(deployments|statefulsets)$")
+
+
+def _page(result: dict[str, Any], params: dict[str, str]) -> dict[str, Any]:
+    """A collection in pages of ``limit``, the continue token the offset of the next page."""
+    items = result.get("items")
+    if "limit" not in params or not isinstance(items, list):
+        return result
+    start, limit = int(params.get("continue") or 0), int(params["limit"])
+    meta = dict(result.get("metadata") or {})
+    meta.pop("continue", None)
+    if start + limit < len(items):
+        meta["continue"] = str(start + limit)
+    return {**result, "items": items[start : start + limit], "metadata": meta}
 
 
 def _selects(selector: str, obj: dict[str, Any]) -> bool:

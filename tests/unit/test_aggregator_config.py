@@ -59,6 +59,7 @@ def test_every_bad_variable_is_named(tmp_path: Path) -> None:
         "DWD_WRITE_BUDGET": "-1",
         "DWD_LOG_FORMAT": "yaml",
         "DWD_LOG_LEVEL": "trace",
+        "DWD_NODE_CONDITIONS": "[DiskPressure]",
     }
     with pytest.raises(ConfigError) as e:
         Settings.from_env(env)

@@ -261,7 +261,8 @@ def test_staleness_is_exactly_the_lease_duration() -> None:
     [
         ({"deleting": True}, False),
         ({"ignored": True}, False),
-        ({"unhealthy": True}, False),
+        ({"true_conditions": frozenset({"DiskPressure"})}, False),
+        ({"in_place_update": True}, False),
         ({"created_mono": NOW - 59.0}, False),  # younger than the node grace
         ({"created_mono": NOW - 60.0}, True),
     ],
@@ -402,7 +403,12 @@ def test_a_zone_is_weighted_by_the_nodes_the_verdict_stands_for_not_by_all_its_n
         (NodeView("n", deleting=True), {}, "being deleted"),
         (NodeView("n", ignored=True), {}, "annotated ignore-node"),
         (NodeView("n", unmanaged=True), {}, "not managed by MCM"),
-        (NodeView("n", unhealthy=True), {}, "an unhealthy condition"),
+        (
+            NodeView("n", true_conditions=frozenset({"DiskPressure"})),
+            {},
+            "an unhealthy condition (DiskPressure)",
+        ),
+        (NodeView("n", in_place_update=True), {}, "in-place update"),
         (NodeView("n"), None, "no lease yet"),
         (NodeView("n"), {"renew_time": None}, "its agent has not renewed yet"),
         (NodeView("n"), {"released": True}, "released by its agent"),
