@@ -25,7 +25,7 @@ from aggregator.kube import Endpoint, KubeClient, KubeconfigSource, in_cluster
 from aggregator.leader import LeaderElector
 from aggregator.metrics import AggregatorMetrics
 from aggregator.server import make_app, render_table, serve
-from aggregator.settings import Settings, Shoots
+from aggregator.settings import Settings, Shoots, Watching
 from aggregator.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
 from core import logs
 from core.errors import ConfigError, KubeError
@@ -33,11 +33,11 @@ from core.errors import ConfigError, KubeError
 log = logs.get("aggregator")
 
 
-def source_for(settings: Shoots, seed: KubeClient) -> TargetSource:
+def source_for(settings: Shoots, seed: KubeClient, watching: Watching) -> TargetSource:
     if settings.mode == "file":
         return FileSource(settings.file, settings.kubeconfig_secret)
     if settings.mode == "gardener":
-        return GardenerSource(seed, settings.kubeconfig_secret)
+        return GardenerSource(seed, settings.kubeconfig_secret, watching)
     return EnvSource(
         TargetSpec(settings.namespace, settings.namespace, kubeconfig_path=settings.shoot_kubeconfig)
     )
@@ -64,7 +64,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     term_end = elector.term_end if elector is not None else (lambda: math.inf)
     metrics.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
     fleet = Fleet(settings, seed, dependents, metrics, is_leader=is_leader, term_end=term_end)
-    source = source_for(shoots, seed)
+    source = source_for(shoots, seed, settings.watching)
     identity = elector.identity if elector is not None else os.uname().nodename
 
     def status() -> dict[str, Any]:

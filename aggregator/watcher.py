@@ -51,9 +51,11 @@ class Informer(Generic[V]):
         settings: Watching | None = None,
         clock: Callable[[], float] = time.monotonic,
         label: str = "",
+        params: Mapping[str, str] | None = None,
     ) -> None:
         self.client = client
         self.path = path
+        self.params = dict(params or {})
         self.name = name
         self.parse = parse
         self.on_list = on_list
@@ -81,7 +83,9 @@ class Informer(Generic[V]):
     async def list_now(self) -> None:
         """A consistent LIST (read from etcd, not the watch cache) fed through on_list."""
         try:
-            result = await self.client.request("GET", self.path, accept=self.list_accept)
+            result = await self.client.request(
+                "GET", self.path, params=self.params or None, accept=self.list_accept
+            )
             items = result.get("items")
             if not isinstance(items, list):
                 raise BadResponse(f"LIST {self.path}: no items")
@@ -134,6 +138,7 @@ class Informer(Generic[V]):
             timeout_s=self.settings.timeout_s,
             accept=self.accept,
             on_open=self._received,
+            **self.params,
         ):
             self._received()
             obj = event.get("object") or {}
