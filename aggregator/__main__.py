@@ -23,6 +23,7 @@ from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent, load_dependents
 from aggregator.fleet import Fleet
 from aggregator.kube import Endpoint, KubeClient, KubeconfigSource, in_cluster
 from aggregator.leader import LeaderElector
+from aggregator.looplag import LoopLag
 from aggregator.metrics import AggregatorMetrics
 from aggregator.server import make_app, render_table, serve
 from aggregator.settings import Settings, Shoots, Watching
@@ -66,6 +67,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     fleet = Fleet(settings, seed, dependents, metrics, is_leader=is_leader, term_end=term_end)
     source = source_for(shoots, seed, settings.watching)
     identity = elector.identity if elector is not None else os.uname().nodename
+    lag = LoopLag(observe=metrics.loop_lag.observe)
 
     def status() -> dict[str, Any]:
         return {
@@ -75,6 +77,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
             "failure_fraction": settings.decider.failure_fraction,
             "lease_duration_s": settings.decider.lease_duration_s,
             "source_error": fleet.source_error,
+            "loop_lag": lag.snapshot(),
             "skipped": getattr(source, "skipped", {}),
             "targets": fleet.snapshot(),
         }
@@ -84,7 +87,10 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         app = make_app(metrics.registry, status, fleet.reconciled.is_set)
         runner = await serve(app, *settings.serving.metrics_addr)
     log.info("aggregator_started", identity=identity, targets=shoots.mode, dry_run=settings.scaling.dry_run)
-    tasks = [asyncio.create_task(fleet.run(source), name="fleet")]
+    tasks = [
+        asyncio.create_task(fleet.run(source), name="fleet"),
+        asyncio.create_task(lag.run(), name="loop-lag"),
+    ]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     try:

@@ -88,6 +88,8 @@ class TargetStatus:
     zones: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Candidates whose agent is silent while their kubelet renews: not counted stale.
     path_alive: frozenset[str] = frozenset()
+    # How long the last tick took, its I/O included.
+    tick_s: float = 0.0
     history: collections.deque[tuple[float, float]] = field(
         default_factory=lambda: collections.deque(maxlen=600)
     )
@@ -267,7 +269,11 @@ class Target:
         self.log.info("target_observing", wait_s=self.params.lease_duration_s)
         while True:
             await asyncio.sleep(self.params.tick_s)
+            started = self.clock()
             await self.tick()
+            # Every target shares the loop: a slow tick is a gap in the others' too (bench/seed.py).
+            self.status.tick_s = self.clock() - started
+            self.metrics.tick.set(self.status.tick_s, target=self.name)
 
     # -- one tick: the view, the verdict, the interlocks, the actuator
 
@@ -515,5 +521,6 @@ class Target:
                 sorted(skipped(self.observed.nodes, self.observed.leases, self.clock(), self.params).items())
             ),
             "kubelet_leases_error": self.kubelets.error,
+            "tick_s": round(s.tick_s, 4),
             "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],
         }

@@ -32,6 +32,9 @@ log = logs.get("watcher")
 
 V = TypeVar("V")
 
+# Synchronous work longer than this holds up every target of the process.
+BLOCKED_S = 0.1
+
 
 class Informer(Generic[V]):
     """List+watch of one collection; every object is parsed into its view (``parse``) on
@@ -94,7 +97,11 @@ class Informer(Generic[V]):
             raise
         self.resource_version = resource_version(result)
         self._received()
+        started = time.monotonic()
         self.on_list([v for v in map(self._view, items) if v is not None])
+        # Every target shares the loop; one that parses for long is a gap in every view.
+        if (took := time.monotonic() - started) > BLOCKED_S:
+            self.log.warning("list_blocked_loop", items=len(items), took_s=round(took, 3))
 
     async def run(self) -> None:
         delays = self.settings.backoff.delays()
