@@ -23,9 +23,10 @@ from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent, load_dependents
 from aggregator.fleet import Fleet
 from aggregator.kube import Endpoint, KubeClient, KubeconfigSource, in_cluster
 from aggregator.leader import LeaderElector
+from aggregator.looplag import LoopLag
 from aggregator.metrics import AggregatorMetrics
 from aggregator.server import make_app, render_table, serve
-from aggregator.settings import Settings, Shoots
+from aggregator.settings import Settings, Shoots, Watching
 from aggregator.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
 from core import logs
 from core.errors import ConfigError, KubeError
@@ -33,11 +34,11 @@ from core.errors import ConfigError, KubeError
 log = logs.get("aggregator")
 
 
-def source_for(settings: Shoots, seed: KubeClient) -> TargetSource:
+def source_for(settings: Shoots, seed: KubeClient, watching: Watching) -> TargetSource:
     if settings.mode == "file":
         return FileSource(settings.file, settings.kubeconfig_secret)
     if settings.mode == "gardener":
-        return GardenerSource(seed, settings.kubeconfig_secret)
+        return GardenerSource(seed, settings.kubeconfig_secret, watching)
     return EnvSource(
         TargetSpec(settings.namespace, settings.namespace, kubeconfig_path=settings.shoot_kubeconfig)
     )
@@ -64,8 +65,9 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     term_end = elector.term_end if elector is not None else (lambda: math.inf)
     metrics.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
     fleet = Fleet(settings, seed, dependents, metrics, is_leader=is_leader, term_end=term_end)
-    source = source_for(shoots, seed)
+    source = source_for(shoots, seed, settings.watching)
     identity = elector.identity if elector is not None else os.uname().nodename
+    lag = LoopLag(observe=metrics.loop_lag.observe)
 
     def status() -> dict[str, Any]:
         return {
@@ -75,6 +77,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
             "failure_fraction": settings.decider.failure_fraction,
             "lease_duration_s": settings.decider.lease_duration_s,
             "source_error": fleet.source_error,
+            "loop_lag": lag.snapshot(),
             "skipped": getattr(source, "skipped", {}),
             "targets": fleet.snapshot(),
         }
@@ -84,7 +87,10 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         app = make_app(metrics.registry, status, fleet.reconciled.is_set)
         runner = await serve(app, *settings.serving.metrics_addr)
     log.info("aggregator_started", identity=identity, targets=shoots.mode, dry_run=settings.scaling.dry_run)
-    tasks = [asyncio.create_task(fleet.run(source), name="fleet")]
+    tasks = [
+        asyncio.create_task(fleet.run(source), name="fleet"),
+        asyncio.create_task(lag.run(), name="loop-lag"),
+    ]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
     try:

@@ -8,7 +8,6 @@ survives restarts, and nothing per removed target runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from aggregator.kube import KubeClient, KubeconfigSource
 from aggregator.metrics import AggregatorMetrics
 from aggregator.orphans import Orphans
 from aggregator.settings import Settings
-from aggregator.sources import SecretKubeconfig, TargetSource, TargetSpec
+from aggregator.sources import KubeconfigSecrets, TargetSource, TargetSpec
 from aggregator.target import Target
 from core import logs
 from core.errors import KubeError
@@ -59,6 +58,9 @@ class Fleet:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.source_error = ""
         self.reconciled = asyncio.Event()
+        # One watch per kubeconfig Secret name (one in Gardener), shared by every target.
+        self.secrets: dict[str, KubeconfigSecrets] = {}
+        self._secret_tasks: list[asyncio.Task[None]] = []
         self.orphans = Orphans(
             seed, dependents, settings, metrics, served=self.served, is_leader=is_leader, term_end=term_end
         )
@@ -72,6 +74,7 @@ class Fleet:
 
     async def run(self, source: TargetSource) -> None:
         sweep = asyncio.create_task(self.orphans.run(), name="orphans")
+        feed = asyncio.create_task(source.run(), name="targets-source")
         try:
             while True:
                 try:
@@ -85,9 +88,9 @@ class Fleet:
                 if not self.reconciled.is_set():
                     self.orphans.wake.set()  # what is served is known now: sweep at once
                 self.reconciled.set()
-                await asyncio.sleep(self.settings.shoots.poll_s)
+                await source.changed(self.settings.shoots.poll_s)
         finally:
-            tasks = [*self.tasks.values(), sweep]
+            tasks = [*self.tasks.values(), sweep, feed, *self._secret_tasks]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -98,6 +101,8 @@ class Fleet:
             spec = self.running.pop(name).spec
             self.tasks.pop(name).cancel()
             self.metrics.forget(name)
+            if spec.kubeconfig_secret in self.secrets:
+                self.secrets[spec.kubeconfig_secret].forget(spec.namespace)
             if name not in desired:
                 log.info("target_removed", target=name, namespace=spec.namespace)
                 self.orphans.wake.set()  # what it held down is the sweep's now
@@ -123,7 +128,7 @@ class Fleet:
         spec = running.spec
         shoot: KubeClient | None = None
         try:
-            shoot, refresher = await self._shoot_client(spec)
+            shoot = await self._shoot_client(spec)
             target = Target(
                 spec.name,
                 spec.namespace,
@@ -139,8 +144,6 @@ class Fleet:
             running.target, running.error = target, ""
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(target.run())
-                if refresher is not None:
-                    tg.create_task(refresher(target))
         except* KubeError as group:
             running.error = "; ".join(str(e) for e in group.exceptions)
         except* Exception as group:  # a bug in one target must not take the others down
@@ -150,24 +153,18 @@ class Fleet:
             if shoot is not None:
                 await shoot.close()
 
-    async def _shoot_client(self, spec: TargetSpec) -> tuple[KubeClient, Callable[[Target], Any] | None]:
+    async def _shoot_client(self, spec: TargetSpec) -> KubeClient:
         if spec.kubeconfig_path:
             source = KubeconfigSource(spec.kubeconfig_path)
             source()  # a missing or broken file is reported now, not on the first watch
-            return KubeClient(source), None
-        secret = SecretKubeconfig(self.seed, spec.namespace, spec.kubeconfig_secret)
-        await secret.refresh()
-
-        async def refresh_forever(target: Target) -> None:
-            while True:
-                await asyncio.sleep(self.settings.shoots.secret_refresh_s)
-                with contextlib.suppress(KubeError):
-                    if await secret.refresh():
-                        # Every request from now on, and every watch when it restarts,
-                        # uses the new credentials.
-                        log.info("kubeconfig_rotated", target=target.name)
-
-        return KubeClient(secret), refresh_forever
+            return KubeClient(source)
+        secrets = self.secrets.get(spec.kubeconfig_secret)
+        if secrets is None:
+            secrets = self.secrets[spec.kubeconfig_secret] = KubeconfigSecrets(
+                self.seed, spec.kubeconfig_secret, self.settings.watching
+            )
+            self._secret_tasks.append(asyncio.create_task(secrets.run(), name=f"secrets/{secrets.name}"))
+        return KubeClient(await secrets.kubeconfig(spec.namespace))
 
     def snapshot(self) -> list[dict[str, Any]]:
         out = []

@@ -90,6 +90,15 @@ class AggregatorMetrics:
             "Candidates whose agent is silent while their kubelet renews after it: not counted stale.",
             ["target"],
         )
+        self.loop_lag = r.histogram(
+            "dwd_event_loop_lag_seconds",
+            "How late a 100 ms timer of the event loop every target shares fired.",
+            [],
+            [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5],
+        )
+        self.tick = r.gauge(
+            "dwd_target_tick_seconds", "How long the target's last tick took (its I/O included).", ["target"]
+        )
         self.leader = r.gauge("dwd_leader", "1 while this replica is the leader.")
         self.dry_run = r.gauge("dwd_dry_run", "1 when scaling is only reported.")
 

@@ -288,8 +288,9 @@ class Shoots:
     seed_kubeconfig: str = ""
     namespace: str = ""
     kubeconfig_secret: str = "shoot-access-dwd-lease-aggregator"
+    # A targets file is read again this often; a watched source is looked at this often
+    # besides its changes (a change itself is acted on at once).
     poll_s: float = 5.0
-    secret_refresh_s: float = 10.0
     # A target that failed is started again after these delays.
     restart: Backoff = Backoff(2.0, 60.0)
     # The leader lists our records across the seed this often (and when it starts leading,

@@ -91,6 +91,8 @@ class TargetStatus:
     zones: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Candidates whose agent is silent while their kubelet renews: not counted stale.
     path_alive: frozenset[str] = frozenset()
+    # How long the last tick took, its I/O included.
+    tick_s: float = 0.0
     history: collections.deque[tuple[float, float]] = field(
         default_factory=lambda: collections.deque(maxlen=600)
     )
@@ -287,7 +289,11 @@ class Target:
         self.log.info("target_observing", wait_s=self.params.lease_duration_s)
         while True:
             await asyncio.sleep(self.params.tick_s)
+            started = self.clock()
             await self.tick()
+            # Every target shares the loop: a slow tick is a gap in the others' too (bench/seed.py).
+            self.status.tick_s = self.clock() - started
+            self.metrics.tick.set(self.status.tick_s, target=self.name)
 
     # -- one tick: the view, the verdict, the interlocks, the actuator
 
@@ -568,5 +574,6 @@ class Target:
                 "error": self.machines.error,
                 "age_s": None if (age := self.machines.age_s()) is None else round(age, 1),
             },
+            "tick_s": round(s.tick_s, 4),
             "history": [(round(t, 1), round(f, 4)) for t, f in list(s.history)[-300:]],
         }

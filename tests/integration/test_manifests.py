@@ -186,6 +186,8 @@ SEED_MAY = [
     ("get", "apps/deployments", "shoot--p--a", "kube-controller-manager", "scale"),
     ("create", "events", "shoot--p--a", "", ""),
     ("get", "secrets", "shoot--p--a", "shoot-access-dwd-lease-aggregator", ""),
+    ("list", "secrets", "", "shoot-access-dwd-lease-aggregator", ""),
+    ("watch", "secrets", "", "shoot-access-dwd-lease-aggregator", ""),
     ("list", "extensions.gardener.cloud/clusters", "", "", ""),
     ("watch", "extensions.gardener.cloud/clusters", "", "", ""),
     ("list", "machine.sapcloud.io/machines", "shoot--p--a", "", ""),  # the Machine rule
@@ -197,6 +199,8 @@ SEED_MUST_NOT = [
     ("create", "apps/deployments", "shoot--p--a", "", ""),
     ("get", "secrets", "shoot--p--a", "ca", ""),
     ("list", "secrets", "shoot--p--a", "", ""),
+    ("list", "secrets", "", "", ""),
+    ("watch", "secrets", "", "", ""),
     ("create", "pods", "shoot--p--a", "", ""),
     ("patch", "apps/statefulsets", "shoot--p--a", "etcd-main", ""),
     ("update", "extensions.gardener.cloud/clusters", "", "shoot--p--a", ""),
@@ -246,6 +250,32 @@ def test_aggregator_rbac_is_exactly_enough(
         allowed = [a for a in must_not if _can(admin, user, a)]
     assert denied == [], f"{user} lacks what it needs"
     assert allowed == [], f"{user} may do more than it needs"
+
+
+def test_the_aggregator_lists_its_kubeconfig_secrets_across_the_seed_and_no_other(
+    plane: ControlPlane, installed: object
+) -> None:
+    """A real request as the seed's service account: the one watch that feeds every target's
+    kubeconfig (a field selector on the name, which resourceNames authorizes), and nothing
+    beside it."""
+    with plane.admin_client() as admin:
+        for ns in ("shoot--p--a", "shoot--p--b"):
+            ensure_namespace(admin, ns)
+            for name in ("shoot-access-dwd-lease-aggregator", "other"):
+                admin.ensure(f"/api/v1/namespaces/{ns}/secrets", {"metadata": {"name": name}})
+        token = admin.create(
+            "/api/v1/namespaces/garden/serviceaccounts/dwd-lease-aggregator/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )["status"]["token"]
+    with plane.token_client(token) as aggregator:
+        selected = aggregator.get(
+            "/api/v1/secrets", fieldSelector="metadata.name=shoot-access-dwd-lease-aggregator"
+        )
+        assert sorted(i["metadata"]["namespace"] for i in selected["items"]) == ["shoot--p--a", "shoot--p--b"]
+        with pytest.raises(Forbidden):
+            aggregator.get("/api/v1/secrets")
+        with pytest.raises(Forbidden):
+            aggregator.get("/api/v1/secrets", fieldSelector="metadata.name=other")
 
 
 def test_agent_from_the_daemonset_environment_renews(

@@ -113,7 +113,10 @@ class FakeKube:
         self._check(method, path)
         await asyncio.sleep(0)
         if method == "GET":
-            return _page(self._get(path, (params or {}).get("labelSelector", "")), params or {})
+            params = params or {}
+            return _page(
+                self._get(path, params.get("labelSelector", ""), params.get("fieldSelector", "")), params
+            )
         if method == "POST":
             return self._create(path, body)
         if method == "PATCH":
@@ -156,14 +159,18 @@ class FakeKube:
     async def close(self) -> None:
         pass
 
-    def _get(self, path: str, selector: str = "") -> dict[str, Any]:
+    def _get(self, path: str, selector: str = "", fields: str = "") -> dict[str, Any]:
         if (across := _ACROSS_NAMESPACES.match(path)) is not None:
-            # A collection across every namespace, filtered by a label selector (key or key=value).
+            # A collection across every namespace, filtered by a label selector (key or key=value)
+            # and by name (fieldSelector metadata.name=...).
             group, kind = across.groups()
             pattern = re.compile(rf"^{re.escape(group)}/namespaces/[^/]+/{kind}/[^/]+$")
             items = [copy.deepcopy(o) for p, o in sorted(self.objects.items()) if pattern.match(p)]
+            name = fields.removeprefix("metadata.name=")
             return {
-                "items": [o for o in items if _selects(selector, o)],
+                "items": [
+                    o for o in items if _selects(selector, o) and (not name or o["metadata"]["name"] == name)
+                ],
                 "metadata": {"resourceVersion": str(self._rv)},
             }
         if path in self.objects:
@@ -244,7 +251,7 @@ class FakeKube:
         obj["metadata"]["resourceVersion"] = self._next_rv()
 
 
-_ACROSS_NAMESPACES = re.compile(r"^(/apis/[^/]+/[^/]+|/api/v1)/(deployments|statefulsets)$")
+_ACROSS_NAMESPACES = re.compile(r"^(/apis/[^/]+/[^/]+|/api/v1)/(deployments|statefulsets|secrets)$")
 
 
 def _page(result: dict[str, Any], params: dict[str, str]) -> dict[str, Any]:

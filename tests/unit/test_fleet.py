@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,12 +15,19 @@ import yaml
 from aggregator.fleet import Fleet
 from aggregator.metrics import AggregatorMetrics
 from aggregator.settings import Backoff, Settings, Shoots
-from aggregator.sources import CLUSTERS, EnvSource, GardenerSource, SecretKubeconfig, TargetSpec
+from aggregator.sources import (
+    CLUSTERS,
+    EnvSource,
+    GardenerSource,
+    KubeconfigSecrets,
+    Polled,
+    SecretKubeconfig,
+    TargetSpec,
+)
 from core.errors import KubeconfigError, KubeError
 from tests.unit.fakekube import FakeKube
 from tests.unit.world import World
 
-SECRET = "/api/v1/namespaces/shoot--p--a/secrets/access"
 KUBECONFIG = {
     "apiVersion": "v1",
     "kind": "Config",
@@ -33,43 +42,126 @@ def secret_data(kubeconfig: Any) -> dict[str, Any]:
     return {"data": {"kubeconfig": base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()}}
 
 
+WORKERS = {"provider": {"workers": [{"name": "pool"}]}}
+DONE = {"lastOperation": {"type": "Reconcile", "state": "Succeeded"}}
+
+
+def cluster(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"shoot": {"spec": spec, "status": DONE}}}
+
+
+@contextlib.asynccontextmanager
+async def running(feed: Any) -> AsyncIterator[None]:
+    task = asyncio.create_task(feed.run())
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_gardener_source_runs_the_clusters_it_may_and_names_why_not_the_others() -> None:
     seed = FakeKube()
-    workers = {"provider": {"workers": [{"name": "pool"}]}}
-    done = {"lastOperation": {"type": "Reconcile", "state": "Succeeded"}}
-    seed.put(f"{CLUSTERS}/shoot--p--a", {"spec": {"shoot": {"spec": workers, "status": done}}})
-    seed.put(f"{CLUSTERS}/shoot--p--b", {"spec": {"shoot": {"spec": {}, "status": done}}})
+    seed.put(f"{CLUSTERS}/shoot--p--a", cluster("shoot--p--a", **WORKERS))
+    seed.put(f"{CLUSTERS}/shoot--p--b", cluster("shoot--p--b"))
     source = GardenerSource(seed, "access")  # type: ignore[arg-type]
-    assert await source.desired() == {
-        "shoot--p--a": TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_secret="access")
-    }
-    assert source.skipped == {"shoot--p--b": "worker-less"}
+    async with running(source):
+        assert await source.desired() == {
+            "shoot--p--a": TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_secret="access")
+        }
+        assert source.skipped == {"shoot--p--b": "worker-less"}
 
 
-async def test_a_secret_kubeconfig_is_read_checked_and_re_read_only_when_it_changed() -> None:
+async def test_gardener_source_is_watched_a_change_wakes_the_fleet_and_no_list_is_repeated() -> None:
     seed = FakeKube()
-    secret = SecretKubeconfig(seed, "shoot--p--a", "access")  # type: ignore[arg-type]
-    with pytest.raises(KubeconfigError, match="the secret does not exist"):
-        await secret.refresh()
-    with pytest.raises(KubeconfigError, match="the secret does not exist"):
+    seed.put(f"{CLUSTERS}/shoot--p--a", cluster("shoot--p--a", **WORKERS))
+    requests: list[tuple[str, str]] = []
+    seed.on_request = lambda method, path: requests.append((method, path))
+    hibernated = cluster("shoot--p--a", hibernation={"enabled": True}, **WORKERS)
+    # The first watch delivers a write that changes nothing (a reconcile), then a hibernation.
+    seed.watches = [
+        [
+            {
+                "type": "MODIFIED",
+                "object": {**cluster("shoot--p--a", **WORKERS), "metadata": {"name": "shoot--p--a"}},
+            }
+        ],
+        [{"type": "MODIFIED", "object": hibernated}],
+    ]
+    source = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    async with running(source):
+        assert set(await source.desired()) == {"shoot--p--a"}
+        source._changed.clear()  # the first LIST's change has been consumed by the fleet
+        started = asyncio.get_running_loop().time()
+        await source.changed(5)
+        assert asyncio.get_running_loop().time() - started < 1, "a change reaches the fleet at once"
+        assert await source.desired() == {} and source.skipped == {"shoot--p--a": "hibernated"}
+        await asyncio.sleep(0.1)
+    assert requests.count(("GET", CLUSTERS)) == 1, requests  # listed once, then watched
+
+
+async def test_gardener_source_fails_while_its_watch_is_not_trusted() -> None:
+    seed = FakeKube()
+    seed.fail("GET", CLUSTERS, lambda: KubeError("clusters are forbidden"))
+    source = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    source.FIRST_LIST_S = 0.2
+    async with running(source):
+        with pytest.raises(KubeError, match="clusters: clusters are forbidden"):
+            await source.desired()
+
+
+def secret_at(seed: FakeKube, namespace: str, kubeconfig: Any) -> None:
+    seed.put(f"/api/v1/namespaces/{namespace}/secrets/access", secret_data(kubeconfig))
+
+
+async def test_a_secret_kubeconfig_is_checked_and_taken_only_when_it_changed() -> None:
+    secret = SecretKubeconfig("shoot--p--a", "access")
+    with pytest.raises(KubeconfigError, match="not read yet"):
         secret()  # nothing loaded yet: every request says why
-    seed.put(SECRET, {"data": {}})
-    with pytest.raises(KubeconfigError, match="no 'kubeconfig' key"):
-        await secret.refresh()
-    seed.put(SECRET, {"data": {"kubeconfig": "!!not base64!!"}})
-    with pytest.raises(KubeconfigError, match="cannot be decoded"):
-        await secret.refresh()
-    seed.put(SECRET, secret_data(KUBECONFIG))
-    assert await secret.refresh() is True
+    assert secret.update(None) is False
+    with pytest.raises(KubeconfigError, match="the secret does not exist"):
+        secret.check()
+    assert secret.update({}) is False and secret.error == "no 'kubeconfig' key"
+    assert secret.update({"kubeconfig": "!!not base64!!"}) is False
+    assert secret.error.startswith("cannot be decoded")
+    assert secret.update(secret_data(KUBECONFIG)["data"]) is True
     assert secret().server == "https://127.0.0.1:1" and secret().headers() == {"Authorization": "Bearer t1"}
-    assert await secret.refresh() is False  # unchanged: the same endpoint, the same sessions
+    assert secret.update(secret_data(KUBECONFIG)["data"]) is False  # unchanged: the same sessions
     rotated = {**KUBECONFIG, "users": [{"name": "u", "user": {"token": "t2"}}]}
-    seed.put(SECRET, secret_data(rotated))
-    assert await secret.refresh() is True
+    assert secret.update(secret_data(rotated)["data"]) is True
+    assert secret().headers() == {"Authorization": "Bearer t2"}
+    # A broken or deleted Secret leaves the last good credentials in use, and says why.
+    assert secret.update(None) is False and secret.error == "the secret does not exist"
     assert secret().headers() == {"Authorization": "Bearer t2"}
 
 
-class Failing:
+async def test_every_kubeconfig_secret_comes_from_one_watch_selected_by_name() -> None:
+    seed = FakeKube()
+    for ns in ("shoot--p--a", "shoot--p--b"):
+        secret_at(seed, ns, KUBECONFIG)
+    seed.put("/api/v1/namespaces/shoot--p--a/secrets/other", secret_data(KUBECONFIG))
+    requests: list[tuple[str, str]] = []
+    seed.on_request = lambda method, path: requests.append((method, path))
+    rotated = {**KUBECONFIG, "users": [{"name": "u", "user": {"token": "t2"}}]}
+    event = {"metadata": {"name": "access", "namespace": "shoot--p--b"}, **secret_data(rotated)}
+    seed.watches = [[{"type": "MODIFIED", "object": event}]]
+    secrets = KubeconfigSecrets(seed, "access")  # type: ignore[arg-type]
+    b = None
+    async with running(secrets):
+        a = await secrets.kubeconfig("shoot--p--a")
+        b = await secrets.kubeconfig("shoot--p--b")
+        assert a().headers() == {"Authorization": "Bearer t1"}
+        for _ in range(100):
+            if b().headers() != {"Authorization": "Bearer t1"}:
+                break
+            await asyncio.sleep(0.01)
+        with pytest.raises(KubeconfigError, match="secret shoot--p--c/access: the secret does not exist"):
+            await secrets.kubeconfig("shoot--p--c")
+    assert b is not None and b().headers() == {"Authorization": "Bearer t2"}  # rotated by the event
+    assert [r for r in requests if "secrets" in r[1]] == [("GET", "/api/v1/secrets")]  # no GET per target
+
+
+class Failing(Polled):
     async def desired(self) -> dict[str, TargetSpec]:
         raise KubeError("the seed said no")
 

@@ -23,7 +23,7 @@ from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent, Step
 from aggregator.fleet import Fleet, Running
 from aggregator.metrics import AggregatorMetrics
 from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
-from aggregator.sources import TargetSpec
+from aggregator.sources import Polled, TargetSpec
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.standins import CONTROLLERS
 from tests.unit.world import CA, DOWN, KCM, MCM, NS, World, deployment_path, with_settings
@@ -312,7 +312,7 @@ async def test_after_a_raise_kcm_waits_again_for_mcm_to_stop() -> None:
 # -- 8: a removed target's restore is the leader's job, and touches only what is ours
 
 
-class Targets:
+class Targets(Polled):
     """A source that names whatever the test says."""
 
     def __init__(self, *specs: TargetSpec) -> None:
