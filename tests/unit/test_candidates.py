@@ -4,6 +4,7 @@ in the estimate, and what an unreadable seed means."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -295,7 +296,13 @@ async def test_a_clusters_pools_reach_the_target_over_the_setting() -> None:
             }
         },
     )
-    spec = (await GardenerSource(seed, "access").desired())["shoot--p--a"]  # type: ignore[arg-type]
+    source = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    watching = asyncio.create_task(source.run())
+    try:
+        spec = (await source.desired())["shoot--p--a"]
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
     assert spec.node_conditions == (("gpu", ("GPUUnhealthy",)),)
     settings = Settings(decider=Decider(node_conditions=NodeConditions.parse("gpu: [A]\ncpu: [B]")))
     t = Target(
