@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench import agent_footprint, aggregator_scale, detection, faults, node_objects, path, scale
+from bench import agent_footprint, aggregator_scale, detection, faults, node_objects, path, scale, seed
 
 if __name__ == "__main__":
     agent_footprint.run()
@@ -11,5 +11,7 @@ if __name__ == "__main__":
     detection.run()
     path.run()
     faults.run()
+    # One aggregator, 50 and 250 targets: what it asks of the seed while healthy (~5 minutes).
+    seed.main(["--targets", "50,250"])
     # 100, 1000 and 5000 simulated nodes against real API servers: about 15 minutes.
     scale.main([])

@@ -13,6 +13,7 @@ import yaml
 from aggregator.records import MELTDOWN, REPLICAS
 from testenv.apply import apply
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port
+from testenv.gardener import CLUSTER_CRD
 from testenv.standins import LoggedProcess
 from tests.integration.agents import wait_for
 from tests.integration.shoot import CONTROLLERS, Shoot, shoot_for
@@ -109,28 +110,6 @@ def test_three_targets_one_broken(shoot: Shoot, seed_plane: ControlPlane, tmp_pa
             ]
             == 1
         )
-
-
-CLUSTER_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "clusters.extensions.gardener.cloud"},
-    "spec": {
-        "group": "extensions.gardener.cloud",
-        "scope": "Cluster",
-        "names": {"plural": "clusters", "singular": "cluster", "kind": "Cluster", "listKind": "ClusterList"},
-        "versions": [
-            {
-                "name": "v1alpha1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
 
 
 def cluster(name: str, *, hibernated: bool, last_operation: dict[str, str]) -> dict[str, Any]:
