@@ -32,7 +32,14 @@ LEASE_DURATION_S = float(FAST_ENV["DWD_LEASE_DURATION"].rstrip("s"))
 RECOVERY_PERIOD_S = float(FAST_ENV["DWD_RECOVERY_PERIOD"].rstrip("s"))
 ROLEBINDING = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{DEFAULT_LEASE_NAMESPACE}/rolebindings"
 
-__all__ = ["DOWN", "NODES", "NodesWorld", "nodes_world"]
+__all__ = ["DOWN", "NODES", "NodesWorld", "PhaseChange", "nodes_world"]
+
+
+@dataclass(frozen=True)
+class PhaseChange:
+    at: float  # time.time(), from the aggregator's log
+    phase: str
+    reason: str
 
 
 @dataclass
@@ -66,8 +73,19 @@ class NodesWorld:
         return [(now - parse_micro_time(r)).total_seconds() for r in renewed]
 
     def phases(self) -> list[str]:
+        return [p.phase for p in self.phase_changes()]
+
+    def phase_changes(self) -> list[PhaseChange]:
         assert self.aggregator is not None
-        return [e["phase"] for e in self.aggregator.events() if e.get("event") == "target_phase"]
+        return [
+            PhaseChange(datetime.fromisoformat(e["timestamp"]).timestamp(), e["phase"], e.get("reason", ""))
+            for e in self.aggregator.events()
+            if e.get("event") == "target_phase"
+        ]
+
+    def entered(self, phase: str, after: float) -> PhaseChange | None:
+        """The aggregator's first move to ``phase`` after ``after`` (time.time())."""
+        return next((p for p in self.phase_changes() if p.phase == phase and p.at > after), None)
 
     def agents_failing(self, failure: str) -> bool:
         """Every agent has logged that its renewals fail with ``failure`` (its failure class)."""
