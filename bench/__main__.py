@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-from bench import agent_footprint, aggregator_scale, detection, faults, node_objects, path, scale, seed
+from bench import (
+    agent_footprint,
+    aggregator_scale,
+    detection,
+    faults,
+    node_objects,
+    path,
+    scale,
+    seed,
+    witness_cut,
+)
 
 if __name__ == "__main__":
     agent_footprint.run()
     aggregator_scale.run()
     node_objects.run()  # 5000 nodes on a real kube-apiserver: about a minute
     detection.run()
+    # Five real cuts with each aggregator, today's and the one before the witness: about 12 minutes.
+    witness_cut.run()
     path.run()
     faults.run()
     # One aggregator, 50 and 250 targets: what it asks of the seed while healthy (~5 minutes).

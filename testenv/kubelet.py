@@ -115,10 +115,21 @@ class Renewal:
 class Kubelet(threading.Thread):
     """Registers ``node``, renews its lease, posts its status and its pods' status."""
 
-    def __init__(self, url: str, ca_file: str, cert: KeyPair, node: str, index: int = 0) -> None:
+    def __init__(
+        self,
+        url: str,
+        ca_file: str,
+        cert: KeyPair,
+        node: str,
+        index: int = 0,
+        *,
+        renew_interval_s: float = RENEW_INTERVAL_S,
+    ) -> None:
         super().__init__(name=f"kubelet-{node}", daemon=True)
         self.node = node
         self.index = index  # picks this node's pod IP range
+        # Shorter only on a test clock whose lease duration is shorter than kubelet's 10 s.
+        self.renew_interval_s = renew_interval_s
         self.client = Client(url, ca_file, cert=(str(cert.cert), str(cert.key)), timeout_s=5.0)
         self.halt = threading.Event()
         # Paused: the kubelet runs but writes nothing, as if its path to KAPI were cut.
@@ -134,7 +145,7 @@ class Kubelet(threading.Thread):
             started = time.monotonic()
             if not self.paused.is_set():
                 self.tick()
-            self.halt.wait(max(0.0, RENEW_INTERVAL_S - (time.monotonic() - started)))
+            self.halt.wait(max(0.0, self.renew_interval_s - (time.monotonic() - started)))
 
     def tick(self) -> None:
         """One round; every step is independent, a failure in one must not skip the lease."""

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 from testenv.controlplane import ControlPlane
 from tests.integration.agents import Agents, agents_for
 from tests.integration.dwdworld import DwdWorld, dwd_worlds
+from tests.integration.nodesworld import NodesWorld, nodes_world
 from tests.integration.shoot import Shoot, shoot_for
 
 
@@ -20,6 +22,9 @@ def agents(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Agents]:
 @pytest.fixture
 def shoot(seed_plane: ControlPlane, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Shoot]:
     namespace = "shoot--t--" + request.node.name.lower().replace("_", "-")[5:40].strip("-")
+    if hasattr(request.node, "callspec"):
+        # The cases of a parametrized test share the start of their name, and the seed.
+        namespace += "-" + hashlib.sha256(request.node.name.encode()).hexdigest()[:6]
     with shoot_for(seed_plane, namespace, tmp_path) as s:
         yield s
 
@@ -29,3 +34,10 @@ def world_for(shoot: Shoot) -> Iterator[Callable[..., DwdWorld]]:
     """A shoot whose kubelet leases renew, and a dependency-watchdog stand-in (not started)."""
     with dwd_worlds(shoot) as make:
         yield make
+
+
+@pytest.fixture
+def real_nodes(shoot: Shoot) -> Iterator[NodesWorld]:
+    """Ten nodes, each a real agent and a kubelet stand-in behind one load balancer (not started)."""
+    with nodes_world(shoot) as w:
+        yield w

@@ -1,0 +1,158 @@
+"""The demo's nodes on the test clock: per node a real agent process and a kubelet stand-in,
+both reaching the shoot's KAPI through one load balancer (``TcpProxy``) under its name, so a
+cut silences both; the aggregator as its own process, reaching KAPI directly as from the seed.
+
+Lighter than the demo: no KCM processes (the seed's controllers are Deployment objects whose
+status a driver copies), a fresh shoot per test in the shared seed (``Shoot``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from core.lease import DEFAULT_LEASE_NAMESPACE, parse_micro_time
+from testenv.kubelet import Kubelet, node_credentials
+from testenv.standins import AGENT_SA, LoggedProcess
+from testenv.tcpproxy import TcpProxy
+from testenv.webhook import FailingWebhook
+from tests.integration.agents import Agents, agents_for, wait_for
+from tests.integration.dwdworld import DOWN, NODES
+from tests.integration.shoot import FAST_ENV, Shoot
+
+# The test clock's lease duration is 2 s and the witness margin 1.5 s (the agents' 500 ms and a
+# second): at kubelet's 10 s a working path would be proven only after the confirm period. In
+# production the same order holds with kubelet's own 10 s: 8 s lease, 4 s confirm, 3 s margin.
+KUBELET_EVERY_S = 1.0
+LEASE_DURATION_S = float(FAST_ENV["DWD_LEASE_DURATION"].rstrip("s"))
+RECOVERY_PERIOD_S = float(FAST_ENV["DWD_RECOVERY_PERIOD"].rstrip("s"))
+ROLEBINDING = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{DEFAULT_LEASE_NAMESPACE}/rolebindings"
+
+__all__ = ["DOWN", "NODES", "NodesWorld", "PhaseChange", "nodes_world"]
+
+
+@dataclass(frozen=True)
+class PhaseChange:
+    at: float  # time.time(), from the aggregator's log
+    phase: str
+    reason: str
+
+
+@dataclass
+class NodesWorld:
+    shoot: Shoot
+    agents: Agents
+    lb: TcpProxy
+    kubelets: list[Kubelet]
+    webhook: FailingWebhook
+    procs: list[LoggedProcess] = field(default_factory=list)
+    aggregator: LoggedProcess | None = None
+
+    def start(self) -> NodesWorld:
+        """Agents and aggregator started; returns once the aggregator judged every node healthy."""
+        # The aggregator first: it creates the agents' leases, and an agent that finds none backs off.
+        self.aggregator = self.shoot.start_aggregator()
+        url = f"https://localhost:{self.lb.port}"
+        self.procs = [self.agents.start(self.agents.env(n, DWD_APISERVER_URL=url)) for n in NODES]
+        wait_for(lambda: self.lease_ages_s() and max(self.lease_ages_s()) < 1, 60, "every agent renewing")
+        wait_for(lambda: self.phases()[-1:] == ["healthy"], 30, "a healthy verdict", every_s=0.2)
+        return self
+
+    # --- what is observed ---------------------------------------------------------------------
+
+    def lease_ages_s(self) -> list[float]:
+        """How long ago each agent's lease was renewed, by the node's clock (this machine's)."""
+        now = datetime.now(UTC)
+        renewed = [x["spec"].get("renewTime") for x in self.shoot.leases().values()]
+        if len(renewed) < len(NODES) or not all(renewed):
+            return []
+        return [(now - parse_micro_time(r)).total_seconds() for r in renewed]
+
+    def phases(self) -> list[str]:
+        return [p.phase for p in self.phase_changes()]
+
+    def phase_changes(self) -> list[PhaseChange]:
+        assert self.aggregator is not None
+        return [
+            PhaseChange(datetime.fromisoformat(e["timestamp"]).timestamp(), e["phase"], e.get("reason", ""))
+            for e in self.aggregator.events()
+            if e.get("event") == "target_phase"
+        ]
+
+    def entered(self, phase: str, after: float) -> PhaseChange | None:
+        """The aggregator's first move to ``phase`` after ``after`` (time.time())."""
+        return next((p for p in self.phase_changes() if p.phase == phase and p.at > after), None)
+
+    def agents_failing(self, failure: str) -> bool:
+        """Every agent has logged that its renewals fail with ``failure`` (its failure class)."""
+        return all(
+            any(e.get("event") == "renew_failing" and e.get("failure") == failure for e in p.events())
+            for p in self.procs
+        )
+
+    def kubelets_renewed_after(self, wall: float) -> bool:
+        return all(k.last.lease > wall for k in self.kubelets)
+
+    def event_reasons(self) -> list[str]:
+        return [str(e.get("reason")) for e in self.shoot.events()]
+
+    # --- what breaks --------------------------------------------------------------------------
+
+    def cut(self) -> None:
+        """The path: no node reaches KAPI, KAPI itself is fine."""
+        self.lb.close()
+
+    def heal(self) -> None:
+        self.lb.open()
+
+    def forbid_agents(self) -> None:
+        """The agents' RoleBinding pruned: every renewal is answered 403."""
+        self.shoot.shoot_admin.delete(f"{ROLEBINDING}/{AGENT_SA}")
+
+    def break_admission(self) -> None:
+        """A webhook for ``dwd-node-lease`` leases whose backend fails: every renewal is a 500."""
+        self.webhook.register(self.shoot.shoot_admin, DEFAULT_LEASE_NAMESPACE)
+
+    def kill_agents(self) -> None:
+        """Every agent SIGKILLed at once (an OOM kill on every node): nothing releases a lease."""
+        for p in self.procs:
+            p.popen.send_signal(signal.SIGKILL)
+        for p in self.procs:
+            p.popen.wait(10)
+
+
+@contextlib.contextmanager
+def nodes_world(shoot: Shoot) -> Iterator[NodesWorld]:
+    shoot.setup(nodes=0)  # the kubelets register the nodes; no lease driver: real agents renew
+    cp = shoot.shoot
+    assert cp.ca is not None
+    lb = TcpProxy(upstream=("127.0.0.1", int(cp.url.rsplit(":", 1)[1]))).open()
+    webhook = FailingWebhook(shoot.tmp / "webhook").open()
+    kubelets = [
+        Kubelet(
+            f"https://localhost:{lb.port}",
+            str(cp.ca_file),
+            node_credentials(cp.ca, n),
+            n,
+            i,
+            renew_interval_s=KUBELET_EVERY_S,
+        )
+        for i, n in enumerate(NODES)
+    ]
+    with agents_for(cp, shoot.tmp) as agents:
+        try:
+            for k in kubelets:
+                k.start()
+            # Only the kubelets' writes so far: the aggregator has not provisioned the agents' leases.
+            started = time.time()
+            wait_for(lambda: all(k.last.lease > started for k in kubelets), 30, "every kubelet renewing")
+            yield NodesWorld(shoot, agents, lb, kubelets, webhook)
+        finally:
+            for k in kubelets:
+                k.stop()
+            webhook.shutdown()
+            lb.shutdown()
