@@ -91,15 +91,20 @@ def test_the_aggregator_image_runs_the_aggregator(images: dict[str, str]) -> Non
     assert inspect(images["aggregator"])["Config"]["User"] == "65532:65532"
 
 
-def test_the_daemonset_runs_the_agent_image_read_only_and_not_as_root() -> None:
+def test_the_daemonset_runs_the_agent_image_read_only_and_without_a_capability() -> None:
+    """uid 0 only to read kubelet's 0600 kubeconfig (docs/install.md): not one capability, no
+    escalation, a read-only root, and of the host nothing but that one file."""
     ds = example_daemonset()
     spec = ds["spec"]["template"]["spec"]
     agent = spec["containers"][0]
     assert agent["image"].rsplit("/", 1)[-1].split(":")[0] == "dwd-lease-agent"
-    assert spec["securityContext"]["runAsNonRoot"] is True
-    assert spec["securityContext"]["runAsUser"] != 0
+    assert spec["securityContext"]["runAsUser"] == 0
+    assert agent["securityContext"]["capabilities"] == {"drop": ["ALL"]}
     assert agent["securityContext"]["readOnlyRootFilesystem"] is True
     assert agent["securityContext"]["allowPrivilegeEscalation"] is False
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    host = [v["hostPath"] for v in spec["volumes"] if "hostPath" in v]
+    assert host == [{"path": "/var/lib/kubelet/kubeconfig-real", "type": "File"}]
 
 
 @pytest.fixture
