@@ -9,9 +9,10 @@ renews at i/N of every interval, so the writes are spread evenly (N/interval per
 Kubelets hold one connection each; this writer multiplexes all of them over a few
 HTTP/1.1 connections (aiohttp), so KAPI's per-connection cost is missing.
 
-Every second it appends a JSON line to FILE: renewals answered 200 in that second, errors,
-requests waiting for a connection (the backlog: the writer or KAPI not keeping up), and
-the latency p50/p99 of that second.
+Like kubelet, a node's next renewal waits until its last one has ended: when KAPI (or this
+writer) cannot keep up, renewals are skipped rather than piled up. Every second it appends
+a JSON line to FILE: renewals answered 200 in that second, errors, renewals skipped,
+requests in flight (the backlog), and the latency p50/p99 of that second.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class Writer:
         self.ok = 0
         self.errors = 0
         self.waiting = 0
+        self.skipped = 0
+        self.in_flight: set[str] = set()
         self.latencies: list[float] = []
 
     async def ensure(self, session: aiohttp.ClientSession) -> None:
@@ -125,6 +128,7 @@ class Writer:
             self.errors += 1
         finally:
             self.waiting -= 1
+            self.in_flight.discard(name)
 
     async def run(self, stats: Path, stop: asyncio.Event) -> None:
         connector = aiohttp.TCPConnector(ssl=self.tls, limit=self.connections)
@@ -146,7 +150,13 @@ class Writer:
                     now = time.monotonic()
                     due = int((now - start) * rate)
                     for k in range(issued, due):
-                        task = asyncio.create_task(self.renew(session, names[k % self.nodes]))
+                        name = names[k % self.nodes]
+                        if name in self.in_flight:
+                            # Like kubelet: the next renewal waits for the last one to end.
+                            self.skipped += 1
+                            continue
+                        self.in_flight.add(name)
+                        task = asyncio.create_task(self.renew(session, name))
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
                     issued = max(issued, due)
@@ -158,6 +168,7 @@ class Writer:
                                     "ok": self.ok,
                                     "errors": self.errors,
                                     "waiting": self.waiting,
+                                    "skipped": self.skipped,
                                     "p50_ms": round(_quantile(self.latencies, 0.5) * 1000, 1),
                                     "p99_ms": round(_quantile(self.latencies, 0.99) * 1000, 1),
                                 }
@@ -165,7 +176,7 @@ class Writer:
                             + "\n"
                         )
                         out.flush()
-                        self.ok, self.errors, self.latencies = 0, 0, []
+                        self.ok, self.errors, self.skipped, self.latencies = 0, 0, 0, []
                         second += 1.0
                     await asyncio.sleep(0.01)
                 for task in list(tasks):

@@ -16,6 +16,7 @@ from bench.witness_cost import (
     per_hour_polled,
     per_hour_watched,
     quantile,
+    scale_to,
     served_from,
 )
 
@@ -78,3 +79,9 @@ def test_the_node_object_is_kubelet_like_and_parses() -> None:
     assert len(json.dumps(obj)) > 7000  # a real kubelet's Node is about 8-10 KB of JSON
     view = NodeView.from_object(obj)
     assert (view.name, view.zone, view.unhealthy) == ("node-00004", "zone-b", False)
+
+
+def test_a_watch_is_extrapolated_only_when_its_rate_is_off_by_more_than_5_percent() -> None:
+    assert scale_to(480, 500) == 1.0
+    assert scale_to(250, 500) == 2.0
+    assert scale_to(0, 500) == 1.0
