@@ -149,6 +149,11 @@ class Writer:
                 while not stop.is_set():
                     now = time.monotonic()
                     due = int((now - start) * rate)
+                    if due - issued > rate:
+                        # More than a second behind (stopped, or starved of CPU): kubelet would
+                        # not catch up with renewals it missed either.
+                        self.skipped += due - issued - int(rate)
+                        issued = due - int(rate)
                     for k in range(issued, due):
                         name = names[k % self.nodes]
                         if name in self.in_flight:
