@@ -11,7 +11,7 @@ if __name__ == "__main__":
     path.run()
     faults.run()
     # 5000 kubelet leases at kubelet's 500 writes/s: a LIST, a watch, the sample's GETs, and
-    # 5000 Nodes full and metadata-only (about 5 minutes).
+    # 5000 Nodes full and metadata-only (about 7 minutes).
     witness_cost.main([])
     # 100, 1000 and 5000 simulated nodes against real API servers: about 15 minutes.
     scale.main([])

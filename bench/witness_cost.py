@@ -1,7 +1,7 @@
 """What reading kubelet leases costs: a LIST, a watch, the sample's GETs; and Node LISTs.
 
-``python -m bench.witness_cost [--nodes 5000] [--watch-s 60] [--lists 20] [--node-lists 5]
-[--no-node-objects] [--out FILE]``
+``python -m bench.witness_cost [--nodes 5000] [--interval-s 10] [--watch-s 60] [--lists 20]
+[--watchers 1] [--node-lists 5] [--no-node-objects] [--out FILE]``
 
 One real kube-apiserver and etcd (testenv), N kubelet leases in kube-node-lease renewed by
 ``bench.kubelet_writer`` in its own process at kubelet's pace (every 10 s each: N/10 writes
@@ -14,7 +14,10 @@ this process's CPU time is what the aggregator would spend. Measured:
    socket (``rchar`` of /proc/self/io: TLS records, gzip as KAPI sent it), this process's
    CPU, and kube-apiserver's and etcd's CPU above their rate without reads;
 2. a watch of kube-node-lease through the aggregator's ``Informer`` (its 10 s watch
-   timeout, resumed at once) for ``--watch-s``, against the same span without it;
+   timeout, resumed at once) for ``--watch-s``, in blocks of about 20 s alternating with
+   as long without it; kube-apiserver's share per lease PUT served, since on a shared
+   machine the write rate moves with the load (``--watchers`` several at once, so that
+   share stands out of the noise);
 3. the judged sample's kubelet leases by name (k GETs, at most 16 at a time: KubeClient's
    pool), and whether a fieldSelector can ask for several names in one LIST;
 4. the interlock's reads right before a scale-down: probe and the agents' LIST, with the
@@ -23,7 +26,9 @@ this process's CPU time is what the aggregator would spend. Measured:
    LIST as full objects and as PartialObjectMetadataList, parsed into ``NodeView``, and the
    memory of holding the parsed views against holding the raw objects (tracemalloc).
 
-CPU is utime+stime from /proc/<pid>/stat (10 ms ticks), in % of one core; the machine has
+kube-apiserver's and etcd's CPU per read is taken with the writer stopped (SIGSTOP): under
+the writes their own rate moves by more than a read costs. CPU is utime+stime from
+/proc/<pid>/stat (10 ms ticks), in % of one core; the machine has
 2 cores, shared by the writer, kube-apiserver, etcd and this process (and by whatever else
 runs: the load average is printed).
 """
