@@ -11,6 +11,7 @@ from bench import (
     path,
     scale,
     seed,
+    witness_cost,
     witness_cut,
 )
 
@@ -25,5 +26,8 @@ if __name__ == "__main__":
     faults.run()
     # One aggregator, 50 and 250 targets: what it asks of the seed while healthy (~5 minutes).
     seed.main(["--targets", "50,250"])
+    # 5000 kubelet leases at kubelet's 500 writes/s: a LIST, a watch, the sample's GETs (about
+    # 4 minutes; node_objects above has the Nodes).
+    witness_cost.main(["--no-node-objects"])
     # 100, 1000 and 5000 simulated nodes against real API servers: about 15 minutes.
     scale.main([])
