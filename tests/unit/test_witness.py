@@ -8,7 +8,9 @@ silences the kubelet with the agent.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -142,3 +144,29 @@ async def test_unreadable_kubelet_leases_leave_protection_as_it_was() -> None:
     assert w.target.memory.phase is Phase.DOWN
     w.alive |= set(w.names)
     await w.until(lambda: w.replicas() == CONTROLLERS, 60, "restored")
+
+
+async def test_the_interlock_reads_the_kubelets_beside_the_confirming_list_not_after_it() -> None:
+    """Read after the LIST, the kubelet leases' LIST added its own latency to every real
+    scale-down (225-284 ms at 5000 nodes)."""
+    w = World()
+    await w.settle()
+    inner = w.shoot.request
+    in_flight = most = 0
+
+    async def request(method: str, path: str, **kw: Any) -> dict[str, Any]:
+        nonlocal in_flight, most
+        if method != "GET" or not path.endswith("/leases"):
+            return await inner(method, path, **kw)
+        in_flight += 1
+        most = max(most, in_flight)
+        try:
+            await asyncio.sleep(0.02)
+            return await inner(method, path, **kw)
+        finally:
+            in_flight -= 1
+
+    w.shoot.request = request  # type: ignore[method-assign]
+    refusal = await w.target.interlocks()
+    assert refusal is not None and refusal.interlock is Interlock.LIST_DISAGREES  # healthy
+    assert most == 2, "the two LISTs ran one after the other"

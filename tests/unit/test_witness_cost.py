@@ -78,7 +78,7 @@ def test_the_node_object_is_kubelet_like_and_parses() -> None:
     assert {a["type"] for a in status["addresses"]} == {"InternalIP", "InternalDNS", "Hostname"}
     assert len(json.dumps(obj)) > 7000  # a real kubelet's Node is about 8-10 KB of JSON
     view = NodeView.from_object(obj)
-    assert (view.name, view.zone, view.unhealthy) == ("node-00004", "zone-b", False)
+    assert (view.name, view.zone, view.true_conditions) == ("node-00004", "zone-b", frozenset({"Ready"}))
 
 
 def test_a_watch_is_extrapolated_only_when_its_rate_is_off_by_more_than_5_percent() -> None:
