@@ -1,31 +1,40 @@
-"""Gardener's objects in a test seed: the Cluster CRD (schemaless) and Cluster objects of a
-realistic size. A Cluster embeds its Shoot, Seed and CloudProfile; in a real seed one is
+"""Gardener's objects in a test seed: the Cluster and Machine CRDs (schemaless) and Cluster
+objects of a realistic size. A Cluster embeds its Shoot, Seed and CloudProfile; in a real seed one is
 about 25 KB, most of it the CloudProfile's machine images and types."""
 
 from __future__ import annotations
 
 from typing import Any
 
-CLUSTER_CRD: dict[str, Any] = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "clusters.extensions.gardener.cloud"},
-    "spec": {
-        "group": "extensions.gardener.cloud",
-        "scope": "Cluster",
-        "names": {"plural": "clusters", "singular": "cluster", "kind": "Cluster", "listKind": "ClusterList"},
-        "versions": [
-            {
-                "name": "v1alpha1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
+
+def schemaless_crd(group: str, kind: str, *, namespaced: bool, status: bool = False) -> dict[str, Any]:
+    """A CRD that accepts any object of its kind: the tests read a few fields of Gardener's
+    and MCM's objects, and a schema would only repeat theirs."""
+    plural = kind.lower() + "s"
+    version: dict[str, Any] = {
+        "name": "v1alpha1",
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    }
+    if status:
+        version["subresources"] = {"status": {}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced" if namespaced else "Cluster",
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+            "versions": [version],
+        },
+    }
+
+
+CLUSTER_CRD = schemaless_crd("extensions.gardener.cloud", "Cluster", namespaced=False)
+# MCM's Machine, as far as a reader of its phase needs it.
+MACHINE_CRD = schemaless_crd("machine.sapcloud.io", "Machine", namespaced=True, status=True)
 
 
 def cluster(name: str, *, machine_types: int = 0) -> dict[str, Any]:

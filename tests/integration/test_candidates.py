@@ -11,6 +11,7 @@ import pytest
 
 from testenv.client import Client
 from testenv.controlplane import free_port
+from testenv.gardener import MACHINE_CRD
 from tests.integration.agents import wait_for
 from tests.integration.shoot import CONTROLLERS, Shoot
 from tests.integration.test_service import target
@@ -18,28 +19,6 @@ from tests.integration.test_service import target
 pytestmark = pytest.mark.integration
 
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/machines.machine.sapcloud.io"
-# MCM's CRD, as far as a reader of its phase needs it.
-MACHINE_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "machines.machine.sapcloud.io"},
-    "spec": {
-        "group": "machine.sapcloud.io",
-        "scope": "Namespaced",
-        "names": {"plural": "machines", "singular": "machine", "kind": "Machine", "listKind": "MachineList"},
-        "versions": [
-            {
-                "name": "v1alpha1",
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
 DOWN = dict.fromkeys(CONTROLLERS, 0)
 
 
