@@ -34,7 +34,7 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv import workload
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.kcm import KcmDeploymentController, KcmReplicas
-from testenv.kubelet import Kubelet, node_credentials
+from testenv.kubelet import Kubelet, node_credentials, write_kubeconfig
 from testenv.standins import CONTROLLERS, DEPLOYMENTS, deployment, grant_agent_rbac, json_log
 from testenv.tcpproxy import TcpProxy
 
@@ -171,13 +171,16 @@ def start_agents(w: dict[str, Any], tmp: Path, env_base: dict[str, str]) -> None
     for node in w["names"]:
         token = tmp / f"{node}.token"
         token.write_text(shoot.node_token(node))
+        # The node's kubelet kubeconfig, naming the load balancer the kubelet stand-ins use:
+        # the agent takes its server and CA from there, as on a Gardener node.
+        kubeconfig = write_kubeconfig(
+            tmp / f"kubeconfig-{node}", f"https://localhost:{w['lb'].port}", shoot.ca_file.read_bytes()
+        )
         env = {
             **env_base,
-            # The external name: every renewal goes through the load balancer.
-            "DWD_APISERVER_URL": f"https://localhost:{w['lb'].port}",
+            "DWD_KUBELET_KUBECONFIG": str(kubeconfig),
             "NODE_NAME": node,
             "DWD_TOKEN_FILE": str(token),
-            "DWD_CA_FILE": str(shoot.ca_file),
             "DWD_LOG_FORMAT": "json",
         }
         with open(tmp / f"agent-{node}.log", "wb") as log:
