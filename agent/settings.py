@@ -51,24 +51,7 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         r = EnvReader(env)
-        url = r.string("DWD_APISERVER_URL").rstrip("/")
-        kubeconfig = r.string("DWD_KUBELET_KUBECONFIG", DEFAULT_KUBELET_KUBECONFIG)
-        url_setting, endpoint = "DWD_APISERVER_URL", Endpoint(url)
-        if not url:
-            # kubelet's own server is the default: it is the path KCM judges (docs/install.md).
-            url_setting = "DWD_KUBELET_KUBECONFIG"
-            try:
-                endpoint = read_endpoint(kubeconfig)
-            except KubeconfigError as e:
-                r.problem(url_setting, f"{e} (or set DWD_APISERVER_URL)")
-            url = endpoint.server
-        if url:
-            parts = urlsplit(url)
-            where = "" if url_setting == "DWD_APISERVER_URL" else f"{kubeconfig}: server "
-            if parts.scheme != "https" or not parts.hostname:
-                r.problem(url_setting, f"{where}{url!r} is not an https URL with a host name")
-            elif parts.query or parts.fragment:
-                r.problem(url_setting, f"{where}{url!r} must not carry a query or fragment")
+        endpoint, kubeconfig = _endpoint(r)
         node = r.string("NODE_NAME", required=True)
         if node and not is_dns_subdomain(node):
             r.problem("NODE_NAME", f"{node!r} is not a valid node name (RFC 1123 subdomain)")
@@ -79,29 +62,19 @@ class Settings:
         token_file = r.string("DWD_TOKEN_FILE", DEFAULT_TOKEN_FILE)
         if not os.access(token_file, os.R_OK):
             r.problem("DWD_TOKEN_FILE", f"{token_file} is not a readable file")
-        ca_file = r.string("DWD_CA_FILE", "")
-        if ca_file and not os.access(ca_file, os.R_OK):
-            r.problem("DWD_CA_FILE", f"{ca_file} is not a readable file")
-        elif not ca_file and endpoint.ca_file:
-            ca_file = endpoint.ca_file
-            if not os.access(ca_file, os.R_OK):
-                r.problem(
-                    "DWD_KUBELET_KUBECONFIG",
-                    f"{kubeconfig}: its certificate-authority {ca_file} is not readable "
-                    "(mount it too, or set DWD_CA_FILE)",
-                )
+        ca_file = _ca_file(r, endpoint, kubeconfig)
         metrics = r.address("DWD_METRICS_ADDR")
         log_format, log_level = r.logging()
         r.finish()
         return cls(
-            apiserver_url=url,
+            apiserver_url=endpoint.server,
             node_name=node,
             lease_namespace=namespace,
             renew_interval_s=interval,
             token_file=token_file,
             ca_file=ca_file,
             ca_pem="" if ca_file else endpoint.ca_pem,
-            kubelet_kubeconfig=kubeconfig if url_setting == "DWD_KUBELET_KUBECONFIG" else "",
+            kubelet_kubeconfig=kubeconfig,
             metrics_addr=metrics,
             log_format=log_format,
             log_level=log_level,
@@ -118,3 +91,44 @@ class Settings:
             with contextlib.suppress(KubeconfigError):
                 pem = read_endpoint(self.kubelet_kubeconfig).ca_pem or pem
         return ssl_context(ca_pem=pem)
+
+
+def _endpoint(r: EnvReader) -> tuple[Endpoint, str]:
+    """The server (and the kubeconfig's CA, if any), and the kubelet kubeconfig it came from
+    ("" when DWD_APISERVER_URL overrides it)."""
+    url = r.string("DWD_APISERVER_URL").rstrip("/")
+    setting, kubeconfig, where = "DWD_APISERVER_URL", "", ""
+    endpoint = Endpoint(url)
+    if not url:
+        # kubelet's own server is the default: it is the path KCM judges (docs/install.md).
+        setting = "DWD_KUBELET_KUBECONFIG"
+        kubeconfig = r.string(setting, DEFAULT_KUBELET_KUBECONFIG)
+        where = f"{kubeconfig}: server "
+        try:
+            endpoint = read_endpoint(kubeconfig)
+        except KubeconfigError as e:
+            r.problem(setting, f"{e} (or set DWD_APISERVER_URL)")
+    if endpoint.server:
+        parts = urlsplit(endpoint.server)
+        if parts.scheme != "https" or not parts.hostname:
+            r.problem(setting, f"{where}{endpoint.server!r} is not an https URL with a host name")
+        elif parts.query or parts.fragment:
+            r.problem(setting, f"{where}{endpoint.server!r} must not carry a query or fragment")
+    return endpoint, kubeconfig
+
+
+def _ca_file(r: EnvReader, endpoint: Endpoint, kubeconfig: str) -> str:
+    """DWD_CA_FILE, else the kubelet kubeconfig's certificate-authority file ("" for its data or
+    the system store)."""
+    ca_file = r.string("DWD_CA_FILE", "")
+    if ca_file and not os.access(ca_file, os.R_OK):
+        r.problem("DWD_CA_FILE", f"{ca_file} is not a readable file")
+    elif not ca_file and endpoint.ca_file:
+        ca_file = endpoint.ca_file
+        if not os.access(ca_file, os.R_OK):
+            r.problem(
+                "DWD_KUBELET_KUBECONFIG",
+                f"{kubeconfig}: its certificate-authority {ca_file} is not readable "
+                "(mount it too, or set DWD_CA_FILE)",
+            )
+    return ca_file
