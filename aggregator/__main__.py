@@ -44,17 +44,22 @@ def source_for(settings: Shoots, seed: KubeClient, watching: Watching) -> Target
     )
 
 
-def seed_clients(endpoint: Callable[[], Endpoint]) -> tuple[KubeClient, KubeClient]:
-    """Two clients of the seed with a pool each: one for the targets, one for leader election.
-    In a seed-wide incident hundreds of targets write at once; sharing their connections, the
-    leader's renewal waited behind them (10.8 s at 200 targets and 100 ms) and lost the term
-    in the middle of the scale-down."""
-    return KubeClient(endpoint), KubeClient(endpoint, user_agent="dwd-lease-aggregator/leader-election")
+def seed_clients(endpoint: Callable[[], Endpoint]) -> tuple[KubeClient, KubeClient, KubeClient]:
+    """Three clients of the seed with a pool each: the targets', leader election's, and the
+    watches' (Clusters, kubeconfig Secrets). In a seed-wide incident hundreds of targets write
+    at once; sharing their connections, the leader's renewal waited behind them (10.8 s at 200
+    targets and 100 ms) and lost the term in the middle of the scale-down. A watch holds its
+    connection for as long as it runs: on the targets' pool it would hold one of theirs."""
+    return (
+        KubeClient(endpoint),
+        KubeClient(endpoint, user_agent="dwd-lease-aggregator/leader-election"),
+        KubeClient(endpoint, user_agent="dwd-lease-aggregator/seed-watch"),
+    )
 
 
 async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     shoots = settings.shoots
-    seed, election = seed_clients(
+    seed, election, watches = seed_clients(
         KubeconfigSource(shoots.seed_kubeconfig) if shoots.seed_kubeconfig else in_cluster
     )
     seed.endpoint()  # credentials we cannot even load stop start-up; an unreachable server is retried
@@ -64,8 +69,10 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     is_leader = elector.is_leader if elector is not None else (lambda: True)
     term_end = elector.term_end if elector is not None else (lambda: math.inf)
     metrics.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
-    fleet = Fleet(settings, seed, dependents, metrics, is_leader=is_leader, term_end=term_end)
-    source = source_for(shoots, seed, settings.watching)
+    fleet = Fleet(
+        settings, seed, dependents, metrics, is_leader=is_leader, term_end=term_end, watches=watches
+    )
+    source = source_for(shoots, watches, settings.watching)
     identity = elector.identity if elector is not None else os.uname().nodename
     lag = LoopLag(observe=metrics.loop_lag.observe)
 
@@ -102,6 +109,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
             await runner.cleanup()
         await seed.close()
         await election.close()
+        await watches.close()
 
 
 async def _until_stopped(tasks: list[asyncio.Task[None]]) -> None:

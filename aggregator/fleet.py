@@ -47,9 +47,12 @@ class Fleet:
         *,
         is_leader: Callable[[], bool] = lambda: True,
         term_end: Callable[[], float] = lambda: math.inf,
+        watches: KubeClient | None = None,
     ) -> None:
         self.settings = settings
         self.seed = seed
+        # The seed client the kubeconfig Secrets' watch runs on (aggregator.__main__.seed_clients).
+        self.watches = watches or seed
         self.dependents = dependents
         self.metrics = metrics
         self.is_leader = is_leader
@@ -161,7 +164,7 @@ class Fleet:
         secrets = self.secrets.get(spec.kubeconfig_secret)
         if secrets is None:
             secrets = self.secrets[spec.kubeconfig_secret] = KubeconfigSecrets(
-                self.seed, spec.kubeconfig_secret, self.settings.watching
+                self.watches, spec.kubeconfig_secret, self.settings.watching
             )
             self._secret_tasks.append(asyncio.create_task(secrets.run(), name=f"secrets/{secrets.name}"))
         return KubeClient(await secrets.kubeconfig(spec.namespace))

@@ -432,7 +432,9 @@ async def test_a_missing_required_dependent_is_an_error_not_convergence() -> Non
 # -- 10: leadership has its own connection
 
 
-async def test_the_leader_renews_at_once_while_the_seed_clients_pool_is_saturated() -> None:
+async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targets_pool_is_saturated() -> (
+    None
+):
     from aggregator.__main__ import seed_clients
     from aggregator.kube import Endpoint
     from aggregator.leader import LeaderElector
@@ -448,6 +450,9 @@ async def test_the_leader_renews_at_once_while_the_seed_clients_pool_is_saturate
     async def created(_: web.Request) -> web.Response:
         return web.json_response({"metadata": {"name": "dwd-lease-aggregator"}}, status=201)
 
+    async def clusters(_: web.Request) -> web.Response:
+        return web.json_response({"kind": "ClusterList", "metadata": {"resourceVersion": "1"}, "items": []})
+
     app = web.Application()
     leases = "/apis/coordination.k8s.io/v1/namespaces/garden/leases"
     app.add_routes(
@@ -455,6 +460,7 @@ async def test_the_leader_renews_at_once_while_the_seed_clients_pool_is_saturate
             web.patch("/slow", slow),
             web.get(leases + "/dwd-lease-aggregator", no_lease),
             web.post(leases, created),
+            web.get("/apis/extensions.gardener.cloud/v1alpha1/clusters", clusters),
         ]
     )
     runner = web.AppRunner(app)
@@ -465,7 +471,7 @@ async def test_the_leader_renews_at_once_while_the_seed_clients_pool_is_saturate
     import ssl
 
     endpoint = Endpoint(f"http://127.0.0.1:{port}", ssl.create_default_context(), lambda: None, "test")
-    seed, election = seed_clients(lambda: endpoint)
+    seed, election, watches = seed_clients(lambda: endpoint)
     burst = [asyncio.create_task(seed.merge_patch("/slow", {})) for _ in range(40)]
     try:
         await asyncio.sleep(0.2)  # every connection of the seed's pool is busy
@@ -475,12 +481,17 @@ async def test_the_leader_renews_at_once_while_the_seed_clients_pool_is_saturate
         took = time.monotonic() - started
         assert elector.is_leader()
         assert took < 1.0, f"the renewal waited {took:.1f}s behind the scale writes"
+        started = time.monotonic()
+        await watches.get("/apis/extensions.gardener.cloud/v1alpha1/clusters")
+        took = time.monotonic() - started
+        assert took < 1.0, f"the Clusters' LIST waited {took:.1f}s behind the scale writes"
     finally:
         for t in burst:
             t.cancel()
         await asyncio.gather(*burst, return_exceptions=True)
         await seed.close()
         await election.close()
+        await watches.close()
         await runner.cleanup()
 
 
