@@ -157,6 +157,8 @@ def test_outage_is_classified_logged_once_and_reported(agents: Agents) -> None:
         time.sleep(2.0)  # four more failed renewals
         proxy.open()
         wait_for(lambda: renewed(agents, "out-1"), 10, "recovery")
+        # The server has the renewal before the agent has read its answer and logged it.
+        wait_for(lambda: "renew_recovered" in agent.names(), 10, "the recovery logged")
     finally:
         proxy.shutdown()
     names = agent.names()
