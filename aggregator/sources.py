@@ -157,10 +157,7 @@ class GardenerSource:
         """The clusters as watched. Before the first LIST, and while the watch has failed for
         longer than a view stays trusted, the source fails: what it would say may be wrong."""
         informer = self.informer
-        if not informer.synced.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(informer.synced.wait(), self.FIRST_LIST_S)
-        if not informer.synced.is_set() or not informer.fresh(self.watching.fresh_s):
+        if not await informer.first_list(self.FIRST_LIST_S) or not informer.fresh(self.watching.fresh_s):
             raise KubeError(f"clusters: {informer.last_error or 'not listed yet'}")
         out, skipped = {}, {}
         for c in self.clusters.values():
@@ -189,6 +186,10 @@ class SecretKubeconfig:
         self._endpoint: Endpoint | None = None
         self._data = ""
         self.error = "not read yet"
+
+    @property
+    def has_endpoint(self) -> bool:
+        return self._endpoint is not None
 
     def __call__(self) -> Endpoint:
         if self._endpoint is None:
@@ -220,11 +221,6 @@ class SecretKubeconfig:
         self._endpoint, self._data, self.error = endpoint, encoded, ""
         return True
 
-    def check(self) -> None:
-        """Raise why there is no endpoint yet; a target does not start without one."""
-        if self._endpoint is None:
-            raise KubeconfigError(f"kubeconfig {self.source}: {self.error}")
-
 
 class KubeconfigSecrets:
     """Every target's kubeconfig Secret of one name, by one watch across the seed
@@ -253,16 +249,13 @@ class KubeconfigSecrets:
     async def kubeconfig(self, namespace: str) -> SecretKubeconfig:
         """The namespace's kubeconfig, kept current by the watch; raises why it cannot be used
         (the Secret missing, no key, not a kubeconfig) when it cannot be used now."""
-        if not self.informer.synced.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.informer.synced.wait(), GardenerSource.FIRST_LIST_S)
-            if not self.informer.synced.is_set():
-                raise KubeError(f"secrets {self.name}: {self.informer.last_error or 'not listed yet'}")
+        if not await self.informer.first_list(GardenerSource.FIRST_LIST_S):
+            raise KubeError(f"secrets {self.name}: {self.informer.last_error or 'not listed yet'}")
         kc = self.kubeconfigs.get(namespace)
         if kc is None:
             kc = self.kubeconfigs[namespace] = SecretKubeconfig(namespace, self.name)
             kc.update(self.data.get(namespace))
-        kc.check()
+        kc()  # raises why it cannot be used: a target does not start without an endpoint
         return kc
 
     def forget(self, namespace: str) -> None:
@@ -288,7 +281,9 @@ class KubeconfigSecrets:
             # Every request from now on, and every watch when it restarts, uses them.
             log.info("kubeconfig_rotated", target=namespace)
         elif kc.error and kc.error != before:
-            log.warning("kubeconfig_unusable", target=namespace, error=kc.error, kept="the last good one")
+            log.warning(
+                "kubeconfig_unusable", target=namespace, error=kc.error, last_good_kept=kc.has_endpoint
+            )
 
 
 def _namespaced_data(obj: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:

@@ -14,6 +14,7 @@ node's own clock.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -171,6 +172,12 @@ class Informer(Generic[V]):
     def _received(self) -> None:
         self.last_data = self.clock()
         self.failing = False
+
+    async def first_list(self, timeout_s: float) -> bool:
+        """Wait for the first LIST, at most ``timeout_s``; whether it has come."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.synced.wait(), timeout_s)
+        return self.synced.is_set()
 
     def fresh(self, max_age_s: float) -> bool:
         """The server answered with data within ``max_age_s`` and the watch is not failing now."""

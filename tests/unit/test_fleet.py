@@ -120,7 +120,7 @@ async def test_a_secret_kubeconfig_is_checked_and_taken_only_when_it_changed() -
         secret()  # nothing loaded yet: every request says why
     assert secret.update(None) is False
     with pytest.raises(KubeconfigError, match="the secret does not exist"):
-        secret.check()
+        secret()
     assert secret.update({}) is False and secret.error == "no 'kubeconfig' key"
     assert secret.update({"kubeconfig": "!!not base64!!"}) is False
     assert secret.error.startswith("cannot be decoded")
