@@ -15,6 +15,7 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import uvloop
@@ -44,35 +45,59 @@ def source_for(settings: Shoots, seed: KubeClient, watching: Watching) -> Target
     )
 
 
-def seed_clients(endpoint: Callable[[], Endpoint]) -> tuple[KubeClient, KubeClient, KubeClient]:
-    """Three clients of the seed with a pool each: the targets', leader election's, and the
-    watches' (Clusters, kubeconfig Secrets). In a seed-wide incident hundreds of targets write
-    at once; sharing their connections, the leader's renewal waited behind them (10.8 s at 200
+@dataclass(frozen=True)
+class SeedClients:
+    """The seed's clients, a pool each. In a seed-wide incident hundreds of targets write at
+    once; sharing their connections, the leader's renewal waited behind them (10.8 s at 200
     targets and 100 ms) and lost the term in the middle of the scale-down. A watch holds its
-    connection for as long as it runs: on the targets' pool it would hold one of theirs."""
-    return (
-        KubeClient(endpoint),
-        KubeClient(endpoint, user_agent="dwd-lease-aggregator/leader-election"),
-        KubeClient(endpoint, user_agent="dwd-lease-aggregator/seed-watch"),
-    )
+    connection for as long as it runs: on the targets' pool it would hold one of theirs. And
+    750 Events, one per scaled dependent, sent on the targets' 16 connections, were queued with
+    the scale writes of the same outage (bench/seed.py)."""
+
+    # Scale writes, records, Machines: sized for every target of a seed writing at once.
+    targets: KubeClient
+    election: KubeClient
+    watches: KubeClient  # Clusters, kubeconfig Secrets, the dependents
+    # Reports: a few connections, drained beside the writes, never in their way.
+    events: KubeClient
+
+    @classmethod
+    def of(cls, endpoint: Callable[[], Endpoint]) -> SeedClients:
+        return cls(
+            KubeClient(endpoint, connections=64),
+            KubeClient(endpoint, user_agent="dwd-lease-aggregator/leader-election"),
+            KubeClient(endpoint, user_agent="dwd-lease-aggregator/seed-watch"),
+            KubeClient(endpoint, user_agent="dwd-lease-aggregator/events", connections=4),
+        )
+
+    async def close(self) -> None:
+        for client in (self.targets, self.election, self.watches, self.events):
+            await client.close()
 
 
 async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     shoots = settings.shoots
-    seed, election, watches = seed_clients(
-        KubeconfigSource(shoots.seed_kubeconfig) if shoots.seed_kubeconfig else in_cluster
-    )
-    seed.endpoint()  # credentials we cannot even load stop start-up; an unreachable server is retried
+    endpoint = KubeconfigSource(shoots.seed_kubeconfig) if shoots.seed_kubeconfig else in_cluster
+    clients = SeedClients.of(endpoint)
+    endpoint()  # credentials we cannot even load stop start-up; an unreachable server is retried
     metrics = AggregatorMetrics()
     metrics.dry_run.set(1 if settings.scaling.dry_run else 0)
-    elector = LeaderElector(election, settings.leader) if settings.leader.enabled else None
+    elector = LeaderElector(clients.election, settings.leader) if settings.leader.enabled else None
     is_leader = elector.is_leader if elector is not None else (lambda: True)
     term_end = elector.term_end if elector is not None else (lambda: math.inf)
     metrics.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
     fleet = Fleet(
-        settings, seed, dependents, metrics, is_leader=is_leader, term_end=term_end, watches=watches
+        settings,
+        clients.targets,
+        dependents,
+        metrics,
+        is_leader=is_leader,
+        term_end=term_end,
+        watches=clients.watches,
+        events=clients.events,
+        watch_dependents=True,
     )
-    source = source_for(shoots, watches, settings.watching)
+    source = source_for(shoots, clients.watches, settings.watching)
     identity = elector.identity if elector is not None else os.uname().nodename
     lag = LoopLag(observe=metrics.loop_lag.observe)
 
@@ -107,9 +132,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
             await asyncio.shield(elector.release())
         if runner is not None:
             await runner.cleanup()
-        await seed.close()
-        await election.close()
-        await watches.close()
+        await clients.close()
 
 
 async def _until_stopped(tasks: list[asyncio.Task[None]]) -> None:

@@ -54,6 +54,11 @@ class Dependent:
     def path(self, namespace: str) -> str:
         return KIND_PATHS[(self.api_version, self.kind)].format(ns=namespace, name=self.name)
 
+    def across(self) -> str:
+        """The collection of this kind across every namespace (``/apis/apps/v1/deployments``)."""
+        prefix, rest = KIND_PATHS[(self.api_version, self.kind)].split("/namespaces/{ns}/")
+        return f"{prefix}/{rest.split('/')[0]}"
+
     def step(self, direction: Direction) -> Step:
         return self.scale_up if direction is Direction.UP else self.scale_down
 

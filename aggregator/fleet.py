@@ -17,6 +17,7 @@ from aggregator.dependents import Dependent
 from aggregator.kube import KubeClient, KubeconfigSource
 from aggregator.metrics import AggregatorMetrics
 from aggregator.orphans import Orphans
+from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Settings
 from aggregator.sources import KubeconfigSecrets, TargetSource, TargetSpec
 from aggregator.target import Target
@@ -48,11 +49,14 @@ class Fleet:
         is_leader: Callable[[], bool] = lambda: True,
         term_end: Callable[[], float] = lambda: math.inf,
         watches: KubeClient | None = None,
+        events: KubeClient | None = None,
+        watch_dependents: bool = False,
     ) -> None:
         self.settings = settings
         self.seed = seed
-        # The seed client the kubeconfig Secrets' watch runs on (aggregator.__main__.seed_clients).
+        # The seed client the kubeconfig Secrets' watch runs on (aggregator.__main__.SeedClients).
         self.watches = watches or seed
+        self.events = events or seed
         self.dependents = dependents
         self.metrics = metrics
         self.is_leader = is_leader
@@ -63,7 +67,12 @@ class Fleet:
         self.reconciled = asyncio.Event()
         # One watch per kubeconfig Secret name (one in Gardener), shared by every target.
         self.secrets: dict[str, KubeconfigSecrets] = {}
-        self._secret_tasks: list[asyncio.Task[None]] = []
+        self._watch_tasks: list[asyncio.Task[None]] = []
+        # Every target's dependents by one watch each across the seed, for the service; without
+        # it (tests of the fleet alone) each target reads its own.
+        self.seed_dependents = (
+            SeedDependents(self.watches, dependents, settings.watching) if watch_dependents else None
+        )
         self.orphans = Orphans(
             seed, dependents, settings, metrics, served=self.served, is_leader=is_leader, term_end=term_end
         )
@@ -78,6 +87,8 @@ class Fleet:
     async def run(self, source: TargetSource) -> None:
         sweep = asyncio.create_task(self.orphans.run(), name="orphans")
         feed = asyncio.create_task(source.run(), name="targets-source")
+        if self.seed_dependents is not None:
+            self._watch_tasks.append(asyncio.create_task(self.seed_dependents.run(), name="seed-dependents"))
         try:
             while True:
                 try:
@@ -93,7 +104,7 @@ class Fleet:
                 self.reconciled.set()
                 await source.changed(self.settings.shoots.poll_s)
         finally:
-            tasks = [*self.tasks.values(), sweep, feed, *self._secret_tasks]
+            tasks = [*self.tasks.values(), sweep, feed, *self._watch_tasks]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -143,6 +154,8 @@ class Fleet:
                 term_end=self.term_end,
                 node_conditions=dict(spec.node_conditions),
                 metrics=self.metrics,
+                watched=self.seed_dependents,
+                events=self.events,
             )
             running.target, running.error = target, ""
             async with asyncio.TaskGroup() as tg:
@@ -166,7 +179,7 @@ class Fleet:
             secrets = self.secrets[spec.kubeconfig_secret] = KubeconfigSecrets(
                 self.watches, spec.kubeconfig_secret, self.settings.watching
             )
-            self._secret_tasks.append(asyncio.create_task(secrets.run(), name=f"secrets/{secrets.name}"))
+            self._watch_tasks.append(asyncio.create_task(secrets.run(), name=f"secrets/{secrets.name}"))
         return KubeClient(await secrets.kubeconfig(spec.namespace))
 
     def snapshot(self) -> list[dict[str, Any]]:

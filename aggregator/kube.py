@@ -195,10 +195,13 @@ class KubeClient:
         *,
         timeout_s: float = 10.0,
         user_agent: str = "dwd-lease-aggregator",
+        connections: int = 16,
     ) -> None:
         self._endpoint_source = endpoint
         self.timeout_s = timeout_s
         self.user_agent = user_agent
+        # HTTP/1.1: one request per connection at a time, so this bounds the requests in flight.
+        self.connections = connections
         self._session: aiohttp.ClientSession | None = None
         self._session_endpoint: Endpoint | None = None
         # Sessions of replaced credentials: a watch still reading one must end on
@@ -217,7 +220,7 @@ class KubeClient:
                 self._retired.remove((born, old))
                 await old.close()
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(ssl=endpoint.ssl_context, limit=16),
+                connector=aiohttp.TCPConnector(ssl=endpoint.ssl_context, limit=self.connections),
                 # Watch lines hold whole objects; the 64 KiB default is too small for some.
                 read_bufsize=2**22,
                 trust_env=False,

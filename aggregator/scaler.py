@@ -9,10 +9,11 @@ controllers out of order.
 
 What is ours is what carries our record (aggregator/records.py); the seed has other
 writers (dependency-watchdog, gardenlet, operators), and their marks are left alone:
-- down: a running dependent gets our record first (the replicas it runs at that
-  moment, with dependency-watchdog's keys beside it), then the scale to 0; a crash
-  in between leaves the record, never a zero without one. One already at 0 without a
-  record is not running: nothing is taken away, nothing recorded;
+- down: a running dependent gets our record (the replicas it runs at that moment,
+  with dependency-watchdog's keys beside it) and its 0 in one write: there is no
+  moment with a zero and no record, and one write less per dependent where 250
+  targets write at once. One already at 0 without a record is not running: nothing
+  is taken away, nothing recorded;
 - held down: someone else raising it (dependency-watchdog's scale-up, an operator)
   is reported, the record takes the new count, and it is lowered again;
 - up: only from 0 (dependency-watchdog's rule: any other count is somebody's
@@ -33,7 +34,7 @@ import asyncio
 import math
 import socket
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -46,7 +47,7 @@ from aggregator.objects import metadata, resource_version, section
 from aggregator.records import CLEARED, IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
 from aggregator.settings import Scaling
 from core import logs
-from core.errors import KubeError, NotFound, NotLeading
+from core.errors import Conflict, KubeError, NotFound, NotLeading
 
 COMPONENT = "dwd-lease-aggregator"
 
@@ -121,7 +122,8 @@ class DependentState:
 
 @dataclass(frozen=True)
 class Write:
-    """One write to a dependent: its annotations and our label, or its scale."""
+    """One write to a dependent: its annotations and our label (and its replicas with them, on
+    the object itself), or its scale alone (on the scale subresource)."""
 
     annotations: Mapping[str, str | None] | None = None
     replicas: int | None = None
@@ -139,8 +141,18 @@ class Scaler:
         clock: Callable[[], float] = time.monotonic,
         deadline: Callable[[], float] = lambda: math.inf,
         metrics: AggregatorMetrics | None = None,
+        watched: Callable[[Dependent], DependentState | None] | None = None,
+        events: KubeClient | None = None,
     ) -> None:
         self.seed = seed
+        self.events = events or seed
+        # The dependents as the seed-wide watch has them (aggregator/seeddependents.py); None
+        # where it cannot say, and then the seed is asked.
+        self.watched = watched
+        # Read from the seed, not the watch, next time: a write conflicted with what it showed.
+        self._distrust: set[str] = set()
+        # The resourceVersion each dependent's last write on the object was conditional on.
+        self._written_from: dict[str, str] = {}
         self.namespace = namespace
         self.dependents = tuple(dependents)
         self.settings = settings or Scaling()
@@ -162,6 +174,10 @@ class Scaler:
         self._reported: set[tuple[str, str]] = set()
         # Dependents seen held at 0 in this episode: one running again was raised by someone else.
         self._held: set[str] = set()
+        # Written to their target, waiting for their controller to follow (``_settled``).
+        self._following: set[str] = set()
+        # Events in flight: a report is never on the way of the next write.
+        self._reports: set[asyncio.Task[None]] = set()
 
     def forget(self) -> None:
         """Read everything again before trusting that it converged."""
@@ -193,11 +209,10 @@ class Scaler:
         direction = Direction.DOWN if desired is Desired.SCALED_DOWN else Direction.UP
         base = self._direction_since
         for i, level in enumerate(levels(self.dependents, direction)):
-            done = await asyncio.gather(*(self._one(d, direction, base, reason) for d in level))
-            if not all(done):
+            if not await self._level(level, direction, base, reason):
                 self.converged = False
                 return False
-            base = self._level_done_at.setdefault(i, now)
+            base = self._level_done_at.setdefault(i, self.clock())
         missing = [
             d
             for d in self.dependents
@@ -206,11 +221,29 @@ class Scaler:
         self.converged, self._verified_at = not missing, now
         return self.converged
 
+    async def _level(
+        self, level: Sequence[Dependent], direction: Direction, base: float, reason: str
+    ) -> bool:
+        """One level's steps; while its only wait is for controllers to follow a write, read
+        again a few times at a short interval before giving the tick back."""
+        pending = list(level)
+        for poll in range(self.settings.follow_polls + 1):
+            if poll:
+                await asyncio.sleep(self.settings.follow_poll_s)
+            self._following -= {d.name for d in pending}
+            done = await asyncio.gather(*(self._one(d, direction, base, reason) for d in pending))
+            pending = [d for d, ok in zip(pending, done, strict=True) if not ok]
+            if not pending:
+                return True
+            if any(d.name not in self._following for d in pending):
+                return False  # an error, an initial delay, a timeout to wait: the next tick's
+        return False
+
     async def _one(self, d: Dependent, direction: Direction, base: float, reason: str) -> bool:
         step = d.step(direction)
         try:
+            state = await self._read(d)
             for _ in range(self.settings.steps_per_tick):
-                state = await self._read(d)
                 if not state.exists:
                     return await self._absent(d, state)
                 await self._note_raised(d, state, direction, reason)
@@ -231,7 +264,10 @@ class Scaler:
                 # Moved away from the target (by us, or by someone else raising it): the
                 # controller has to follow again, its timeout counts from the next arrival.
                 self._at_target_since.pop(d.name, None)
-                await self._write(d, write, state, reason)
+                written = await self._write(d, write, state, reason)
+                # A write on the object answers with it: no read needed to know where it is. A
+                # scale subresource answers with a Scale: the object is read from the seed.
+                state = self._keep(d, written) if written is not None else await self._get(d)
             return False
         except KubeError as e:
             self.metrics.scale_actions.inc(
@@ -248,17 +284,18 @@ class Scaler:
         if s.ignored:
             return None
         if direction is Direction.DOWN:
+            # A running dependent's record and its zero go in one write: never a zero without it.
+            zero = 0 if s.replicas > 0 else None
             if s.record is None:
                 if s.replicas == 0:
                     return None  # not running: nothing to take away, and nothing of ours
-                # The record first: a zero is never written without it.
-                return Write(record_marks(Record.now(s.replicas, self.target))) if may_start else None
+                return Write(record_marks(Record.now(s.replicas, self.target)), zero) if may_start else None
             if s.replicas > 0 and s.replicas != s.record.replicas:
                 # Raised by someone else while held down: what they set is what comes back.
-                return Write(record_marks(replace(s.record, replicas=s.replicas)))
+                return Write(record_marks(replace(s.record, replicas=s.replicas)), zero)
             if not s.marks_complete():
                 # dependency-watchdog's scale-up removes its protection mark: gardenlet needs it.
-                return Write(record_marks(replace(s.record, replicas=s.restore_to())))
+                return Write(record_marks(replace(s.record, replicas=s.restore_to())), zero)
             return Write(replicas=0) if s.replicas != 0 else None
         if s.record is None or s.replicas != 0:
             # Not ours, or running: up only from 0, any other count is somebody's choice.
@@ -317,26 +354,52 @@ class Scaler:
         if self.clock() - since >= timeout_s:
             self._once(d.name, "timeout", "scale_not_observed", timeout_s=timeout_s)
             return True
+        self._following.add(d.name)
         return False
 
     async def _read(self, d: Dependent) -> DependentState:
+        """The dependent as the watch has it, or as the seed answers when the watch cannot say."""
+        seen = None if self.watched is None or d.name in self._distrust else self.watched(d)
+        if seen is None:
+            return await self._get(d)
+        held = self.state.get(d.name)
+        if held is not None and seen.resource_version == self._written_from.get(d.name):
+            return held  # the watch has not brought our last write back: the write's answer is newer
+        return self._store(seen)
+
+    async def _get(self, d: Dependent) -> DependentState:
         try:
-            state = DependentState.from_object(d.name, await self.seed.get(d.path(self.namespace)))
-            self.metrics.missing.remove_matching(target=self.target, resource=d.name)
+            obj = await self.seed.get(d.path(self.namespace))
         except NotFound:
-            state = DependentState(d.name, exists=False)
-        self.state[d.name] = state
+            return self._keep(d, None)
+        self._distrust.discard(d.name)
+        return self._keep(d, obj)
+
+    def _keep(self, d: Dependent, obj: Mapping[str, Any] | None) -> DependentState:
+        """The dependent as just read or written (None: it does not exist)."""
+        if obj is None:
+            return self._store(DependentState(d.name, exists=False))
+        return self._store(DependentState.from_object(d.name, obj))
+
+    def _store(self, state: DependentState) -> DependentState:
+        if state.exists:
+            self.metrics.missing.remove_matching(target=self.target, resource=state.name)
+        self.state[state.name] = state
         self.metrics.foreign_records.set(sum(s.foreign for s in self.state.values()), target=self.target)
         return state
 
-    async def _write(self, d: Dependent, write: Write, state: DependentState, reason: str) -> None:
+    async def _write(
+        self, d: Dependent, write: Write, state: DependentState, reason: str
+    ) -> Mapping[str, Any] | None:
         """One write, conditional on the resourceVersion read, within the leader's term; none in
-        dry-run, which only says what it would have written."""
+        dry-run, which only says what it would have written. Returns the object as written when
+        the write was on the object itself (a scale subresource answers with a Scale)."""
         if self.dry_run:
             self._once(d.name, "dry-run", "dry_run_write", direction=str(self.desired), **_fields(write))
-            return
+            return None
         path = d.path(self.namespace)
         precondition = {"resourceVersion": state.resource_version}
+        on_object = write.annotations is not None
         if write.annotations is not None:
             ours = write.annotations.get(RECORD)
             body: dict[str, Any] = {
@@ -347,6 +410,8 @@ class Scaler:
                     "labels": {RECORD: None if ours is None else "true"},
                 }
             }
+            if write.replicas is not None:
+                body["spec"] = {"replicas": write.replicas}
         else:
             path += "/scale"
             body = {"metadata": precondition, "spec": {"replicas": write.replicas}}
@@ -355,9 +420,14 @@ class Scaler:
             raise NotLeading("not the leader: no writes")
         try:
             async with asyncio.timeout(remaining):
-                await self.seed.merge_patch(path, body)
+                written = await self.seed.merge_patch(path, body)
         except TimeoutError as e:
             raise NotLeading(f"leadership ended during a write to {d.name}") from e
+        except (Conflict, NotFound):
+            self._distrust.add(d.name)  # what it was computed from is not the seed's: ask the seed
+            raise
+        if on_object:
+            self._written_from[d.name] = state.resource_version
         if write.replicas is not None:
             down = write.replicas == 0
             direction = Direction.DOWN if down else Direction.UP
@@ -367,13 +437,30 @@ class Scaler:
             self.log.info(
                 "resource_scaling", resource=d.name, replicas_from=state.replicas, replicas_to=write.replicas
             )
-            await self._event(
-                d,
-                state,
-                "ScaledDown" if down else "ScaledUp",
-                f"Scaled {d.name} from {state.replicas} to {write.replicas} replicas: {reason}",
-                "Warning" if down else "Normal",
+            self._report_later(
+                self._event(
+                    d,
+                    state,
+                    "ScaledDown" if down else "ScaledUp",
+                    f"Scaled {d.name} from {state.replicas} to {write.replicas} replicas: {reason}",
+                    "Warning" if down else "Normal",
+                )
             )
+        return written if on_object else None
+
+    def _report_later(self, report: Coroutine[Any, Any, None]) -> None:
+        """An Event sent beside the actuator's next steps: in a seed-wide outage 750 of them
+        waited in line before the next level's writes."""
+        task = asyncio.create_task(report)
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def close(self) -> None:
+        """Drop the Events still in flight: the target is stopping."""
+        reports = list(self._reports)
+        for task in reports:
+            task.cancel()
+        await asyncio.gather(*reports, return_exceptions=True)
 
     def _report_done(self, d: Dependent, s: DependentState, reason: str) -> None:
         if self.desired is Desired.SCALED_DOWN:
@@ -413,7 +500,7 @@ class Scaler:
             "count": 1,
         }
         try:
-            await self.seed.create(f"/api/v1/namespaces/{self.namespace}/events", event)
+            await self.events.create(f"/api/v1/namespaces/{self.namespace}/events", event)
         except KubeError as e:
             # An Event is a report, not part of the action: never fail a scale for it.
             self.log.warning("event_failed", reason=reason, error=str(e))

@@ -38,6 +38,7 @@ from aggregator.metrics import AggregatorMetrics
 from aggregator.objects import NodeView
 from aggregator.provisioner import Provisioner
 from aggregator.scaler import Scaler
+from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Decider, Settings
 from aggregator.watcher import Informer, Observed
 from aggregator.witness import KubeletLeases
@@ -121,6 +122,8 @@ class Target:
         wall: Callable[[], float] = time.time,
         node_conditions: Mapping[str, tuple[str, ...]] | None = None,
         metrics: AggregatorMetrics | None = None,
+        watched: SeedDependents | None = None,
+        events: KubeClient | None = None,
     ) -> None:
         self.name = name
         self.namespace = namespace
@@ -162,6 +165,8 @@ class Target:
             clock=clock,
             deadline=term_end,
             metrics=self.metrics,
+            watched=None if watched is None else functools.partial(watched.get, namespace=namespace),
+            events=events,
         )
         self.memory = Memory(Phase.STARTING, clock())
         self.status = TargetStatus()
@@ -260,11 +265,14 @@ class Target:
             )
 
     async def run(self) -> None:
-        async with asyncio.TaskGroup() as tg:
-            tg.create_task(self.nodes.run(), name=f"{self.name}/nodes")
-            tg.create_task(self.leases.run(), name=f"{self.name}/leases")
-            tg.create_task(self._provision_loop(), name=f"{self.name}/provision")
-            tg.create_task(self._decide_loop(), name=f"{self.name}/decide")
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.nodes.run(), name=f"{self.name}/nodes")
+                tg.create_task(self.leases.run(), name=f"{self.name}/leases")
+                tg.create_task(self._provision_loop(), name=f"{self.name}/provision")
+                tg.create_task(self._decide_loop(), name=f"{self.name}/decide")
+        finally:
+            await self.scaler.close()
 
     async def _provision_loop(self) -> None:
         await self.nodes.synced.wait()
@@ -419,26 +427,31 @@ class Target:
     async def interlocks(self) -> Refusal | None:
         """Why a scale-down must not happen now; None when every check passes. A failed probe
         or LIST is a gap in the view: nothing is judged again for a lease duration."""
-        try:
-            await self.shoot.probe(timeout_s=self.settings.watching.probe_timeout_s)
-        except KubeError as e:
-            self.metrics.probe_failures.inc(target=self.name)
-            self._gap("the shoot KAPI did not answer the probe")
-            return Refusal(Interlock.KAPI_PROBE, str(e))
-        if not self._watches_fresh():
-            self._gap("no data from the watches")
-            return Refusal(Interlock.WATCH_STALE, "no data from the watches recently, our view may be frozen")
-        # The second witness and the Machines are read beside the confirming LIST, as fresh as
-        # it: read after it, each added its own latency to a real scale-down (a kubelet LIST is
-        # 225-284 ms at 5000 nodes, docs/scale.md). Their failures are their own: a kubelet read
-        # that fails leaves no witness, a Machine read keeps the last one for a while.
+        # Judged before the requests: a failed confirming LIST leaves the watches looking stale.
+        fresh = self._watches_fresh()
+        # The probe, the confirming LIST, the second witness and the Machines are sent together:
+        # one after the other, each added its own round trip to a real scale-down (a kubelet LIST
+        # is 225-284 ms at 5000 nodes, docs/scale.md; the probe and the LIST, 1.4 s of the 250
+        # targets' seed-wide outage). Their failures are their own: a kubelet read that fails
+        # leaves no witness, a Machine read keeps the last one for a while.
         results = await asyncio.gather(
-            self.leases.list_now(), self._read_kubelets(), self._read_machines(), return_exceptions=True
+            self.shoot.probe(timeout_s=self.settings.watching.probe_timeout_s),
+            self.leases.list_now(),
+            self._read_kubelets(),
+            self._read_machines(),
+            return_exceptions=True,
         )
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, KubeError):
                 raise r  # a bug, not an answer
-        if isinstance(listed := results[0], KubeError):
+        if isinstance(probed := results[0], KubeError):
+            self.metrics.probe_failures.inc(target=self.name)
+            self._gap("the shoot KAPI did not answer the probe")
+            return Refusal(Interlock.KAPI_PROBE, str(probed))
+        if not fresh:
+            self._gap("no data from the watches")
+            return Refusal(Interlock.WATCH_STALE, "no data from the watches recently, our view may be frozen")
+        if isinstance(listed := results[1], KubeError):
             self._gap("the confirming LIST failed")
             return Refusal(Interlock.LIST_FAILED, str(listed))
         confirm = decide(

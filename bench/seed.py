@@ -1,14 +1,29 @@
-"""One aggregator, a whole seed of targets: what it asks of the seed's API server while nothing
-changes, and what it costs itself.
+"""One aggregator, a whole seed of targets: healthy, then every shoot cut at once, then healed.
+
+    python -m bench.seed [--targets 1,50,100,250] [--nodes 10] [--window 600] [--code DIR]
 
 Real seed and shoot kube-apiservers; per target a control-plane namespace with a Cluster of a
-real one's size (25 KB), the kubeconfig Secret and the three dependents. The targets share
-the shoot and it has no nodes: the part measured here, the seed side of a target, does not
-depend on them. The aggregator (``DWD_TARGETS=gardener``, its defaults otherwise) runs as its
-own process, from this tree or from another (``--code DIR``: an older checkout, for a before
-and after). Its seed requests are counted from the seed API server's
-``apiserver_request_total`` over a window once every target judges; nobody else writes to the
-seed meanwhile. ``python -m bench.seed --targets 50,250``.
+real one's size (25 KB), the kubeconfig Secret and the three dependents. The targets share one
+shoot API server and its nodes: ``--nodes`` simulated agents (bench/fleet.py) renew the leases
+every target judges, so every target sees the same shoot and a cut of those agents is a cut of
+every shoot at the same instant. What differs from a real seed: 250 targets provision the same
+leases (their creates collide and are answered 409 at start-up) and send their watches, probes
+and confirming LISTs to one shoot API server instead of 250; that API server's load is
+this benchmark's, not a seed's.
+
+The aggregator (``DWD_TARGETS=gardener``, ``DWD_NODE_GRACE=0s`` because the nodes are minutes
+old, its defaults otherwise) runs as its own process with a certificate of its own, from this
+tree or from another (``--code DIR``: an older checkout, for a before and after). Its seed
+requests are counted from the seed API server's audit log, which records its user alone.
+
+Per size: start-up until every target judges the shoot healthy; a healthy window
+(``--window``, 10 minutes by default) with the aggregator's CPU, RSS and seed requests by verb
+and resource, and every replica change counted (a false scale-down); then every agent
+silenced at once, timed per target until its three dependents are at 0 (the seed's watch
+sees the write), healed, timed until each is back at its replicas without our record. CPU
+over the outage runs from the cut to the last restore; the loop lag is the aggregator's own
+``/status`` p99 over the minute before it is read. The seed's deployments get a status that
+follows their spec from the benchmark (bench/seedwatch.py), as a deployment controller would.
 """
 
 from __future__ import annotations
@@ -18,23 +33,27 @@ import base64
 import contextlib
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bench.fleet import Fleet, FleetThread
+from bench.scale import AGGREGATOR_USER, AUDIT_POLICY, Audit
+from bench.seedwatch import DeploymentWatch
 from bench.table import print_table
 from core.lease import DEFAULT_LEASE_NAMESPACE
 from testenv.apply import RESOURCES, apply, load_docs
 from testenv.client import Client
-from testenv.controlplane import ControlPlane, ensure_namespace, free_port
+from testenv.controlplane import ControlPlane, ensure_namespace, free_port, kubeconfig_yaml
 from testenv.gardener import CLUSTER_CRD, cluster
 from testenv.standins import CONTROLLERS, DEPLOYMENTS, deployment, wait_for
 
@@ -42,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHOOT_ACCESS = ROOT / "manifests" / "shoot-access" / "rbac.yaml"
 SECRET = "shoot-access-dwd-lease-aggregator"
 MACHINE_TYPES = 200  # a Cluster of ~25 KB
+SHOOT_USER = "system:serviceaccount:kube-system:dwd-lease-aggregator"
 
 
 def access_kubeconfig(shoot: ControlPlane) -> str:
@@ -95,23 +115,6 @@ def _served(seed: Client) -> bool:
     return False
 
 
-def requests_by_kind(seed: Client) -> Counter[tuple[str, str]]:
-    """The seed API server's request counters by verb and resource (not /metrics itself)."""
-    text = seed.http.get("/metrics").text
-    out: Counter[tuple[str, str]] = Counter()
-    for line in text.splitlines():
-        if not line.startswith("apiserver_request_total{"):
-            continue
-        labels, value = line.rsplit(" ", 1)
-        fields = dict(kv.split("=", 1) for kv in labels[len("apiserver_request_total{") : -1].split(","))
-        resource = fields.get("resource", '""').strip('"')
-        if not resource:
-            continue  # non-resource URLs: /metrics, /readyz
-        sub = fields.get("subresource", '""').strip('"')
-        out[(fields["verb"].strip('"'), resource + (f"/{sub}" if sub else ""))] += int(float(value))
-    return out
-
-
 def cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -131,14 +134,15 @@ def status(port: int) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def aggregator(seed: ControlPlane, code: Path, tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+def aggregator(kubeconfig: Path, code: Path, tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     port = free_port()
     env = {
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(code),
         "PYTHONSAFEPATH": "1",
         "DWD_TARGETS": "gardener",
-        "DWD_SEED_KUBECONFIG": str(seed.kubeconfig),
+        "DWD_SEED_KUBECONFIG": str(kubeconfig),
+        "DWD_NODE_GRACE": "0s",
         "DWD_METRICS_ADDR": f"127.0.0.1:{port}",
         "DWD_LOG_FORMAT": "json",
     }
@@ -156,82 +160,230 @@ def aggregator(seed: ControlPlane, code: Path, tmp: Path) -> Iterator[tuple[subp
             proc.kill()
 
 
-def measure(targets: int, code: Path, window_s: float) -> dict[str, Any]:
+def namespace(i: int) -> str:
+    return f"shoot--bench--s{i:03d}"
+
+
+def summary(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    xs = sorted(xs)
+    return f"{xs[0]:.1f} / {statistics.median(xs):.1f} / {xs[-1]:.1f} s"
+
+
+class Sampler:
+    """The aggregator's CPU over a stretch and its largest RSS, sampled while waiting."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.t0, self.cpu0, self.rss_max = pid, time.monotonic(), cpu_s(pid), rss_mib(pid)
+
+    def sample(self) -> None:
+        self.rss_max = max(self.rss_max, rss_mib(self.pid))
+
+    def cpu_pct(self) -> float:
+        return 100 * (cpu_s(self.pid) - self.cpu0) / (time.monotonic() - self.t0)
+
+
+def wait_all(
+    deps: DeploymentWatch,
+    targets: int,
+    *,
+    since: float,
+    want: dict[str, tuple[int, bool]],
+    timeout_s: float,
+    sampler: Sampler,
+) -> list[float]:
+    """Per target, seconds from ``since`` until all its dependents showed ``want``
+    (replicas, recorded); the targets that did not within ``timeout_s`` are left out."""
+    deadline = time.monotonic() + timeout_s
+    done: dict[str, float] = {}
+    while len(done) < targets and time.monotonic() < deadline:
+        time.sleep(0.5)
+        sampler.sample()
+        for i in range(targets):
+            ns = namespace(i)
+            if ns in done:
+                continue
+            at = [deps.first(ns, name, since, *want[name]) for name in CONTROLLERS]
+            if all(a is not None for a in at):
+                done[ns] = max(a for a in at if a is not None) - since
+    return list(done.values())
+
+
+def measure(targets: int, nodes: int, code: Path, window_s: float) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="dwd-bench-seed-"))
-    with ControlPlane().running() as seed, ControlPlane().running() as shoot, seed.admin_client() as admin:
+    policy, audit_log = tmp / "audit-policy.yaml", tmp / "audit.log"
+    policy.write_text(json.dumps(AUDIT_POLICY))
+    plane = ControlPlane(
+        extra_apiserver_args=[f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}"]
+    )
+    # The shoot's audit log has the aggregator's shoot requests (by its service account), to
+    # tell the shoot API server's time from the aggregator's when a figure grows.
+    shoot_policy = tmp / "shoot-audit-policy.yaml"
+    shoot_policy.write_text(json.dumps(AUDIT_POLICY).replace(AGGREGATOR_USER, SHOOT_USER))
+    shoot_plane = ControlPlane(
+        extra_apiserver_args=[
+            f"--audit-policy-file={shoot_policy}",
+            f"--audit-log-path={tmp / 'shoot-audit.log'}",
+        ]
+    )
+    with plane.running() as seed, shoot_plane.running() as shoot, seed.admin_client() as admin:
+        assert seed.ca is not None
+        # Its own certificate, so that the audit policy can single out its requests.
+        cert = seed.ca.issue("aggregator", AGGREGATOR_USER, organizations=["system:masters"])
+        kubeconfig = tmp / "aggregator.kubeconfig"
+        kubeconfig.write_text(
+            kubeconfig_yaml(
+                seed.url, seed.ca_file, {"client-certificate": str(cert.cert), "client-key": str(cert.key)}
+            )
+        )
         populate(admin, targets, access_kubeconfig(shoot))
-        started = time.monotonic()
-        with aggregator(seed, code, tmp) as (proc, port):
+        fleet = FleetThread(Fleet(shoot.url, shoot.ca_file, (str(shoot.admin.cert), str(shoot.admin.key))))
+        audit = Audit(audit_log)
+        try:
+            names = fleet.add(nodes)
+            fleet.start_renewing()
+            with (
+                DeploymentWatch(seed.admin_client) as deps,
+                aggregator(kubeconfig, code, tmp) as (proc, port),
+            ):
+                return _phases(Rig(targets, names, fleet, deps, audit, proc.pid, port), window_s)
+        finally:
+            fleet.close()
 
-            def judging() -> bool:
-                with contextlib.suppress(OSError, ValueError):
-                    ts = status(port)["targets"]
-                    return len(ts) == targets and all(t["phase"] == "healthy" for t in ts)
-                return False
 
-            wait_for(judging, 300, f"{targets} targets judging", every_s=1.0)
-            ready_s = time.monotonic() - started
-            time.sleep(5)  # past the start's own reads
-            before, cpu_before = requests_by_kind(admin), cpu_s(proc.pid)
-            time.sleep(window_s)
-            after, cpu_after = requests_by_kind(admin), cpu_s(proc.pid)
-            snap = status(port)
-            rss = rss_mib(proc.pid)
-    rates = {k: (after[k] - before[k]) / window_s for k in after if after[k] > before[k]}
-    return {
-        "ready_s": ready_s,
-        "cpu_pct": 100 * (cpu_after - cpu_before) / window_s,
-        "rss_mib": rss,
-        "rates": rates,
-        "loop_lag": snap.get("loop_lag", {}),
+@dataclass(frozen=True)
+class Rig:
+    targets: int
+    names: list[str]
+    fleet: FleetThread
+    deps: DeploymentWatch
+    audit: Audit
+    pid: int
+    port: int
+
+
+def _phases(rig: Rig, window_s: float) -> dict[str, Any]:
+    targets, names, fleet, deps, audit, pid, port = (
+        rig.targets,
+        rig.names,
+        rig.fleet,
+        rig.deps,
+        rig.audit,
+        rig.pid,
+        rig.port,
+    )
+    started = time.monotonic()
+
+    def judging() -> bool:
+        with contextlib.suppress(OSError, ValueError):
+            ts = status(port)["targets"]
+            return len(ts) == targets and all(t["phase"] == "healthy" for t in ts)
+        return False
+
+    wait_for(judging, 300, f"{targets} targets judging", every_s=1.0)
+    out: dict[str, Any] = {"ready_s": time.monotonic() - started}
+    time.sleep(5)  # past the start's own reads
+
+    mark, healthy = audit.mark(), Sampler(pid)
+    t0 = time.monotonic()
+    while time.monotonic() < t0 + window_s:
+        time.sleep(min(5.0, t0 + window_s - time.monotonic()))
+        healthy.sample()
+    t1 = time.monotonic()
+    counts = audit.since(mark)
+    out |= {
+        "cpu_healthy": healthy.cpu_pct(),
+        "rss_healthy": healthy.rss_max,
+        "rates": {k: v / (t1 - t0) for k, v in counts.items()},
+        "lag_healthy": status(port).get("loop_lag", {}),
+        "false": len(deps.changes(t0, t1)),
     }
 
+    outage = Sampler(pid)
+    t_cut = time.monotonic()
+    fleet.silence(names)
+    down = dict.fromkeys(CONTROLLERS, (0, True))
+    out["down"] = wait_all(deps, targets, since=t_cut, want=down, timeout_s=120, sampler=outage)
+    out["lag_outage"] = status(port).get("loop_lag", {})
+    t_heal = time.monotonic()
+    fleet.resume()
+    up = {name: (replicas, False) for name, replicas in CONTROLLERS.items()}
+    out["restored"] = wait_all(deps, targets, since=t_heal, want=up, timeout_s=240, sampler=outage)
+    out |= {"cpu_outage": outage.cpu_pct(), "rss_outage": outage.rss_max, "targets": targets}
+    return out
 
-def run(sizes: list[int], code: Path, window_s: float, label: str) -> None:
-    rows = []
+
+def _lag(lag: dict[str, Any]) -> str:
+    return f"{lag['p99_s'] * 1000:.0f} ms" if lag.get("p99_s") is not None else "-"
+
+
+def run(sizes: list[int], nodes: int, code: Path, window_s: float, label: str) -> None:
+    healthy, outage = [], []
     for n in sizes:
-        m = measure(n, code, window_s)
-        by_kind = ", ".join(f"{v} {r} {rate:.2f}/s" for (v, r), rate in sorted(m["rates"].items()))
-        lag = m["loop_lag"]
-        rows.append(
+        m = measure(n, nodes, code, window_s)
+        by_kind = ", ".join(f"{k} {rate:.2f}/s" for k, rate in sorted(m["rates"].items()) if rate >= 0.005)
+        healthy.append(
             [
                 n,
                 f"{m['ready_s']:.0f} s",
+                f"{m['cpu_healthy']:.1f} %",
+                f"{m['rss_healthy']:.0f} MiB",
                 f"{sum(m['rates'].values()):.2f}",
                 by_kind or "none",
-                f"{m['cpu_pct']:.1f} %",
-                f"{m['rss_mib']:.0f} MiB",
-                f"{lag.get('p99_s', 0) * 1000:.0f} ms" if lag else "-",
+                _lag(m["lag_healthy"]),
+                m["false"],
+            ]
+        )
+        outage.append(
+            [
+                n,
+                f"{summary(m['down'])}" + ("" if len(m["down"]) == n else f" ({n - len(m['down'])} never)"),
+                f"{summary(m['restored'])}"
+                + ("" if len(m["restored"]) == n else f" ({n - len(m['restored'])} never)"),
+                f"{m['cpu_outage']:.1f} %",
+                f"{m['rss_outage']:.0f} MiB",
+                _lag(m["lag_outage"]),
             ]
         )
     print_table(
-        f"One aggregator, a seed of targets, healthy ({label}; window {window_s:.0f} s)",
+        f"One aggregator, a seed of targets, healthy ({label}; {nodes} nodes a shoot, {window_s:.0f} s)",
         [
             "targets",
             "start -> all judging",
-            "seed req/s",
-            "by verb and resource",
             "CPU",
             "RSS",
+            "seed req/s",
+            "by verb and resource",
+            "loop lag p99",
+            "false scale-downs",
+        ],
+        healthy,
+    )
+    print_table(
+        f"The same, every shoot cut at once, then healed ({label})",
+        [
+            "targets",
+            "cut -> all three at 0 (min / median / max)",
+            "heal -> restored",
+            "CPU cut -> restored",
+            "RSS max",
             "loop lag p99",
         ],
-        rows,
+        outage,
     )
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.seed")
-    p.add_argument("--targets", default="50", help="comma-separated target counts")
-    p.add_argument("--window", type=float, default=60.0, help="seconds of healthy state measured")
+    p.add_argument("--targets", default="1,50,100,250", help="comma-separated target counts")
+    p.add_argument("--nodes", type=int, default=10, help="simulated nodes of the shared shoot")
+    p.add_argument("--window", type=float, default=600.0, help="seconds of healthy state measured")
     p.add_argument("--code", type=Path, default=ROOT, help="the tree the aggregator runs from")
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.targets.split(",")]
-    run(
-        sizes,
-        args.code.resolve(),
-        args.window,
-        "this tree" if args.code.resolve() == ROOT else str(args.code),
-    )
+    code = args.code.resolve()
+    run(sizes, args.nodes, code, args.window, "this tree" if code == ROOT else str(code))
 
 
 if __name__ == "__main__":

@@ -142,6 +142,10 @@ class FakeKube:
         return await self.request("DELETE", path)
 
     async def probe(self, *, timeout_s: float, path: str = "/readyz") -> None:
+        self.on_request("GET", path)
+        if self.hang is not None and self.hang.matches("GET", path):
+            self.hang.hits += 1
+            await asyncio.Event().wait()
         self._check("GET", path)
 
     async def watch(
@@ -228,6 +232,8 @@ class FakeKube:
         else:
             _merge(obj, body)
             self._manage(obj, body)
+            if self.controller and "replicas" in (body.get("spec") or {}):
+                self.follow(target)
         obj["metadata"]["resourceVersion"] = self._next_rv()
         return copy.deepcopy(obj)
 

@@ -295,7 +295,7 @@ async def test_a_long_blind_spell_while_scaled_down_restores_after_the_blind_lim
 async def test_kcm_is_not_scaled_down_before_mcm_has_converged() -> None:
     w = World()
     await w.settle()
-    w.seed.fail("PATCH", deployment_path(MCM) + "/scale")
+    w.seed.fail("PATCH", deployment_path(MCM))  # its record and its 0: one write
     w.alive -= set(w.names[:7])
     await w.run(40)
     assert all(not (r[KCM] == 0 and r[MCM] > 0) for _, r in w.trace), w.trace

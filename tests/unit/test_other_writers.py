@@ -435,7 +435,7 @@ async def test_a_missing_required_dependent_is_an_error_not_convergence() -> Non
 async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targets_pool_is_saturated() -> (
     None
 ):
-    from aggregator.__main__ import seed_clients
+    from aggregator.__main__ import SeedClients
     from aggregator.kube import Endpoint
     from aggregator.leader import LeaderElector
     from aggregator.settings import Leader
@@ -471,8 +471,10 @@ async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targe
     import ssl
 
     endpoint = Endpoint(f"http://127.0.0.1:{port}", ssl.create_default_context(), lambda: None, "test")
-    seed, election, watches = seed_clients(lambda: endpoint)
-    burst = [asyncio.create_task(seed.merge_patch("/slow", {})) for _ in range(40)]
+    clients = SeedClients.of(lambda: endpoint)
+    seed, election, watches = clients.targets, clients.election, clients.watches
+    burst = [asyncio.create_task(seed.merge_patch("/slow", {})) for _ in range(seed.connections + 24)]
+    burst += [asyncio.create_task(clients.events.merge_patch("/slow", {})) for _ in range(24)]
     try:
         await asyncio.sleep(0.2)  # every connection of the seed's pool is busy
         elector = LeaderElector(election, Leader(enabled=True))
@@ -485,13 +487,15 @@ async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targe
         await watches.get("/apis/extensions.gardener.cloud/v1alpha1/clusters")
         took = time.monotonic() - started
         assert took < 1.0, f"the Clusters' LIST waited {took:.1f}s behind the scale writes"
+        started = time.monotonic()
+        await seed.get("/apis/extensions.gardener.cloud/v1alpha1/clusters")
+        took = time.monotonic() - started
+        assert took >= 1.0, "the targets' pool was not saturated: the test proves nothing"
     finally:
         for t in burst:
             t.cancel()
         await asyncio.gather(*burst, return_exceptions=True)
-        await seed.close()
-        await election.close()
-        await watches.close()
+        await clients.close()
         await runner.cleanup()
 
 

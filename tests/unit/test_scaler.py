@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from typing import Any
 
 import pytest
@@ -10,9 +12,10 @@ from aggregator.decider import Desired
 from aggregator.dependents import DEFAULT_DEPENDENTS
 from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
 from aggregator.scaler import Scaler
-from aggregator.settings import Scaling
+from aggregator.seeddependents import SeedDependents
+from aggregator.settings import Scaling, Watching
 from testenv.standins import CONTROLLERS
-from tests.unit.fakekube import FakeKube
+from tests.unit.fakekube import FakeKube, Rule, server_error
 from tests.unit.world import NS, Clock, deployment_path
 
 KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
@@ -27,8 +30,11 @@ def seed(**overrides: dict[str, Any]) -> FakeKube:
     return kube
 
 
-def scaler(kube: FakeKube, clock: Clock, *, dry_run: bool = False, **kw: Any) -> Scaler:
-    settings = Scaling(dry_run=dry_run)
+def scaler(
+    kube: FakeKube, clock: Clock, *, dry_run: bool = False, follow_polls: int = 0, **kw: Any
+) -> Scaler:
+    # The clock is fake: a level's follow polls (real sleeps) only where a test asks for them.
+    settings = Scaling(dry_run=dry_run, follow_polls=follow_polls, follow_poll_s=0.01)
     return Scaler(kube, NS, DEFAULT_DEPENDENTS, settings=settings, clock=clock, **kw)  # type: ignore[arg-type]
 
 
@@ -60,10 +66,62 @@ async def test_down_records_first_then_scales_level_by_level_every_write_conditi
     patches = [(path, body) for method, path, body in kube.writes if method == "PATCH"]
     assert all(body["metadata"]["resourceVersion"] for _, body in patches)
     order = [path.rsplit("/", 2)[-2 if path.endswith("/scale") else -1] for path, _ in patches]
-    for name in (MCM, CA, KCM):  # the record before the scale, for each
-        first = order.index(name)
-        assert patches[first][0] == deployment_path(name)
+    for name in (MCM, CA, KCM):  # the record and the 0 in one write on the object, for each
+        assert [(path, body["spec"]) for path, body in patches if path.startswith(deployment_path(name))] == [
+            (deployment_path(name), {"replicas": 0})
+        ]
     assert order.index(KCM) > max(order.index(MCM), order.index(CA))
+
+
+async def test_the_written_object_is_the_state_no_read_after_a_write() -> None:
+    kube, clock = seed(), Clock()
+    gets: list[str] = []
+    kube.on_request = lambda method, path: gets.append(path) if method == "GET" else None
+    s = scaler(kube, clock)
+    assert await s.converge(Desired.SCALED_DOWN, "test") is True
+    # One read of each before its write: at 250 targets every read more was 750 more requests.
+    assert sorted(gets) == sorted(deployment_path(n) for n in CONTROLLERS)
+
+
+async def test_kcm_follows_in_the_same_tick_once_mcm_and_ca_have_stopped() -> None:
+    kube, clock = seed(), Clock()
+    kube.controller = False
+    followed: list[str] = []
+
+    def controller_later(method: str, path: str) -> None:
+        # The deployment controller follows the 0 a moment after it is written.
+        if method == "PATCH":
+            target = path.removesuffix("/scale")
+            asyncio.get_running_loop().call_later(0.03, kube.follow, target)
+            followed.append(target)
+
+    kube.on_request = controller_later
+    s = scaler(kube, clock, follow_polls=5)
+    assert await s.converge(Desired.SCALED_DOWN, "test") is True  # one tick: KCM too
+    assert {n: view(kube, n)[0] for n in CONTROLLERS} == dict.fromkeys(CONTROLLERS, 0)
+    assert followed.index(deployment_path(KCM)) > max(
+        followed.index(deployment_path(MCM)), followed.index(deployment_path(CA))
+    )
+    # Without the polls the level waits for the next tick.
+    kube2 = seed()
+    kube2.controller = False
+    kube2.on_request = lambda method, path: (
+        asyncio.get_running_loop().call_later(0.03, kube2.follow, path.removesuffix("/scale"))
+        if method == "PATCH"
+        else None
+    )
+    assert await scaler(kube2, Clock()).converge(Desired.SCALED_DOWN, "test") is False
+    assert view(kube2, KCM)[0] == 3
+
+
+async def test_an_event_that_hangs_never_holds_up_a_scale_down() -> None:
+    kube, clock = seed(), Clock()
+    kube.hang = Rule("POST", "/events$", server_error)
+    s = scaler(kube, clock)
+    ticks = await converge(s, clock, Desired.SCALED_DOWN)
+    assert ticks <= 1 and {n: view(kube, n)[0] for n in CONTROLLERS} == dict.fromkeys(CONTROLLERS, 0)
+    assert kube.hang.hits == 3  # every ScaledDown Event was sent, beside the writes
+    await s.close()
 
 
 @pytest.mark.parametrize(
@@ -195,3 +253,30 @@ async def test_dry_run_writes_nothing_even_to_clean_up_or_report() -> None:
             await s.converge(desired, "test")
             clock.now += 1
     assert not kube.writes
+
+
+async def test_with_the_seed_watch_a_scale_down_reads_nothing_and_a_conflict_asks_the_seed() -> None:
+    kube, clock = seed(), Clock()
+    watch = SeedDependents(kube, DEFAULT_DEPENDENTS, Watching())
+    watching = asyncio.create_task(watch.run())
+    try:
+        assert all(await asyncio.gather(*(i.first_list(5) for i in watch.informers.values())))
+        gets: list[str] = []
+        kube.on_request = lambda method, path: gets.append(path) if method == "GET" and NS in path else None
+        # Someone else writes KCM after the watch saw it (this fake's watch delivers no events).
+        kube.objects[deployment_path(KCM)]["metadata"]["resourceVersion"] = "changed-since"
+        s = scaler(kube, clock, watched=functools.partial(watch.get, namespace=NS))
+        assert await s.converge(Desired.SCALED_DOWN, "test") is False  # KCM's write conflicted
+        assert gets == [] and {n: view(kube, n)[0] for n in (MCM, CA, KCM)} == {MCM: 0, CA: 0, KCM: 3}
+        clock.now += 1
+        assert await s.converge(Desired.SCALED_DOWN, "test") is True
+        assert gets == [deployment_path(KCM)]  # after the conflict, from the seed; then written
+        assert view(kube, KCM)[0] == 0
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+
+
+async def test_the_seed_watch_cannot_say_before_its_first_list() -> None:
+    watch = SeedDependents(seed(), DEFAULT_DEPENDENTS, Watching())
+    assert watch.get(DEFAULT_DEPENDENTS[0], NS) is None

@@ -13,7 +13,7 @@ from aggregator.settings import Decider, Settings, Shoots
 from aggregator.target import Interlock, Refusal, Target
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.standins import CONTROLLERS
-from tests.unit.fakekube import FakeKube
+from tests.unit.fakekube import FakeKube, Rule, server_error
 from tests.unit.world import NS, World, deployment_path
 
 
@@ -75,6 +75,19 @@ async def test_the_list_interlock_refuses_when_the_confirming_list_fails() -> No
     assert refusal is not None and refusal.interlock is Interlock.LIST_FAILED
     assert "injected" in refusal.detail
     assert w.target.status.view == "the confirming LIST failed"
+
+
+async def test_the_probe_and_the_confirming_list_are_sent_together() -> None:
+    w = await settled()
+    sent: list[str] = []
+    w.shoot.on_request = lambda _method, path: sent.append(path)
+    w.shoot.hang = Rule("GET", "/readyz$", server_error)
+    checking = asyncio.create_task(w.target.interlocks())
+    await asyncio.sleep(0.05)
+    # Sent while the probe has not answered: one round trip for the interlocks, not two.
+    assert sent[0] == "/readyz" and leases_path(DEFAULT_LEASE_NAMESPACE) in sent
+    checking.cancel()
+    await asyncio.gather(checking, return_exceptions=True)
 
 
 async def test_the_list_interlock_refuses_when_a_fresh_list_disagrees() -> None:

@@ -72,6 +72,8 @@ class World:
         self.clock = Clock()
         self.shoot, self.seed = FakeKube(), FakeKube()
         self.shoot.wall = self.wall
+        # The clock is fake: a level's follow polls would be real sleeps (tests/unit/test_scaler.py).
+        settings = {"follow_polls": 0} | settings
         self.settings = with_settings(Settings(Shoots(shoot_kubeconfig="-", namespace=NS)), **settings)
         self.dependents = tuple(dependents)
         self.names = [f"node-{i:04d}" for i in range(nodes)]

@@ -1,0 +1,151 @@
+"""Every Deployment of a seed, watched from a thread: when each one's replicas changed, and a
+status that follows its spec (the test control plane runs no deployment controller).
+
+The times are the watch's arrival times (``time.monotonic()``), a few milliseconds after the
+write: good enough to time a scale-down against a cut to well under the ±1 s that matters.
+The status is copied by other threads from a queue (eight, as kube-controller-manager runs
+five deployment workers and a ReplicaSet's), so a burst of 750 scale writes is observed as it
+happens and followed within a fraction of a second, not one after the other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from aggregator.records import RECORD
+from core.errors import Gone, KubeError
+from testenv.client import Client
+
+DEPLOYMENTS = "/apis/apps/v1/deployments"
+COPIERS = 8
+
+
+@dataclass(frozen=True)
+class Seen:
+    at: float
+    namespace: str
+    name: str
+    replicas: int
+    recorded: bool  # carries the aggregator's record
+
+
+def _seen(obj: dict[str, Any], at: float) -> Seen:
+    meta = obj["metadata"]
+    return Seen(
+        at,
+        meta["namespace"],
+        meta["name"],
+        int(obj["spec"].get("replicas", 1)),
+        RECORD in (meta.get("annotations") or {}),
+    )
+
+
+class DeploymentWatch:
+    def __init__(self, connect: Callable[[], Client]) -> None:
+        """``connect()`` makes a fresh client (one per thread)."""
+        self._connect = connect
+        self.history: list[Seen] = []
+        self.now: dict[tuple[str, str], Seen] = {}
+        self._lock = threading.Lock()
+        self._halt = threading.Event()
+        self._copies: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._threads = [
+            threading.Thread(target=self._watch, name="seed-deployments", daemon=True),
+            *(
+                threading.Thread(target=self._copy, name=f"seed-deployment-status-{i}", daemon=True)
+                for i in range(COPIERS)
+            ),
+        ]
+
+    def __enter__(self) -> DeploymentWatch:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._halt.set()
+        for _ in range(COPIERS):
+            self._copies.put({})
+        for t in self._threads:
+            t.join(15)
+
+    def _note(self, obj: dict[str, Any]) -> None:
+        s = _seen(obj, time.monotonic())
+        with self._lock:
+            before = self.now.get((s.namespace, s.name))
+            self.now[(s.namespace, s.name)] = s
+            if before is None or (before.replicas, before.recorded) != (s.replicas, s.recorded):
+                self.history.append(s)
+        status = obj.get("status") or {}
+        want = s.replicas
+        if status.get("replicas", 0) != want or status.get("readyReplicas", 0) != want:
+            self._copies.put(obj)
+
+    def _watch(self) -> None:
+        with self._connect() as c:
+            while not self._halt.is_set():
+                try:
+                    listed = c.get(DEPLOYMENTS)
+                    for obj in listed.get("items") or []:
+                        self._note(obj)
+                    rv = listed["metadata"]["resourceVersion"]
+                    while not self._halt.is_set():
+                        for event in c.watch(DEPLOYMENTS, timeout_s=30, resourceVersion=rv):
+                            obj = event["object"]
+                            rv = obj["metadata"]["resourceVersion"]
+                            if event["type"] in ("ADDED", "MODIFIED"):
+                                self._note(obj)
+                except Gone:
+                    continue  # list again
+                except (KubeError, OSError, httpx.HTTPError):
+                    self._halt.wait(0.5)
+
+    def _copy(self) -> None:
+        with self._connect() as c:
+            while not self._halt.is_set():
+                obj = self._copies.get()
+                if not obj:
+                    return
+                meta, want = obj["metadata"], int(obj["spec"].get("replicas", 1))
+                path = f"/apis/apps/v1/namespaces/{meta['namespace']}/deployments/{meta['name']}/status"
+                with contextlib.suppress(KubeError, OSError, httpx.HTTPError):
+                    c.merge_patch(
+                        path,
+                        {
+                            "status": {
+                                "observedGeneration": meta.get("generation", 1),
+                                "replicas": want,
+                                "readyReplicas": want,
+                                "availableReplicas": want,
+                                "updatedReplicas": want,
+                            }
+                        },
+                    )
+
+    def changes(self, since: float, until: float = float("inf")) -> list[Seen]:
+        with self._lock:
+            return [s for s in self.history if since <= s.at < until]
+
+    def first(self, namespace: str, name: str, since: float, replicas: int, recorded: bool) -> float | None:
+        """When the deployment first showed ``replicas`` (and a record or not) since ``since``."""
+        with self._lock:
+            for s in self.history:
+                if (
+                    s.at >= since
+                    and (s.namespace, s.name) == (namespace, name)
+                    and (s.replicas, s.recorded) == (replicas, recorded)
+                ):
+                    return s.at
+        return None
+
+    def state(self, namespace: str, name: str) -> Seen | None:
+        with self._lock:
+            return self.now.get((namespace, name))
