@@ -224,10 +224,13 @@ class Scaler:
     async def _level(
         self, level: Sequence[Dependent], direction: Direction, base: float, reason: str
     ) -> bool:
-        """One level's steps; while its only wait is for controllers to follow a write, read
-        again a few times at a short interval before giving the tick back."""
+        """One level's steps; on the way down, while its only wait is for controllers to follow
+        a write, read again a few times at a short interval before giving the tick back (down
+        races KCM's grace period; up has initial delays of its own, and a tick held waiting
+        would delay the verdict on a relapse)."""
         pending = list(level)
-        for poll in range(self.settings.follow_polls + 1):
+        polls = self.settings.follow_polls if direction is Direction.DOWN else 0
+        for poll in range(polls + 1):
             if poll:
                 await asyncio.sleep(self.settings.follow_poll_s)
             self._following -= {d.name for d in pending}
@@ -255,7 +258,8 @@ class Scaler:
                 if write is None:
                     done = self._settled(d, state, direction, step.timeout_s)
                     if done and direction is Direction.UP and state.record is not None and not state.ignored:
-                        await self._write(d, Write(CLEARED), state, reason)
+                        if (cleared := await self._write(d, Write(CLEARED), state, reason)) is not None:
+                            self._keep(d, cleared)
                         self._report_done(d, state, reason)
                     elif done and direction is Direction.DOWN and state.record and not state.ignored:
                         self._report_done(d, state, reason)
@@ -369,9 +373,9 @@ class Scaler:
 
     async def _get(self, d: Dependent) -> DependentState:
         try:
-            obj = await self.seed.get(d.path(self.namespace))
+            obj: Mapping[str, Any] | None = await self.seed.get(d.path(self.namespace))
         except NotFound:
-            return self._keep(d, None)
+            obj = None
         self._distrust.discard(d.name)
         return self._keep(d, obj)
 

@@ -64,12 +64,13 @@ class SeedDependents:
                 tg.create_task(informer.run(), name=f"seed-dependents/{name}")
 
     def get(self, d: Dependent, namespace: str) -> DependentState | None:
-        """The dependent as last seen by the watch (``exists=False`` when the seed has none);
-        None when the watch cannot say: not listed yet, or not fresh."""
+        """The dependent as last seen by the watch; None when the watch cannot say: not listed
+        yet, not fresh, or no such object in its view (one created a moment ago may be on its
+        way: the seed is asked rather than a dependent reported missing)."""
         informer = self.informers.get(d.name)
         if informer is None or not informer.synced.is_set() or not informer.fresh(self.watching.fresh_s):
             return None
-        return self.states[d.name].get(namespace) or DependentState(d.name, exists=False)
+        return self.states[d.name].get(namespace)
 
     def _listed(self, name: str, items: list[tuple[str, DependentState]]) -> None:
         self.states[name] = dict(items)

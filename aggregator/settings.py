@@ -276,9 +276,10 @@ class Scaling:
     reverify_s: float = 10.0
     # A dependent that needs more writes than this in one tick continues next tick.
     steps_per_tick: int = 3
-    # A level written to its target is read again this often, this many times, within the same
-    # tick, until its controllers have followed: the next level starts when they have, not a
-    # whole tick later (dependency-watchdog polls every second).
+    # On the way down, a level written to its target is read again (from the seed's watch) this
+    # often, this many times, within the same tick, until its controllers have followed: the
+    # next level starts when they have, not a whole tick later (dependency-watchdog polls
+    # every second).
     follow_poll_s: float = 0.2
     follow_polls: int = 5
 

@@ -277,6 +277,17 @@ async def test_with_the_seed_watch_a_scale_down_reads_nothing_and_a_conflict_ask
         await asyncio.gather(watching, return_exceptions=True)
 
 
-async def test_the_seed_watch_cannot_say_before_its_first_list() -> None:
+async def test_the_seed_watch_cannot_say_before_its_first_list_nor_of_what_it_has_not_seen() -> None:
     watch = SeedDependents(seed(), DEFAULT_DEPENDENTS, Watching())
-    assert watch.get(DEFAULT_DEPENDENTS[0], NS) is None
+    kcm = DEFAULT_DEPENDENTS[0]
+    assert watch.get(kcm, NS) is None
+    watching = asyncio.create_task(watch.run())
+    try:
+        assert all(await asyncio.gather(*(i.first_list(5) for i in watch.informers.values())))
+        seen = watch.get(kcm, NS)
+        assert seen is not None and (seen.exists, seen.replicas) == (True, CONTROLLERS[KCM])
+        # Not in its view (created a moment ago, perhaps): the seed is asked, not "missing" told.
+        assert watch.get(kcm, "shoot--p--other") is None
+    finally:
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
