@@ -431,9 +431,9 @@ class Target:
         fresh = self._watches_fresh()
         # The probe, the confirming LIST, the second witness and the Machines are sent together:
         # one after the other, each added its own round trip to a real scale-down (a kubelet LIST
-        # is 225-284 ms at 5000 nodes, docs/scale.md; the probe and the LIST, 1.4 s of the 250
-        # targets' seed-wide outage). Their failures are their own: a kubelet read that fails
-        # leaves no witness, a Machine read keeps the last one for a while.
+        # is 225-284 ms at 5000 nodes, docs/scale.md; the interlocks took 1.4 s in a seed-wide
+        # outage of 250 targets, bench/seed.py). Their failures are their own: a kubelet read
+        # that fails leaves no witness, a Machine read keeps the last one for a while.
         results = await asyncio.gather(
             self.shoot.probe(timeout_s=self.settings.watching.probe_timeout_s),
             self.leases.list_now(),
