@@ -67,7 +67,8 @@ class SeedClients:
             KubeClient(endpoint, connections=64),
             KubeClient(endpoint, user_agent="dwd-lease-aggregator/leader-election"),
             KubeClient(endpoint, user_agent="dwd-lease-aggregator/seed-watch"),
-            KubeClient(endpoint, user_agent="dwd-lease-aggregator/events", connections=4),
+            # Reports may wait: 750 of them at a seed's 100 ms need more than the default 10 s.
+            KubeClient(endpoint, user_agent="dwd-lease-aggregator/events", connections=8, timeout_s=60),
         )
 
     async def close(self) -> None:

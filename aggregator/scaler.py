@@ -31,6 +31,7 @@ continues from them.
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import socket
 import time
@@ -50,6 +51,8 @@ from core import logs
 from core.errors import Conflict, KubeError, NotFound, NotLeading
 
 COMPONENT = "dwd-lease-aggregator"
+# Superseded versions kept per dependent: more than the writes of one episode.
+SUPERSEDED_KEPT = 16
 
 log = logs.get("scaler")
 
@@ -151,8 +154,10 @@ class Scaler:
         self.watched = watched
         # Read from the seed, not the watch, next time: a write conflicted with what it showed.
         self._distrust: set[str] = set()
-        # The resourceVersion each dependent's last write on the object was conditional on.
-        self._written_from: dict[str, str] = {}
+        # Versions of each dependent known to be older than the state held: every version a
+        # write of ours was computed from (answered or refused). A watch that still shows one
+        # of them has not caught up; what the write answered, or the seed, is newer.
+        self._superseded: dict[str, collections.deque[str]] = {}
         self.namespace = namespace
         self.dependents = tuple(dependents)
         self.settings = settings or Scaling()
@@ -231,6 +236,8 @@ class Scaler:
         pending = list(level)
         polls = self.settings.follow_polls if direction is Direction.DOWN else 0
         for poll in range(polls + 1):
+            if poll and any(self._watched(d) is None for d in pending):
+                return False  # a poll would be a GET each: only the watch is asked this often
             if poll:
                 await asyncio.sleep(self.settings.follow_poll_s)
             self._following -= {d.name for d in pending}
@@ -324,7 +331,7 @@ class Scaler:
             f"lowering it again, {s.replicas} will be restored ({reason})"
         )
         self.log.warning("dependent_raised_by_someone_else", resource=d.name, replicas=s.replicas)
-        await self._event(d, s, "RaisedWhileProtected", message, "Warning")
+        self._report_later(self._event(d, s, "RaisedWhileProtected", message, "Warning"))
 
     async def _absent(self, d: Dependent, s: DependentState) -> bool:
         """A dependent that does not exist: nothing runs, so the levels after it may go on; one
@@ -338,7 +345,7 @@ class Scaler:
         if (d.name, "missing") not in self._reported:
             self._reported.add((d.name, "missing"))
             self.log.error("dependent_missing", resource=d.name)
-            await self._event(d, s, "DependentMissing", message, "Warning")
+            self._report_later(self._event(d, s, "DependentMissing", message, "Warning"))
         return True
 
     def _settled(self, d: Dependent, s: DependentState, direction: Direction, timeout_s: float) -> bool:
@@ -363,13 +370,20 @@ class Scaler:
 
     async def _read(self, d: Dependent) -> DependentState:
         """The dependent as the watch has it, or as the seed answers when the watch cannot say."""
-        seen = None if self.watched is None or d.name in self._distrust else self.watched(d)
+        seen = self._watched(d)
         if seen is None:
             return await self._get(d)
         held = self.state.get(d.name)
-        if held is not None and seen.resource_version == self._written_from.get(d.name):
-            return held  # the watch has not brought our last write back: the write's answer is newer
+        if held is not None and seen.resource_version in self._superseded.get(d.name, ()):
+            return held  # the watch has not caught up with our writes: the held state is newer
         return self._store(seen)
+
+    def _watched(self, d: Dependent) -> DependentState | None:
+        """The watch's view of ``d``; None when it cannot say, or is not trusted for it now."""
+        return None if self.watched is None or d.name in self._distrust else self.watched(d)
+
+    def _supersede(self, d: Dependent, version: str) -> None:
+        self._superseded.setdefault(d.name, collections.deque(maxlen=SUPERSEDED_KEPT)).append(version)
 
     async def _get(self, d: Dependent) -> DependentState:
         try:
@@ -429,9 +443,9 @@ class Scaler:
             raise NotLeading(f"leadership ended during a write to {d.name}") from e
         except (Conflict, NotFound):
             self._distrust.add(d.name)  # what it was computed from is not the seed's: ask the seed
+            self._supersede(d, state.resource_version)
             raise
-        if on_object:
-            self._written_from[d.name] = state.resource_version
+        self._supersede(d, state.resource_version)
         if write.replicas is not None:
             down = write.replicas == 0
             direction = Direction.DOWN if down else Direction.UP

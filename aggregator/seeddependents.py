@@ -9,9 +9,11 @@ the seed, and a controller that followed a write is seen as soon as the seed say
 
 The watch's view may lag a write by the event's way back, and a missed event could leave it
 behind for longer: a write is always conditional on the resourceVersion it was computed from,
-so a stale view costs a conflict, never a wrong write, and the scaler reads that dependent
-from the seed after one (aggregator/scaler.py). While a watch is not fresh, or before its first
-LIST, the scaler reads as it would without it.
+so a stale view costs a conflict, and the scaler reads that dependent from the seed after
+one; and the scaler remembers every version its writes were computed from, so a view still
+showing one of them is known to be behind and not taken for the seed's (a level's gate would
+otherwise pass on it: aggregator/scaler.py). While a watch is not fresh, before its first
+LIST, or for an object it has not seen, the scaler reads as it would without it.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from aggregator.decider import Desired
-from aggregator.dependents import DEFAULT_DEPENDENTS
+from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
-from aggregator.scaler import Scaler
+from aggregator.scaler import DependentState, Scaler
 from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Scaling, Watching
 from testenv.standins import CONTROLLERS
@@ -96,13 +96,18 @@ async def test_kcm_follows_in_the_same_tick_once_mcm_and_ca_have_stopped() -> No
             followed.append(target)
 
     kube.on_request = controller_later
-    s = scaler(kube, clock, follow_polls=5)
+
+    def watch(d: Dependent) -> DependentState:  # a watch that is never behind
+        return DependentState.from_object(d.name, kube.objects[deployment_path(d.name)])
+
+    s = scaler(kube, clock, follow_polls=5, watched=watch)
     assert await s.converge(Desired.SCALED_DOWN, "test") is True  # one tick: KCM too
     assert {n: view(kube, n)[0] for n in CONTROLLERS} == dict.fromkeys(CONTROLLERS, 0)
     assert followed.index(deployment_path(KCM)) > max(
         followed.index(deployment_path(MCM)), followed.index(deployment_path(CA))
     )
-    # Without the polls the level waits for the next tick.
+    # Without the polls the level waits for the next tick; without a watch there are none (each
+    # would be a GET).
     kube2 = seed()
     kube2.controller = False
     kube2.on_request = lambda method, path: (
@@ -110,7 +115,7 @@ async def test_kcm_follows_in_the_same_tick_once_mcm_and_ca_have_stopped() -> No
         if method == "PATCH"
         else None
     )
-    assert await scaler(kube2, Clock()).converge(Desired.SCALED_DOWN, "test") is False
+    assert await scaler(kube2, Clock(), follow_polls=5).converge(Desired.SCALED_DOWN, "test") is False
     assert view(kube2, KCM)[0] == 3
 
 
@@ -291,3 +296,25 @@ async def test_the_seed_watch_cannot_say_before_its_first_list_nor_of_what_it_ha
     finally:
         watching.cancel()
         await asyncio.gather(watching, return_exceptions=True)
+
+
+async def test_a_watch_behind_our_scale_up_is_not_taken_for_the_seed_when_the_shoot_relapses() -> None:
+    """The watch still shows KCM held at 0 with our record when the shoot relapses right after
+    its scale-up: that view is older than what the scale-up's writes answered, and KCM is
+    scaled down again, not taken for down already (MCM's level would then pass its gate)."""
+    kcm = DEFAULT_DEPENDENTS[0]
+    kube, clock = seed(), Clock()
+    settings = Scaling(follow_polls=0)
+    assert await Scaler(kube, NS, [kcm], settings=settings, clock=clock).converge(Desired.SCALED_DOWN, "cut")
+    frozen = DependentState.from_object(KCM, kube.objects[deployment_path(KCM)])
+    s = Scaler(kube, NS, [kcm], settings=settings, clock=clock, watched=lambda _d: frozen)
+    for _ in range(5):
+        if await s.converge(Desired.RUNNING, "healed"):
+            break
+        clock.now += 1
+    assert view(kube, KCM) == (3, {})
+    for _ in range(5):
+        if await s.converge(Desired.SCALED_DOWN, "relapse"):
+            break
+        clock.now += 1
+    assert view(kube, KCM) == (0, {REPLICAS: "3", MELTDOWN: ""})
