@@ -23,6 +23,7 @@ import httpx
 from aggregator.records import RECORD
 from core.errors import Gone, KubeError
 from testenv.client import Client
+from testenv.standins import follow_spec, status_follows
 
 DEPLOYMENTS = "/apis/apps/v1/deployments"
 COPIERS = 8
@@ -84,9 +85,7 @@ class DeploymentWatch:
             self.now[(s.namespace, s.name)] = s
             if before is None or (before.replicas, before.recorded) != (s.replicas, s.recorded):
                 self.history.append(s)
-        status = obj.get("status") or {}
-        want = s.replicas
-        if status.get("replicas", 0) != want or status.get("readyReplicas", 0) != want:
+        if not status_follows(obj):
             self._copies.put(obj)
 
     def _watch(self) -> None:
@@ -114,21 +113,8 @@ class DeploymentWatch:
                 obj = self._copies.get()
                 if not obj:
                     return
-                meta, want = obj["metadata"], int(obj["spec"].get("replicas", 1))
-                path = f"/apis/apps/v1/namespaces/{meta['namespace']}/deployments/{meta['name']}/status"
                 with contextlib.suppress(KubeError, OSError, httpx.HTTPError):
-                    c.merge_patch(
-                        path,
-                        {
-                            "status": {
-                                "observedGeneration": meta.get("generation", 1),
-                                "replicas": want,
-                                "readyReplicas": want,
-                                "availableReplicas": want,
-                                "updatedReplicas": want,
-                            }
-                        },
-                    )
+                    follow_spec(c, obj)
 
     def changes(self, since: float, until: float = float("inf")) -> list[Seen]:
         with self._lock:

@@ -138,22 +138,32 @@ class DeploymentController(Loop):
             self.copy_status(d)
 
     def copy_status(self, d: dict[str, Any]) -> None:
-        """Status follows spec at once: every replica is ready the moment it is wanted."""
-        want = d["spec"].get("replicas", 1)
-        status = d.get("status") or {}
-        if status.get("replicas", 0) != want or status.get("readyReplicas", 0) != want:
-            self.client.merge_patch(
-                f"{DEPLOYMENTS.format(ns=self.namespace)}/{d['metadata']['name']}/status",
-                {
-                    "status": {
-                        "observedGeneration": d["metadata"].get("generation", 1),
-                        "replicas": want,
-                        "readyReplicas": want,
-                        "availableReplicas": want,
-                        "updatedReplicas": want,
-                    }
-                },
-            )
+        if not status_follows(d):
+            follow_spec(self.client, d)
+
+
+def status_follows(d: dict[str, Any]) -> bool:
+    """Whether a Deployment's status already shows every wanted replica ready."""
+    want = d["spec"].get("replicas", 1)
+    status = d.get("status") or {}
+    return bool(status.get("replicas", 0) == want and status.get("readyReplicas", 0) == want)
+
+
+def follow_spec(client: Client, d: dict[str, Any]) -> None:
+    """Status follows spec at once: every replica is ready the moment it is wanted."""
+    meta, want = d["metadata"], d["spec"].get("replicas", 1)
+    client.merge_patch(
+        f"{DEPLOYMENTS.format(ns=meta['namespace'])}/{meta['name']}/status",
+        {
+            "status": {
+                "observedGeneration": meta.get("generation", 1),
+                "replicas": want,
+                "readyReplicas": want,
+                "availableReplicas": want,
+                "updatedReplicas": want,
+            }
+        },
+    )
 
 
 def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:

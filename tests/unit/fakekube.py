@@ -86,6 +86,14 @@ class FakeKube:
         return str(self._rv)
 
     # -- the API
+    async def _arrive(self, method: str, path: str) -> None:
+        """A request as it reaches the server: told, held if it hangs, failed if a rule says so."""
+        self.on_request(method, path)
+        if self.hang is not None and self.hang.matches(method, path):
+            self.hang.hits += 1
+            await asyncio.Event().wait()  # held until the caller gives up
+        self._check(method, path)
+
     def _check(self, method: str, path: str) -> None:
         if self.down:
             raise transport_error()
@@ -106,11 +114,7 @@ class FakeKube:
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
         del content_type, accept, timeout_s
-        self.on_request(method, path)
-        if self.hang is not None and self.hang.matches(method, path):
-            self.hang.hits += 1
-            await asyncio.Event().wait()  # held until the caller gives up
-        self._check(method, path)
+        await self._arrive(method, path)
         await asyncio.sleep(0)
         if method == "GET":
             params = params or {}
@@ -142,11 +146,7 @@ class FakeKube:
         return await self.request("DELETE", path)
 
     async def probe(self, *, timeout_s: float, path: str = "/readyz") -> None:
-        self.on_request("GET", path)
-        if self.hang is not None and self.hang.matches("GET", path):
-            self.hang.hits += 1
-            await asyncio.Event().wait()
-        self._check("GET", path)
+        await self._arrive("GET", path)
 
     async def watch(
         self, path: str, *, resource_version: str, timeout_s: float, accept: str | None = None, **kw: Any
