@@ -51,6 +51,7 @@ class Fleet:
         watches: KubeClient | None = None,
         events: KubeClient | None = None,
         watch_dependents: bool = False,
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.settings = settings
         self.seed = seed
@@ -61,6 +62,8 @@ class Fleet:
         self.metrics = metrics
         self.is_leader = is_leader
         self.term_end = term_end
+        # Told when targets start or stop (aggregator/heap.py).
+        self.on_change = on_change
         self.running: dict[str, Running] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.source_error = ""
@@ -110,6 +113,8 @@ class Fleet:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     def _reconcile(self, desired: dict[str, TargetSpec]) -> None:
+        if desired != {n: r.spec for n, r in self.running.items()}:
+            self.on_change()
         for name in [n for n, r in self.running.items() if n not in desired or desired[n] != r.spec]:
             log.info("target_stopped", target=name)
             spec = self.running.pop(name).spec

@@ -26,6 +26,7 @@ import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
+from aggregator.ratelimit import RateLimit
 from core.credentials import TokenFile
 from core.errors import (
     BadResponse,
@@ -196,8 +197,10 @@ class KubeClient:
         timeout_s: float = 10.0,
         user_agent: str = "dwd-lease-aggregator",
         connections: int = 16,
+        rate: RateLimit | None = None,
     ) -> None:
         self._endpoint_source = endpoint
+        self.rate = rate
         self.timeout_s = timeout_s
         self.user_agent = user_agent
         # HTTP/1.1: one request per connection at a time, so this bounds the requests in flight.
@@ -240,6 +243,8 @@ class KubeClient:
         accept: str | None = None,
         timeout_s: float | None = None,
     ) -> dict[str, Any]:
+        if self.rate is not None:
+            await self.rate.wait()
         endpoint = self.endpoint()
         session = await self._session_for(endpoint)
         headers = endpoint.headers()
@@ -302,7 +307,7 @@ class KubeClient:
             "watch": "true",
             "allowWatchBookmarks": "true",
             "resourceVersion": resource_version,
-            "timeoutSeconds": str(max(1, int(timeout_s))),
+            "timeoutSeconds": str(max(1, round(timeout_s))),
             **params,
         }
         # The server ends the watch itself; a read gap well past its bookmark

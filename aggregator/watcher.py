@@ -122,6 +122,7 @@ class Informer(Generic[V]):
         delays = self.settings.backoff.delays()
         need_list = True
         while True:
+            timeout_s = self.settings.watch_timeout_s()
             try:
                 if need_list or not self.resource_version:
                     await self.list_now()
@@ -129,8 +130,8 @@ class Informer(Generic[V]):
                     need_list = False
                 # The server ends every watch after its timeout; one that runs far
                 # longer sits on a dead connection that no read timeout noticed.
-                async with asyncio.timeout(self.settings.timeout_s + self.settings.grace_s):
-                    await self._watch_once()
+                async with asyncio.timeout(timeout_s + self.settings.grace_s):
+                    await self._watch_once(timeout_s)
                 # A watch that ran to its timeout is healthy: resume at once.
                 delays = self.settings.backoff.delays()
                 self.last_error = ""
@@ -140,7 +141,8 @@ class Informer(Generic[V]):
                 need_list = True
             except (KubeError, TimeoutError) as e:
                 if isinstance(e, TimeoutError):
-                    why = f"WATCH {self.path}: no end after {self.settings.timeout_s}s"
+                    grace_s = self.settings.grace_s
+                    why = f"WATCH {self.path}: no end {grace_s:g}s past its timeout of {timeout_s:.2f}s"
                     e = TransportError("timeout", why)
                 # Like client-go's reflector: resume the watch from the last
                 # resourceVersion (cheap, served from the watch cache); only a
@@ -153,11 +155,11 @@ class Informer(Generic[V]):
                 self.last_error = str(e)
                 await asyncio.sleep(self.settings.backoff.spread(delay_s))
 
-    async def _watch_once(self) -> None:
+    async def _watch_once(self, timeout_s: float) -> None:
         async for event in self.client.watch(
             self.path,
             resource_version=self.resource_version,
-            timeout_s=self.settings.timeout_s,
+            timeout_s=timeout_s,
             accept=self.accept,
             on_open=self._received,
             **self.params,

@@ -51,6 +51,8 @@ class FakeKube:
         self.writes: list[tuple[str, str, Any]] = []
         # Events the next watches deliver, one list per watch, before it ends quietly.
         self.watches: list[list[dict[str, Any]]] = []
+        # The timeout each watch asked the server for.
+        self.watch_timeouts: list[float] = []
         self._rv = 0
         # The server's wall clock, for metadata.managedFields times.
         self.wall: Callable[[], str] = lambda: "2026-11-30T12:00:00Z"
@@ -152,6 +154,7 @@ class FakeKube:
         self, path: str, *, resource_version: str, timeout_s: float, accept: str | None = None, **kw: Any
     ) -> AsyncIterator[dict[str, Any]]:
         self._check("GET", path + "?watch")
+        self.watch_timeouts.append(timeout_s)
         on_open = kw.get("on_open")
         if on_open is not None:
             on_open()
