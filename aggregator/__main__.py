@@ -48,8 +48,9 @@ def source_for(settings: Shoots, seed: KubeClient, watching: Watching) -> Target
 
 
 # The Events' own pace, in the spirit of client-go's event broadcaster, which sends from a
-# queue of its own behind a spam filter (burst 25 per object).
-EVENTS_QPS, EVENTS_BURST = 25.0, 25
+# queue of its own behind a spam filter (burst 25 per object) and drops what its queue cannot
+# hold: an Event that would wait longer than a minute is dropped and logged (event_failed).
+EVENTS_QPS, EVENTS_BURST, EVENTS_MAX_WAIT_S = 25.0, 25, 60.0
 
 
 @dataclass(frozen=True)
@@ -76,13 +77,11 @@ class SeedClients:
             KubeClient(endpoint, connections=64),
             KubeClient(endpoint, user_agent="dwd-lease-aggregator/leader-election"),
             KubeClient(endpoint, user_agent="dwd-lease-aggregator/seed-watch"),
-            # Reports may wait: 750 of them at a seed's 100 ms need more than the default 10 s.
             KubeClient(
                 endpoint,
                 user_agent="dwd-lease-aggregator/events",
                 connections=8,
-                timeout_s=60,
-                rate=RateLimit(EVENTS_QPS, EVENTS_BURST),
+                rate=RateLimit(EVENTS_QPS, EVENTS_BURST, max_wait_s=EVENTS_MAX_WAIT_S),
             ),
         )
 

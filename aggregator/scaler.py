@@ -523,15 +523,15 @@ class Scaler:
             # An Event is a report, not part of the action: never fail a scale for it.
             self.log.warning("event_failed", reason=reason, error=str(e))
 
-    async def report(self, reason: str, message: str, kind: str = "Warning") -> None:
+    def report(self, reason: str, message: str, kind: str = "Warning") -> None:
         """An Event about the target as a whole, on its first dependent (what an operator of the
-        control plane looks at); nothing in dry-run, which writes nothing."""
+        control plane looks at), sent in the background like every other; nothing in dry-run,
+        which writes nothing."""
         if not self.dependents:
             return
         d = self.dependents[0]
-        await self._event(
-            d, self.state.get(d.name, DependentState(d.name, exists=False)), reason, message, kind
-        )
+        state = self.state.get(d.name, DependentState(d.name, exists=False))
+        self._report_later(self._event(d, state, reason, message, kind))
 
     def snapshot(self) -> dict[str, Any]:
         return {

@@ -248,8 +248,10 @@ class Watching:
     probe_timeout_s: float = 3.0
 
     def watch_timeout_s(self) -> float:
-        """The timeout one watch asks the server for."""
-        return self.timeout_s * (1 + random.uniform(0, self.timeout_jitter))
+        """The timeout one watch asks the server for: whole seconds (the API's timeoutSeconds),
+        so the client's own deadlines are the server's."""
+        drawn = self.timeout_s * (1 + random.uniform(0, self.timeout_jitter))
+        return float(max(1, round(drawn))) if self.timeout_s >= 1 else drawn
 
     @property
     def fresh_s(self) -> float:

@@ -327,7 +327,7 @@ class Target:
         self._record(verdict)
         if leader:
             self._announce(verdict)
-            await self._report_silent_agents(now, verdict.path_alive)
+            self._report_silent_agents(now, verdict.path_alive)
         self._set_memory(verdict.memory, verdict.reason)
         if leader:
             await self._act(verdict)
@@ -497,7 +497,7 @@ class Target:
         if v.scale_down or (v.judged and v.memory.phase is Phase.HEALTHY):
             self.status.blocked = None  # the last refusal is history once a verdict moved on
 
-    async def _report_silent_agents(self, now: float, alive: frozenset[str]) -> None:
+    def _report_silent_agents(self, now: float, alive: frozenset[str]) -> None:
         """One Event an episode: agents fail on a path their kubelets prove working. Told once it
         has lasted a kubelet read (every kubelet has renewed since), so the count is the episode's."""
         if not alive:
@@ -511,7 +511,9 @@ class Target:
             return
         self._silent_told = True
         self.log.warning("agents_silent_path_alive", nodes=len(alive), first=sorted(alive)[:5])
-        await self.scaler.report(
+        # In the background: the Events' queue may be half a minute long in a seed-wide outage,
+        # and this tick's interlocks must not be that old when it acts.
+        self.scaler.report(
             "AgentsSilentPathAlive",
             f"{len(alive)} node(s) stopped renewing their dwd-node-lease leases while their kubelets "
             "keep renewing through the same path: the agents fail, not the path (look for 403, "

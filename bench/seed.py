@@ -247,7 +247,13 @@ def measure(targets: int, nodes: int, code: Path, window_s: float) -> dict[str, 
                 DeploymentWatch(seed.admin_client) as deps,
                 aggregator(kubeconfig, code, tmp) as (proc, port),
             ):
-                return _phases(Rig(targets, names, fleet, deps, audit, proc.pid, port), window_s)
+                groups = {
+                    "aggregator": [proc.pid],
+                    "seed API server and etcd": plane.pids(),
+                    "shoot API server and etcd": shoot_plane.pids(),
+                    "this benchmark (agents, deployment controller)": [os.getpid()],
+                }
+                return _phases(Rig(targets, names, fleet, deps, audit, proc.pid, port, groups), window_s)
         finally:
             fleet.close()
 
@@ -261,6 +267,11 @@ class Rig:
     audit: Audit
     pid: int
     port: int
+    # Every process of the rig by what it plays: the machine's work in the outage, by whom.
+    groups: dict[str, list[int]]
+
+    def cpu(self) -> dict[str, float]:
+        return {name: sum(cpu_s(pid) for pid in pids) for name, pids in self.groups.items()}
 
 
 def _phases(rig: Rig, window_s: float) -> dict[str, Any]:
@@ -285,12 +296,15 @@ def _phases(rig: Rig, window_s: float) -> dict[str, Any]:
     out: dict[str, Any] = {"ready_s": time.monotonic() - started}
     time.sleep(5)  # past the start's own reads
 
-    mark, healthy = audit.mark(), Sampler(pid)
+    mark, healthy, cpu_t0 = audit.mark(), Sampler(pid), rig.cpu()
     t0 = time.monotonic()
     while time.monotonic() < t0 + window_s:
         time.sleep(min(5.0, t0 + window_s - time.monotonic()))
         healthy.sample()
-    t1 = time.monotonic()
+    t1, cpu_t1 = time.monotonic(), rig.cpu()
+    # What each process spends per second while nothing happens: the outage's span at this pace
+    # is the background its work is measured against.
+    out["healthy_cpu"] = {name: (cpu_t1[name] - cpu_t0[name]) / (t1 - t0) for name in cpu_t1}
     counts = audit.since(mark)
     out |= {
         "cpu_healthy": healthy.cpu_pct(),
@@ -301,10 +315,13 @@ def _phases(rig: Rig, window_s: float) -> dict[str, Any]:
     }
 
     outage = Sampler(pid)
-    t_cut = time.monotonic()
+    t_cut, cpu_cut = time.monotonic(), rig.cpu()
     fleet.silence(names)
     down = dict.fromkeys(CONTROLLERS, (0, True))
     out["down"] = wait_all(deps, targets, since=t_cut, want=down, timeout_s=120, sampler=outage)
+    # From the cut until the last target's three were seen at 0 (within wait_all's 0.5 s).
+    out["burst_s"], cpu_down = time.monotonic() - t_cut, rig.cpu()
+    out["burst_cpu"] = {name: cpu_down[name] - cpu_cut[name] for name in cpu_down}
     out["lag_outage"] = status(port).get("loop_lag", {})
     t_heal = time.monotonic()
     fleet.resume()
@@ -319,9 +336,15 @@ def _lag(lag: dict[str, Any]) -> str:
 
 
 def run(sizes: list[int], nodes: int, code: Path, window_s: float, label: str) -> None:
-    healthy, outage = [], []
+    healthy, outage, work = [], [], []
     for n in sizes:
         m = measure(n, nodes, code, window_s)
+        at_rest = {name: rate * m["burst_s"] for name, rate in m["healthy_cpu"].items()}
+        work.append(
+            [n, f"{m['burst_s']:.1f} s"]
+            + [f"{v:.2f} ({at_rest[k]:.2f})" for k, v in m["burst_cpu"].items()]
+            + [f"{sum(m['burst_cpu'].values()):.2f} ({sum(at_rest.values()):.2f})"]
+        )
         by_kind = ", ".join(f"{k} {rate:.2f}/s" for k, rate in sorted(m["rates"].items()) if rate >= 0.005)
         healthy.append(
             [
@@ -371,6 +394,20 @@ def run(sizes: list[int], nodes: int, code: Path, window_s: float, label: str) -
             "loop lag p99",
         ],
         outage,
+    )
+    print_table(
+        f"The outage's work: CPU seconds from the cut until every target's three were at 0, "
+        f"in brackets the same span at the healthy window's pace ({label})",
+        [
+            "targets",
+            "cut -> last at 0",
+            "aggregator",
+            "seed API server, etcd",
+            "shoot API server, etcd",
+            "this benchmark",
+            f"all ({os.cpu_count()} cores here)",
+        ],
+        work,
     )
 
 

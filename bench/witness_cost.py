@@ -116,9 +116,10 @@ def per_hour_polled(
 
 def per_hour_watched(events_per_s: float, bytes_per_s: float, aggregator_pct: float, kapi_pct: float) -> Cost:
     """A watch held for an hour; the figures are its rates. Its requests are the re-watches,
-    one per ``Watching.timeout_s``."""
+    one per timeout: ``Watching.timeout_s`` and half its jitter on average."""
+    w = Watching()
     return Cost(
-        3600 / Watching().timeout_s,
+        3600 / (w.timeout_s * (1 + w.timeout_jitter / 2)),
         bytes_per_s * 3600 / 2**20,
         aggregator_pct / 100 * 3600,
         kapi_pct / 100 * 3600,

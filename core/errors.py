@@ -11,6 +11,7 @@ translated into these at their one boundary; nothing of theirs leaks past it.
           ├── KubeconfigError   credentials or an endpoint that cannot be used
           ├── CredentialError   a token file missing or empty (core/credentials.py)
           ├── NotLeading        the leader's term ended: no writes
+          ├── Throttled         our own rate limit: the request would wait too long, not sent
           └── ApiError          a non-2xx status
                ├── BadRequest        400
                ├── Unauthorized      401
@@ -94,6 +95,14 @@ class NotLeading(KubeError):
     @property
     def failure_class(self) -> str:
         return "not-leading"
+
+
+class Throttled(KubeError):
+    """A request our own rate limit would hold longer than it may wait: never sent."""
+
+    @property
+    def failure_class(self) -> str:
+        return "throttled"
 
 
 class ApiError(KubeError):

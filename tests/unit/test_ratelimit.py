@@ -12,6 +12,7 @@ from aiohttp import web
 from aggregator.__main__ import EVENTS_BURST, EVENTS_QPS, SeedClients
 from aggregator.kube import Endpoint
 from aggregator.ratelimit import RateLimit
+from core.errors import Throttled
 from tests.unit.world import Clock
 
 
@@ -23,6 +24,29 @@ def test_a_burst_goes_at_once_then_one_per_interval_in_the_order_asked() -> None
     assert [round(rate.reserve(), 6) for _ in range(4)] == [0, 0, 0, 0.1]
     clock.now = 10.05  # half an interval later: still behind the one that waits 0.1
     assert round(rate.reserve(), 6) == 0.15
+
+
+def test_a_request_that_would_wait_too_long_is_refused_and_takes_no_moment() -> None:
+    clock = Clock(0.0)
+    rate = RateLimit(qps=10, burst=1, max_wait_s=0.25, clock=clock)
+    assert [round(rate.reserve(), 6) for _ in range(3)] == [0, 0.1, 0.2]
+    with pytest.raises(Throttled, match="rate limit of 10/s"):
+        rate.reserve()
+    clock.now = 0.1
+    assert round(rate.reserve(), 6) == 0.2  # the refused one took nothing
+
+
+async def test_a_waiter_cancelled_gives_its_moment_back() -> None:
+    """A stopping target cancels the Events it queued: the Events after them do not wait for
+    moments nobody uses."""
+    rate = RateLimit(qps=1, burst=1)
+    await rate.wait()
+    waiters = [asyncio.create_task(rate.wait()) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    for w in waiters[::-1]:  # the last first: each is then the latest moment handed out
+        w.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+    assert 0.9 <= rate.reserve() <= 1.0  # right behind the first, not 3 s later
 
 
 def test_nonsense_is_refused_by_name() -> None:

@@ -133,14 +133,12 @@ async def test_watches_started_together_do_not_restart_together() -> None:
     the same 0.3 s at 250 targets, a seed-wide outage's interlocks among them (bench/seed.py).
     Each restart draws its own, and the view's freshness allows for the longest."""
     kube, rec = FakeKube(), Recorder()
-    settings = Watching(timeout_s=1.0, grace_s=0.2, backoff=Backoff(0.01, 0.02), timeout_jitter=0.2)
-    await run_until(rec.informer(kube, settings=settings), lambda: len(kube.watch_timeouts) >= 20)
+    settings = Watching(timeout_s=10.0, grace_s=0.2, backoff=Backoff(0.01, 0.02), timeout_jitter=0.2)
+    await run_until(rec.informer(kube, settings=settings), lambda: len(kube.watch_timeouts) >= 40)
     asked = kube.watch_timeouts
-    assert all(1.0 <= t <= 1.2 for t in asked), asked
-    assert len(set(asked)) == len(asked)  # drawn anew at every restart
-    assert max(asked) - min(asked) > 0.05
-    assert settings.fresh_s == pytest.approx(1.2 + settings.silence_s)
-    assert Watching().fresh_s - Watching().silence_s >= Watching().timeout_s * 1.2
+    # Whole seconds, as the API takes them, drawn anew at every restart.
+    assert set(asked) == {10.0, 11.0, 12.0}, asked
+    assert settings.fresh_s == pytest.approx(12.0 + settings.silence_s)
 
 
 async def test_a_list_that_fails_or_has_no_items_is_not_fresh() -> None:

@@ -20,6 +20,7 @@ from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletObs, path_alive
 from core.errors import Forbidden
 from core.lease import format_micro_time, leases_path
 from testenv.standins import CONTROLLERS
+from tests.unit.fakekube import Rule, server_error
 from tests.unit.world import DOWN, World
 
 T = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -71,6 +72,19 @@ async def test_agents_failing_on_a_working_path_never_scale_a_shoot_down(skew_s:
     reports = [b for m, p, b in w.seed.writes[mark:] if p.endswith("/events")]
     assert [b["reason"] for b in reports] == ["AgentsSilentPathAlive"]  # once, for the episode
     assert "403" in reports[0]["message"] and "10 node(s)" in reports[0]["message"]
+
+
+async def test_the_event_that_tells_of_silent_agents_never_holds_up_the_tick() -> None:
+    """The Events wait in a queue of their own, up to a minute in a seed-wide outage: the tick
+    that tells of silent agents must not wait with them, or it would act on interlocks that old."""
+    w = World()
+    await w.settle()
+    hang = w.seed.hang = Rule("POST", "/events$", server_error)
+    w.agents_failing = set(w.names)
+    await asyncio.wait_for(w.run(60), timeout=30)
+    assert hang.hits == 1  # told, and still waiting
+    assert w.target.status.path_alive == frozenset(w.names)
+    await w.target.scaler.close()
 
 
 async def test_the_interlock_refuses_when_the_kubelets_renewed_after_the_agents() -> None:

@@ -40,7 +40,7 @@ def test_a_read_every_10_s_is_360_an_hour() -> None:
 
 def test_a_watch_costs_its_rates_for_an_hour_and_a_request_per_rewatch() -> None:
     cost = per_hour_watched(500, bytes_per_s=2**20, aggregator_pct=10.0, kapi_pct=5.0)
-    assert cost.requests == 360  # Watching.timeout_s is 10 s
+    assert cost.requests == pytest.approx(3600 / 11)  # Watching's timeouts: 10-12 s, 11 on average
     assert cost.mib == 3600
     assert cost.aggregator_cpu_s == pytest.approx(360)
     assert cost.kapi_cpu_s == pytest.approx(180)
