@@ -66,4 +66,4 @@ class Heap:
                 if self.due():
                     self.refreeze()
         finally:
-            gc.unfreeze()  # a stopped service (a test's) leaves the collector as it found it
+            gc.unfreeze()  # a stopped service thaws what it froze: nothing else here freezes

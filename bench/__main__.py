@@ -25,7 +25,7 @@ if __name__ == "__main__":
     path.run()
     faults.run()
     # One aggregator, 1, 50, 100 and 250 targets: 10 minutes healthy, then every shoot cut at
-    # once and healed (about 55 minutes).
+    # once and healed, three times (about 65 minutes).
     seed.main([])
     # 5000 kubelet leases at kubelet's 500 writes/s: a LIST, a watch, the sample's GETs (about
     # 4 minutes; node_objects above has the Nodes).

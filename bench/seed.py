@@ -1,6 +1,6 @@
 """One aggregator, a whole seed of targets: healthy, then every shoot cut at once, then healed.
 
-    python -m bench.seed [--targets 1,50,100,250] [--nodes 10] [--window 600] [--code DIR]
+    python -m bench.seed [--targets 1,50,100,250] [--nodes 10] [--window 600] [--outages 3] [--code DIR]
 
 Real seed and shoot kube-apiservers; per target a control-plane namespace with a Cluster of a
 real one's size (25 KB), the kubeconfig Secret and the three dependents. The targets share one
@@ -20,9 +20,13 @@ Per size: start-up until every target judges the shoot healthy; a healthy window
 (``--window``, 10 minutes by default) with the aggregator's CPU, RSS and seed requests by verb
 and resource, and every replica change counted (a false scale-down); then every agent
 silenced at once, timed per target until its three dependents are at 0 (the seed's watch
-sees the write), healed, timed until each is back at its replicas without our record. CPU
-over the outage runs from the cut to the last restore; the loop lag is the aggregator's own
-``/status`` p99 over the minute before it is read. The seed's deployments get a status that
+sees the write), healed, timed until each is back at its replicas without our record;
+``--outages`` times, each cut once every target judges its shoot healthy again (one cut of
+250 targets is one draw: the median target's time spread 3 s between runs). Each process's
+CPU seconds from a cut until the last target's three are at 0, beside that span at the
+healthy pace, say whose work the outage is. CPU over the outages runs from the first cut to
+the last restore; the loop lag is the aggregator's own ``/status`` p99 over the minute
+before it is read, once per cut. The seed's deployments get a status that
 follows their spec from the benchmark (bench/seedwatch.py), as a deployment controller would.
 """
 
