@@ -9,6 +9,7 @@ from bench import (
     faults,
     node_objects,
     path,
+    race,
     scale,
     seed,
     witness_cost,
@@ -20,6 +21,9 @@ if __name__ == "__main__":
     aggregator_scale.run()
     node_objects.run()  # 5000 nodes on a real kube-apiserver: about a minute
     detection.run()
+    # make demo's two acts five times, a model of dependency-watchdog's rule beside them: about
+    # 25 minutes.
+    race.main([])
     # Five real cuts with each aggregator, today's and the one before the witness: about 12 minutes.
     witness_cut.run()
     path.run()

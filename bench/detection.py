@@ -7,7 +7,7 @@ from demo import scenario
 
 
 def run() -> None:
-    times = scenario.run(out=None)
+    times = scenario.run(out=None, unprotected=False)  # the protected act alone
     print_table(
         "Outage to protection, aggregator defaults (lease 8s, confirm 4s, recovery 10s; node grace 0s)",
         ["interval", "seconds"],

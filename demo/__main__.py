@@ -1,4 +1,4 @@
-"""``make demo``: python -m demo [--fast]."""
+"""``make demo``: python -m demo [--fast] [--protected-only]."""
 
 from __future__ import annotations
 
@@ -19,9 +19,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m demo", description=scenario.__doc__)
     parser.add_argument("--nodes", type=int, default=10)
     parser.add_argument("--fast", action="store_true", help="shorter lease duration and periods")
+    parser.add_argument("--protected-only", action="store_true", help="act 2 alone, without act 1")
     args = parser.parse_args()
     try:
-        times = scenario.run(nodes=args.nodes, overrides=FAST if args.fast else None)
+        times = scenario.run(
+            nodes=args.nodes, overrides=FAST if args.fast else None, unprotected=not args.protected_only
+        )
     except TimeoutError as e:
         print(e, file=sys.stderr)
         return 1

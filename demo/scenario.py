@@ -1,16 +1,21 @@
-"""The demo scenario, also used by the detection benchmark.
+"""The demo scenario, in two acts on the same cut; the protected act is also the detection
+benchmark's.
 
-Two real API servers (shoot and seed), ten nodes each with a real agent
-process and a kubelet stand-in that reach the shoot's KAPI through a TCP load
-balancer under an external name, a pod on each node behind a Service, the
-controllers in the seed, and the aggregator with its defaults. The seed's
-kube-controller-manager Deployment runs real KCM processes against the shoot
-(its node lifecycle controller marks a node Unknown 40 s after its kubelet
-goes quiet); machine-controller-manager and cluster-autoscaler are Deployment
-objects only. The load balancer is cut: every renewal fails, KAPI itself stays
-healthy, the aggregator scales the controllers down before KCM's grace period
-ends, and the cut is held past it: no node goes Unknown, no endpoint is taken
-away. The load balancer comes back: the controllers come back, each with its
+Two real API servers (shoot and seed), ten nodes each with a real agent process and a kubelet
+stand-in that reach the shoot's KAPI through a TCP load balancer under an external name, a pod
+on each node behind a Service, the controllers in the seed. The seed's kube-controller-manager
+Deployment runs real KCM processes against the shoot (its node lifecycle controller marks a
+node Unknown 40 s after its kubelet goes quiet); machine-controller-manager and
+cluster-autoscaler are Deployment objects only. The load balancer is cut: every renewal fails,
+KAPI itself stays healthy.
+
+Act 1, no protection: the aggregator runs in dry-run (it judges and says what it would do,
+writing nothing), so KCM alone decides what the cut means: it marks every node Unknown and
+takes their pods' endpoints away. The load balancer comes back and every node is Ready again.
+
+Act 2, protection: the aggregator with its defaults, the same cut. It scales the controllers
+down before KCM's grace period ends, and the cut is held past it: no node goes Unknown, no
+endpoint is taken away. The load balancer comes back: the controllers come back, each with its
 old replicas, and KCM finds every node Ready.
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -30,6 +36,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from aggregator.records import MELTDOWN, RECORD, REPLICAS
+from aggregator.witness import NODE_LEASE_NAMESPACE
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv import workload
 from testenv.controlplane import ControlPlane, ensure_namespace
@@ -190,9 +197,14 @@ def start_agents(w: dict[str, Any], tmp: Path, env_base: dict[str, str]) -> None
 
 
 def start_aggregator(
-    w: dict[str, Any], tmp: Path, env_base: dict[str, str], overrides: dict[str, str]
+    w: dict[str, Any],
+    tmp: Path,
+    env_base: dict[str, str],
+    overrides: dict[str, str],
+    *,
+    log_name: str = "aggregator.log",
 ) -> Path:
-    log_path = tmp / "aggregator.log"
+    log_path = tmp / log_name
     env = {
         **env_base,
         "DWD_SHOOT_KUBECONFIG": str(w["shoot"].kubeconfig),
@@ -225,10 +237,76 @@ def hold(seconds: float, tick: Callable[[], None]) -> None:
         time.sleep(0.25)
 
 
+@dataclass
+class Stage:
+    """What an act needs: the world, its aggregator's log, and the status line shown as it goes."""
+
+    w: dict[str, Any]
+    show: Show
+    tl: Timeline
+    nodes: int
+    tail: LogTail | None = None
+    last_status: str = ""
+    # From the cut on: the most nodes Unknown at once, the fewest ready endpoints, and when
+    # each node was first seen Unknown.
+    unknown: int = 0
+    min_endpoints: int = 0
+    unknown_at: dict[str, float] = field(default_factory=dict)
+
+    def replicas(self) -> dict[str, int]:
+        items = self.w["seed_admin"].get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
+        return {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items}
+
+    def reset(self) -> None:
+        self.unknown, self.min_endpoints, self.unknown_at = 0, self.nodes, {}
+
+    def tick(self) -> None:
+        for e in self.tail.new_events() if self.tail is not None else ():
+            if e.get("event") in SHOWN_EVENTS:
+                detail = {k: v for k, v in e.items() if k not in ("event", "timestamp", "level", "target")}
+                self.show(f"aggregator: {e['event']} {detail}")
+        ages = lease_ages(self.w["shoot_admin"])
+        fresh = sum(1 for a in ages if a < 4)
+        r = self.replicas()
+        o = workload.observe(self.w["shoot_admin"])
+        ready = sum(1 for v in o.nodes.values() if v == "True")
+        status = (
+            f"leases renewed in the last 4s: {fresh}/{len(ages)}   "
+            f"KCM {r.get('kube-controller-manager')} ({self.w['kcm'].count()} running)  "
+            f"MCM {r.get('machine-controller-manager')}  CA {r.get('cluster-autoscaler')}   "
+            f"nodes Ready {ready}/{len(o.nodes)}, Unknown {len(o.unknown())}   "
+            f"ready endpoints {o.ready_endpoints}/{self.nodes}"
+        )
+        self.unknown = max(self.unknown, len(o.unknown()))
+        self.min_endpoints = min(self.min_endpoints, o.ready_endpoints)
+        if "cut" in self.tl.marks:
+            for n in o.unknown():
+                self.unknown_at.setdefault(n, time.monotonic() - self.tl.marks["cut"])
+        if status != self.last_status:
+            self.show(status)
+            self.last_status = status
+
+    def healthy(self, *, renewing: bool = True) -> bool:
+        """Every node Ready, every endpoint ready, KCM running and (``renewing``) every agent
+        renewing its lease (the aggregator creates them)."""
+        o = workload.observe(self.w["shoot_admin"])
+        renewed = len([a for a in lease_ages(self.w["shoot_admin"]) if a < 4]) == self.nodes
+        ready = list(o.nodes.values()) == ["True"] * self.nodes
+        up = ready and o.ready_endpoints == self.nodes and self.w["kcm"].ready() >= 1
+        return up and (renewed or not renewing)
+
+
 def run(
-    out: TextIO | None = sys.stdout, nodes: int = 10, overrides: dict[str, str] | None = None
+    out: TextIO | None = sys.stdout,
+    nodes: int = 10,
+    overrides: dict[str, str] | None = None,
+    *,
+    unprotected: bool = True,
+    renewals: list[float] | None = None,
 ) -> dict[str, float]:
-    """Runs the whole scenario; returns the measured times in seconds."""
+    """Runs the scenario, first without protection (``unprotected``: the aggregator in dry-run
+    beside KCM) and then with it, on the same cut; returns the measured times in seconds.
+    ``renewals`` gets, from act 1, each kubelet lease's last renewal in seconds from the cut."""
     overrides = {"DWD_NODE_GRACE": "0s", **(overrides or {})}
     tl = Timeline()
     show = Show(out, tl)
@@ -236,108 +314,174 @@ def run(
     with tempfile.TemporaryDirectory(prefix="dwd-demo-") as tmp_s, world(nodes, Path(tmp_s), show) as w:
         tmp = Path(tmp_s)
         start_agents(w, tmp, env_base)
-        log_path = start_aggregator(w, tmp, env_base, overrides)
-        show(f"started {nodes} agents (through the load balancer) and the aggregator with {overrides}")
-        tail = LogTail(log_path)
-        seed_admin = w["seed_admin"]
-        last_status = [""]
-
-        def replicas() -> dict[str, int]:
-            items = seed_admin.get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
-            return {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items}
-
-        def tick() -> None:
-            for e in tail.new_events():
-                if e.get("event") in SHOWN_EVENTS:
-                    detail = {
-                        k: v for k, v in e.items() if k not in ("event", "timestamp", "level", "target")
-                    }
-                    show(f"aggregator: {e['event']} {detail}")
-            ages = lease_ages(w["shoot_admin"])
-            fresh = sum(1 for a in ages if a < 4)
-            r = replicas()
-            o = workload.observe(w["shoot_admin"])
-            ready = sum(1 for v in o.nodes.values() if v == "True")
-            status = (
-                f"leases renewed in the last 4s: {fresh}/{len(ages)}   "
-                f"KCM {r.get('kube-controller-manager')} ({w['kcm'].count()} running)  "
-                f"MCM {r.get('machine-controller-manager')}  CA {r.get('cluster-autoscaler')}   "
-                f"nodes Ready {ready}/{len(o.nodes)}, Unknown {len(o.unknown())}   "
-                f"ready endpoints {o.ready_endpoints}/{nodes}"
-            )
-            outcome["unknown"] = max(outcome["unknown"], len(o.unknown()))
-            outcome["min_endpoints"] = min(outcome["min_endpoints"], o.ready_endpoints)
-            if status != last_status[0]:
-                show(status)
-                last_status[0] = status
-
-        outcome = {"unknown": 0, "min_endpoints": nodes}
-
-        def healthy() -> bool:
-            o = workload.observe(w["shoot_admin"])
-            renewing = len([a for a in lease_ages(w["shoot_admin"]) if a < 4]) == nodes
-            ready = list(o.nodes.values()) == ["True"] * nodes
-            return renewing and ready and o.ready_endpoints == nodes and w["kcm"].ready() >= 1
-
-        wait(healthy, 90, "first renewals, every node Ready, every endpoint ready, KCM running", tick)
-        show("every node renews its lease through the load balancer")
+        show(f"started {nodes} agents, renewing through the load balancer")
+        stage = Stage(w, show, tl, nodes)
         wait(
-            lambda: any(e.get("phase") == "healthy" for e in json_log(log_path)),
-            60,
-            "a healthy verdict",
-            tick,
+            lambda: stage.healthy(renewing=False),
+            90,
+            "every node Ready, every endpoint ready, KCM running",
+            stage.tick,
         )
-        hold(2, tick)
+        measured: dict[str, float] = {}
+        if unprotected:
+            measured |= _act_unprotected(stage, tmp, env_base, overrides, renewals)
+        measured |= _act_protected(stage, tmp, env_base, overrides)
+        if unprotected:
+            show(side_by_side(measured, nodes))
+        return measured
 
-        show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
-        w["lb"].close()
-        tl.mark("cut")
-        outcome.update(unknown=0, min_endpoints=nodes)  # what happens from the cut on
-        down = dict.fromkeys(CONTROLLERS, 0)
-        wait(lambda: replicas().get("machine-controller-manager") == 0, 120, "MCM scaled down", tick)
-        tl.mark("mcm_down")
-        mcm_down_wall = datetime.now(UTC)
-        wait(lambda: replicas() == down, 60, "every controller scaled down", tick)
-        tl.mark("all_down")
-        all_down_wall = datetime.now(UTC)
-        last_renewal = max(
-            parse_micro_time(lease["spec"]["renewTime"])
-            for lease in w["shoot_admin"].get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]
-        )
-        show(
-            f"protected: MCM down {tl.since('cut', 'mcm_down'):.1f}s and KCM down "
-            f"{tl.since('cut', 'all_down'):.1f}s after the cut (KCM's node grace period is 40-50s)"
-        )
-        wait(lambda: w["kcm"].count() == 0, 30, "no KCM process left", tick)
-        tl.mark("kcm_stopped")
-        held = GRACE_S + HOLD_PAST_GRACE_S - tl.since("cut", "kcm_stopped")
-        show(f">>> holding the cut {held:.0f}s more: past KCM's {GRACE_S}s grace, no KCM is there to act")
-        hold(held, tick)
 
-        show(">>> the load balancer is back")
-        w["lb"].open()
-        tl.mark("heal")
-        wait(lambda: replicas() == CONTROLLERS, 180, "every controller back with its old replicas", tick)
-        tl.mark("all_up")
-        wait(lambda: w["kcm"].ready() >= 1, 60, "KCM running again", tick)
-        hold(10, tick)
+def side_by_side(m: dict[str, float], nodes: int) -> str:
+    return (
+        f"the same cut, side by side: without protection KCM marked {m['unprotected_unknown']:.0f} nodes "
+        f"Unknown from {m['unprotected_first_unknown_s']:.0f}s on and left "
+        f"{m['unprotected_endpoints_min']:.0f}/{nodes} endpoints; with it KCM was stopped "
+        f"{m['cut_to_all_down_s']:.0f}s after the cut, "
+        f"{m['nodes_unknown_max']:.0f} nodes Unknown, {m['endpoints_ready_min']:.0f}/{nodes} endpoints kept"
+    )
+
+
+def _aggregator(stage: Stage, tmp: Path, env_base: dict[str, str], env: dict[str, str], name: str) -> Path:
+    """Start an aggregator and wait for its first healthy verdict; its log is the stage's."""
+    log_path = start_aggregator(stage.w, tmp, env_base, env, log_name=name)
+    stage.tail = LogTail(log_path)
+    stage.show(f"the aggregator started with {env}")
+    wait(stage.healthy, 60, "every agent renewing its lease", stage.tick)
+    stage.show("every node renews its lease through the load balancer")
+    wait(
+        lambda: any(e.get("phase") == "healthy" for e in json_log(log_path)),
+        60,
+        "a healthy verdict",
+        stage.tick,
+    )
+    hold(2, stage.tick)
+    return log_path
+
+
+def _stop_aggregator(stage: Stage) -> None:
+    proc: subprocess.Popen[bytes] = stage.w["procs"][-1]
+    proc.terminate()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(15)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    stage.w["procs"].remove(proc)
+    stage.tail = None
+
+
+def _act_unprotected(
+    stage: Stage,
+    tmp: Path,
+    env_base: dict[str, str],
+    overrides: dict[str, str],
+    renewals: list[float] | None,
+) -> dict[str, float]:
+    """Act 1: the aggregator in dry-run (it judges and says what it would do, writes nothing);
+    KCM alone decides what a cut means."""
+    show, tl, nodes = stage.show, stage.tl, stage.nodes
+    show(">>> act 1, no protection: the aggregator in dry-run, KCM alone")
+    _aggregator(stage, tmp, env_base, {**overrides, "DWD_DRY_RUN": "true"}, "aggregator-dry-run.log")
+    show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
+    stage.w["lb"].close()
+    stage.reset()
+    tl.marks["cut"], cut_wall = time.monotonic(), datetime.now(UTC)
+
+    def every_node_unknown() -> bool:
+        return stage.unknown == nodes and stage.min_endpoints == 0
+
+    # A kubelet renews every 10 s, KCM judges every 5 s after a 40 s grace: every node Unknown
+    # within 55 s of the cut, and the endpoints go with their nodes.
+    with contextlib.suppress(TimeoutError):
+        wait(every_node_unknown, GRACE_S + 25, "every node Unknown", stage.tick)
+    unknown_at = sorted(stage.unknown_at.values())
+    taken = nodes - stage.min_endpoints
+    if renewals is not None:
+        # What KCM judged, for a model of another rule on the same observations (bench/race.py).
+        for lease in stage.w["shoot_admin"].get(leases_path(NODE_LEASE_NAMESPACE))["items"]:
+            if renew := lease["spec"].get("renewTime"):
+                renewals.append((parse_micro_time(renew) - cut_wall).total_seconds())
+    if unknown_at:
+        first, last = unknown_at[0], unknown_at[-1]
         show(
-            f"KCM in the loop: during the {tl.since('cut', 'heal'):.0f}s cut at most "
-            f"{outcome['unknown']} nodes Unknown, at least {outcome['min_endpoints']}/{nodes} endpoints ready"
+            f"unprotected: KCM marked {len(unknown_at)} nodes Unknown {first:.0f}-{last:.0f}s after the cut "
+            f"and removed {taken} of {nodes} endpoints"
         )
-        annotations = [
-            d["metadata"].get("annotations") or {}
-            for d in seed_admin.get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
-        ]
-        marks = (RECORD, REPLICAS, MELTDOWN)
-        leftover = [a for a in annotations if any(k in marks for k in a)]
-        show(f"restored {replicas()}; controllers still carrying a record: {len(leftover)}")
-        return {
-            "last_renewal_to_mcm_down_s": (mcm_down_wall - last_renewal).total_seconds(),
-            "last_renewal_to_kcm_down_s": (all_down_wall - last_renewal).total_seconds(),
-            "cut_to_mcm_down_s": tl.since("cut", "mcm_down"),
-            "cut_to_all_down_s": tl.since("cut", "all_down"),
-            "heal_to_all_up_s": tl.since("heal", "all_up"),
-            "nodes_unknown_max": float(outcome["unknown"]),
-            "endpoints_ready_min": float(outcome["min_endpoints"]),
-        }
+    else:
+        show(f"unprotected: no node went Unknown within {GRACE_S + 25}s of the cut")
+    show(">>> the load balancer is back")
+    stage.w["lb"].open()
+    wait(stage.healthy, 90, "every node Ready and every endpoint back", stage.tick)
+    show(f"every node Ready again, {nodes}/{nodes} endpoints")
+    _stop_aggregator(stage)
+    del tl.marks["cut"]
+    return {
+        "unprotected_first_unknown_s": unknown_at[0] if unknown_at else math.inf,
+        "unprotected_last_unknown_s": unknown_at[-1] if unknown_at else math.inf,
+        "unprotected_unknown": float(len(unknown_at)),
+        "unprotected_endpoints_min": float(stage.min_endpoints),
+    }
+
+
+def _act_protected(
+    stage: Stage, tmp: Path, env_base: dict[str, str], overrides: dict[str, str]
+) -> dict[str, float]:
+    """Act 2: the same cut with the aggregator acting."""
+    show, tl, nodes, w = stage.show, stage.tl, stage.nodes, stage.w
+    show(">>> act 2, protection: the aggregator with its defaults")
+    _aggregator(stage, tmp, env_base, overrides, "aggregator.log")
+    seed_admin = w["seed_admin"]
+    replicas = stage.replicas
+    show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
+    w["lb"].close()
+    tl.mark("cut")
+    stage.reset()
+    down = dict.fromkeys(CONTROLLERS, 0)
+    wait(lambda: replicas().get("machine-controller-manager") == 0, 120, "MCM scaled down", stage.tick)
+    tl.mark("mcm_down")
+    mcm_down_wall = datetime.now(UTC)
+    wait(lambda: replicas() == down, 60, "every controller scaled down", stage.tick)
+    tl.mark("all_down")
+    all_down_wall = datetime.now(UTC)
+    last_renewal = max(
+        parse_micro_time(lease["spec"]["renewTime"])
+        for lease in w["shoot_admin"].get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]
+    )
+    show(
+        f"protected: MCM down {tl.since('cut', 'mcm_down'):.1f}s and KCM down "
+        f"{tl.since('cut', 'all_down'):.1f}s after the cut (KCM's node grace period is 40-50s)"
+    )
+    wait(lambda: w["kcm"].count() == 0, 30, "no KCM process left", stage.tick)
+    tl.mark("kcm_stopped")
+    held = GRACE_S + HOLD_PAST_GRACE_S - tl.since("cut", "kcm_stopped")
+    show(f">>> holding the cut {held:.0f}s more: past KCM's {GRACE_S}s grace, no KCM is there to act")
+    hold(held, stage.tick)
+
+    show(">>> the load balancer is back")
+    w["lb"].open()
+    tl.mark("heal")
+    wait(lambda: replicas() == CONTROLLERS, 180, "every controller back with its old replicas", stage.tick)
+    tl.mark("all_up")
+    wait(lambda: w["kcm"].ready() >= 1, 60, "KCM running again", stage.tick)
+    hold(10, stage.tick)
+    show(
+        f"protected: KCM stopped {tl.since('cut', 'all_down'):.0f}s after the cut; at most {stage.unknown} "
+        f"nodes Unknown, {stage.min_endpoints}/{nodes} endpoints kept; all restored "
+        f"{tl.since('heal', 'all_up'):.0f}s after the heal"
+    )
+    annotations = [
+        d["metadata"].get("annotations") or {}
+        for d in seed_admin.get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
+    ]
+    marks = (RECORD, REPLICAS, MELTDOWN)
+    leftover = [a for a in annotations if any(k in marks for k in a)]
+    show(f"restored {replicas()}; controllers still carrying a record: {len(leftover)}")
+    return {
+        "last_renewal_to_mcm_down_s": (mcm_down_wall - last_renewal).total_seconds(),
+        "last_renewal_to_kcm_down_s": (all_down_wall - last_renewal).total_seconds(),
+        "cut_to_mcm_down_s": tl.since("cut", "mcm_down"),
+        "cut_to_all_down_s": tl.since("cut", "all_down"),
+        "heal_to_all_up_s": tl.since("heal", "all_up"),
+        "nodes_unknown_max": float(stage.unknown),
+        "endpoints_ready_min": float(stage.min_endpoints),
+    }
