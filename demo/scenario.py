@@ -42,7 +42,7 @@ from testenv import workload
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.kcm import KcmDeploymentController, KcmReplicas
 from testenv.kubelet import Kubelet, node_credentials, write_kubeconfig
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, deployment, grant_agent_rbac, json_log
+from testenv.standins import CONTROLLERS, DEPLOYMENTS, LoggedProcess, deployment, grant_agent_rbac, json_log
 from testenv.tcpproxy import TcpProxy
 
 # KCM's node-monitor grace period as Gardener sets it, and how long the demo holds the cut
@@ -359,14 +359,12 @@ def _aggregator(stage: Stage, tmp: Path, env_base: dict[str, str], env: dict[str
 
 
 def _stop_aggregator(stage: Stage) -> None:
-    proc: subprocess.Popen[bytes] = stage.w["procs"][-1]
-    proc.terminate()
+    """The act's aggregator, the last process started, stopped (killed if it lingers)."""
+    assert stage.tail is not None
+    aggregator = LoggedProcess(stage.w["procs"].pop(), stage.tail.path)
     with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(15)
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    stage.w["procs"].remove(proc)
+        aggregator.terminate(15)
+    aggregator.kill()
     stage.tail = None
 
 
