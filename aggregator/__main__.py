@@ -30,6 +30,7 @@ from aggregator.metrics import AggregatorMetrics
 from aggregator.ratelimit import RateLimit
 from aggregator.server import make_app, render_table, serve
 from aggregator.settings import Settings, Shoots, Watching
+from aggregator.shards import Shards
 from aggregator.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
 from core import logs
 from core.errors import ConfigError, KubeError
@@ -90,6 +91,16 @@ class SeedClients:
             await client.close()
 
 
+def _election(settings: Settings, seed: KubeClient) -> tuple[LeaderElector | None, Shards | None]:
+    """One leader Lease, shard Leases (aggregator/shards.py), or neither (a single replica)."""
+    leader = settings.leader
+    if not leader.enabled:
+        return None, None
+    if leader.shards > 1:
+        return None, Shards(seed, leader, leader.shards)
+    return LeaderElector(seed, leader), None
+
+
 async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     shoots = settings.shoots
     endpoint = KubeconfigSource(shoots.seed_kubeconfig) if shoots.seed_kubeconfig else in_cluster
@@ -97,9 +108,12 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     endpoint()  # credentials we cannot even load stop start-up; an unreachable server is retried
     metrics = AggregatorMetrics()
     metrics.dry_run.set(1 if settings.scaling.dry_run else 0)
-    elector = LeaderElector(clients.election, settings.leader) if settings.leader.enabled else None
+    elector, shards = _election(settings, clients.election)
     is_leader = elector.is_leader if elector is not None else (lambda: True)
     term_end = elector.term_end if elector is not None else (lambda: math.inf)
+    if shards is not None:
+        is_leader = lambda: bool(shards.held())  # noqa: E731
+        metrics.shards_held.set_function(lambda: float(len(shards.held())))
     metrics.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
     heap = Heap()
     fleet = Fleet(
@@ -113,9 +127,10 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         events=clients.events,
         watch_dependents=True,
         on_change=heap.changed,
+        shards=shards,
     )
     source = source_for(shoots, clients.watches, settings.watching)
-    identity = elector.identity if elector is not None else os.uname().nodename
+    identity = next((e.identity for e in (elector, shards) if e is not None), os.uname().nodename)
     lag = LoopLag(observe=metrics.loop_lag.observe)
 
     def status() -> dict[str, Any]:
@@ -127,6 +142,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
             "lease_duration_s": settings.decider.lease_duration_s,
             "source_error": fleet.source_error,
             "loop_lag": lag.snapshot(),
+            "shards": None if shards is None else shards.snapshot(),
             "skipped": getattr(source, "skipped", {}),
             "targets": fleet.snapshot(),
         }
@@ -143,11 +159,14 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     ]
     if elector is not None:
         tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
+    if shards is not None:
+        tasks.append(asyncio.create_task(shards.run(), name="shards"))
     try:
         await _until_stopped(tasks)
     finally:
-        if elector is not None:
-            await asyncio.shield(elector.release())
+        for giving_up in (elector, shards):
+            if giving_up is not None:
+                await asyncio.shield(giving_up.release())
         if runner is not None:
             await runner.cleanup()
         await clients.close()

@@ -8,6 +8,7 @@ survives restarts, and nothing per removed target runs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from aggregator.metrics import AggregatorMetrics
 from aggregator.orphans import Orphans
 from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Settings
+from aggregator.shards import Shards
 from aggregator.sources import KubeconfigSecrets, TargetSource, TargetSpec
 from aggregator.target import Target
 from core import logs
@@ -52,6 +54,7 @@ class Fleet:
         events: KubeClient | None = None,
         watch_dependents: bool = False,
         on_change: Callable[[], None] = lambda: None,
+        shards: Shards | None = None,
     ) -> None:
         self.settings = settings
         self.seed = seed
@@ -60,6 +63,10 @@ class Fleet:
         self.events = events or seed
         self.dependents = dependents
         self.metrics = metrics
+        # Sharded, each target acts while its shard is held here, and the sweep while shard 0 is.
+        self.shards = shards
+        if shards is not None:
+            is_leader, term_end = shards.sweeps, shards.sweep_term_end
         self.is_leader = is_leader
         self.term_end = term_end
         # Told when targets start or stop (aggregator/heap.py).
@@ -148,6 +155,10 @@ class Fleet:
         shoot: KubeClient | None = None
         try:
             shoot = await self._shoot_client(spec)
+            is_leader, term_end = self.is_leader, self.term_end
+            if self.shards is not None:
+                is_leader = functools.partial(self.shards.leads, spec.name)
+                term_end = functools.partial(self.shards.term_end, spec.name)
             target = Target(
                 spec.name,
                 spec.namespace,
@@ -155,8 +166,8 @@ class Fleet:
                 self.seed,
                 settings=self.settings,
                 dependents=self.dependents,
-                is_leader=self.is_leader,
-                term_end=self.term_end,
+                is_leader=is_leader,
+                term_end=term_end,
                 node_conditions=dict(spec.node_conditions),
                 metrics=self.metrics,
                 watched=self.seed_dependents,

@@ -48,7 +48,68 @@ class LeaderRecord:
         )
 
 
+class Hold:
+    """What one replica knows of one election Lease, and what it may do with it.
+
+    Its term ends a renew deadline after it sent its last successful renewal; it may take a
+    Lease held by another only once that holder's renewTime has stood still for a lease
+    duration by this replica's own clock. The first ends before the second can begin, so two
+    holders never act at once (client-go's rule, for every Lease it is used on).
+    """
+
+    def __init__(self, identity: str, timings: Leader, clock: Callable[[], float]) -> None:
+        self.identity = identity
+        self.timings = timings
+        self.clock = clock
+        self.renewed_at = float("-inf")  # our clock, when our last successful renewal was sent
+        self.observed: tuple[str, str] = ("", "")  # (holder, renewTime) last seen
+        self.observed_at = float("-inf")
+        self.holder = ""
+
+    def holds(self) -> bool:
+        return self.clock() - self.renewed_at < self.timings.renew_deadline_s
+
+    def term_end(self) -> float:
+        """Until when (by ``clock``) this replica may write."""
+        return self.renewed_at + self.timings.renew_deadline_s
+
+    def observe(self, record: LeaderRecord) -> None:
+        self.holder = record.holder
+        if (record.holder, record.renew_time) != self.observed:
+            self.observed, self.observed_at = (record.holder, record.renew_time), self.clock()
+
+    def mine(self) -> bool:
+        return self.holder == self.identity
+
+    def free(self) -> bool:
+        """Nobody holds it, or its holder has not renewed it for a lease duration."""
+        expired = self.clock() - self.observed_at >= self.timings.lease_duration_s
+        return not self.holder or (expired and not self.mine())
+
+    def spec(self, record: LeaderRecord | None, now_wall: str) -> dict[str, Any]:
+        """The spec that renews (ours) or takes (anyone else's) the Lease ``record`` describes."""
+        mine = record is not None and record.holder == self.identity
+        transitions = 0 if record is None else record.transitions + (0 if mine else 1)
+        acquire = (record.acquire_time or now_wall) if record is not None and mine else now_wall
+        return {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": round(self.timings.lease_duration_s),
+            "acquireTime": acquire,
+            "renewTime": now_wall,
+            "leaseTransitions": transitions,
+        }
+
+    def renewed(self, sent_at: float, now_wall: str) -> None:
+        self.renewed_at, self.holder = sent_at, self.identity
+        self.observed, self.observed_at = (self.identity, now_wall), self.clock()
+
+    def given_up(self) -> None:
+        self.renewed_at = float("-inf")
+
+
 class LeaderElector:
+    """One election Lease, read and renewed every retry period."""
+
     def __init__(
         self,
         seed: KubeClient,
@@ -63,23 +124,22 @@ class LeaderElector:
         self.path = lease_path(settings.namespace, name)
         self.collection = leases_path(settings.namespace)
         self.name = name
-        self.lease_duration_s = settings.lease_duration_s
-        self.renew_deadline_s = settings.renew_deadline_s
         self.retry_period_s = settings.retry_period_s
-        self.identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+        self.identity = identity or new_identity()
         self.clock = clock
-        self._renewed_at = float("-inf")  # our clock, our last successful renewal
-        self._observed: tuple[str, str] = ("", "")  # (holder, renewTime) last seen
-        self._observed_at = float("-inf")
-        self.holder = ""
+        self.hold = Hold(self.identity, settings, clock)
+
+    @property
+    def holder(self) -> str:
+        return self.hold.holder
 
     def is_leader(self) -> bool:
-        return self.clock() - self._renewed_at < self.renew_deadline_s
+        return self.hold.holds()
 
     def term_end(self) -> float:
         """Until when (by ``clock``) this replica may write: its last renewal plus the renew
         deadline, which ends before any standby may take over (client-go's rule)."""
-        return self._renewed_at + self.renew_deadline_s
+        return self.hold.term_end()
 
     async def run(self) -> None:
         was_leader = False
@@ -94,53 +154,36 @@ class LeaderElector:
                 was_leader = leader
             await asyncio.sleep(self.retry_period_s)
 
-    def _spec(self, now_wall: str, transitions: int, acquire: str) -> dict[str, Any]:
-        return {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": round(self.lease_duration_s),
-            "acquireTime": acquire,
-            "renewTime": now_wall,
-            "leaseTransitions": transitions,
-        }
-
     async def _try_once(self) -> None:
         now_wall = format_micro_time(datetime.now(UTC))
+        sent_at = self.clock()
         try:
             lease = await self.seed.get(self.path)
         except NotFound:
             try:
-                await self.seed.create(
-                    self.collection,
-                    {"metadata": {"name": self.name}, "spec": self._spec(now_wall, 0, now_wall)},
-                )
-                self._renewed_at, self.holder = self.clock(), self.identity
+                body = {"metadata": {"name": self.name}, "spec": self.hold.spec(None, now_wall)}
+                await self.seed.create(self.collection, body)
+                self.hold.renewed(sent_at, now_wall)
             except Conflict:
                 pass
             return
         record = LeaderRecord.from_object(lease)
-        self.holder = record.holder
-        if (record.holder, record.renew_time) != self._observed:
-            self._observed, self._observed_at = (record.holder, record.renew_time), self.clock()
-        mine = record.holder == self.identity
-        expired = self.clock() - self._observed_at >= self.lease_duration_s
-        if not (mine or not record.holder or expired):
+        self.hold.observe(record)
+        if not (self.hold.mine() or self.hold.free()):
             return
-        transitions = record.transitions + (0 if mine else 1)
-        acquire = (record.acquire_time or now_wall) if mine else now_wall
-        lease["spec"] = self._spec(now_wall, transitions, acquire)
+        lease["spec"] = self.hold.spec(record, now_wall)
         try:
             # A PUT on the resourceVersion we read: of two candidates only one wins.
             await self.seed.request("PUT", self.path, body=lease)
         except Conflict:
             return
-        self._renewed_at, self.holder = self.clock(), self.identity
-        self._observed, self._observed_at = (self.identity, now_wall), self.clock()
+        self.hold.renewed(sent_at, now_wall)
 
     async def release(self) -> None:
         """Give the lease up on a clean shutdown, so a standby need not wait a lease duration."""
         if not self.is_leader():
             return
-        self._renewed_at = float("-inf")
+        self.hold.given_up()
         try:
             lease = await self.seed.get(self.path)
             if LeaderRecord.from_object(lease).holder == self.identity:
@@ -148,3 +191,9 @@ class LeaderElector:
                 await self.seed.request("PUT", self.path, body=lease)
         except KubeError as e:
             log.warning("leader_release_failed", error=str(e))
+
+
+def new_identity() -> str:
+    """This replica's name in every election: its host (the pod's name) and a random part, so a
+    restarted pod of the same name is not taken for its predecessor."""
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"

@@ -99,7 +99,16 @@ class AggregatorMetrics:
         self.tick = r.gauge(
             "dwd_target_tick_seconds", "How long the target's last tick took (its I/O included).", ["target"]
         )
-        self.leader = r.gauge("dwd_leader", "1 while this replica is the leader.")
+        self.leader = r.gauge(
+            "dwd_leader", "1 while this replica is the leader (sharded: while it holds any shard)."
+        )
+        self.leading = r.gauge(
+            "dwd_target_leading",
+            "1 where this replica acts for the target (its leader, or its shard's holder); a "
+            "replica that does not still judges it, and its phase series say what it would do.",
+            ["target"],
+        )
+        self.shards_held = r.gauge("dwd_shards_held", "Shard Leases this replica holds (DWD_SHARDS > 1).")
         self.dry_run = r.gauge("dwd_dry_run", "1 when scaling is only reported.")
 
     def set_phase(self, target: str, phase: Phase) -> None:

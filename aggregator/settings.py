@@ -191,6 +191,9 @@ class Decider:
             return cls()
 
 
+MAX_SHARDS = 64
+
+
 @dataclass(frozen=True)
 class Leader:
     """Leader election on a seed Lease (aggregator/leader.py), with client-go's defaults."""
@@ -200,8 +203,14 @@ class Leader:
     lease_duration_s: float = 15.0
     renew_deadline_s: float = 10.0
     retry_period_s: float = 2.0
+    # Shard Leases the targets are shared out over (aggregator/shards.py); 1: one Lease, whose
+    # holder acts on every target. Two or more need leader election, and pay off only with as
+    # many replicas: a seed-wide outage's interlocks and writes are split between them.
+    shards: int = 1
 
     def __post_init__(self) -> None:
+        if self.shards > 1 and not self.enabled:
+            _check(["DWD_SHARDS: more than one shard needs DWD_LEADER_ELECTION=true"])
         if not self.lease_duration_s > self.renew_deadline_s > self.retry_period_s:
             # client-go rejects the same: a leader must stop before a standby may start.
             _check(
@@ -221,8 +230,11 @@ class Leader:
             "renew_deadline_s": r.duration("DWD_LEADER_RENEW_DEADLINE", "10s", min_s=0.5),
             "retry_period_s": r.duration("DWD_LEADER_RETRY_PERIOD", "2s", min_s=0.1),
         }
+        shards = r.integer("DWD_SHARDS", 1, min_value=1)
+        if shards > MAX_SHARDS:
+            r.problem("DWD_SHARDS", f"{shards} is above the maximum {MAX_SHARDS} (a Lease renewed each)")
         try:
-            return cls(enabled, namespace, **timings)
+            return cls(enabled, namespace, **timings, shards=min(shards, MAX_SHARDS))
         except ConfigError as e:
             r.problems.extend(e.problems)
             return cls(enabled, namespace)

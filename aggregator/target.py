@@ -309,6 +309,7 @@ class Target:
         now = self.clock()
         leader = self.is_leader()
         self._take_over_if_new_leader(now, leader)
+        self.metrics.leading.set(1 if leader else 0, target=self.name)
         self._see(now)
         before = self.memory
         if self._wants_witness() and self.kubelets.due(self.params.witness_every_s):
@@ -317,9 +318,10 @@ class Target:
         if self.machines.due(p.machines_every_s if self._wants_witness() else p.machines_idle_s):
             await self._read_machines()
         verdict = await self._judge(now)
-        if verdict.scale_down:
-            # A standby checks too (the checks only read): its status must not claim a
-            # scale-down the leader would have refused.
+        if verdict.scale_down and leader:
+            # Only the replica that acts checks: a standby's probes and LISTs would double the
+            # shoots' and the seed's load in a seed-wide outage, and it acts on nothing (as a
+            # new leader it starts from the records and checks before any write of its own).
             refusal = await self.interlocks()
             if refusal is not None:
                 verdict = blocked(verdict, before, now, str(refusal))

@@ -419,3 +419,20 @@ async def test_a_rotating_sample_never_judges_fewer_nodes_than_it_should(
     assert len(first - now) > k / 3, "the sample did not rotate"
     assert min(judged) >= k
     assert not w.ever_scaled_down()
+
+
+async def test_a_standby_judges_an_outage_but_sends_no_probe_and_no_confirming_list() -> None:
+    """The interlocks only matter where a write follows: a standby's probes and LISTs would
+    double the shoots' load in a seed-wide outage for nothing (bench/seed.py)."""
+    w = World()
+    w.leader = False
+    await w.settle()
+    probes: list[str] = []
+    w.shoot.on_request = lambda method, path: probes.append(path) if path == "/readyz" else None
+    w.alive -= set(w.names[:7])
+    await w.run(20)
+    assert w.target.memory.phase is Phase.DOWN  # judged as the leader would have
+    assert w.replicas() == CONTROLLERS and probes == []
+    w.leader = True
+    await w.until(lambda: w.replicas() == DOWN, 20, "the new leader's scale-down")
+    assert probes  # checked before the first write of its own

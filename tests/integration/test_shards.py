@@ -1,0 +1,119 @@
+"""Two aggregators sharing six targets over four shard Leases on the real seed API server: each
+target's writes come from one replica, both act in the same outage, and a replica killed with
+SIGKILL leaves its shards to the other within a lease duration, which restores every target."""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from aggregator.records import MELTDOWN
+from aggregator.shards import ROLE, shard_of
+from testenv.controlplane import ensure_namespace
+from testenv.standins import CONTROLLERS, DEPLOYMENTS, DeploymentController, LoggedProcess, deployment
+from tests.integration.agents import wait_for
+from tests.integration.shoot import ACCESS_SECRET, Shoot
+
+DOWN = dict.fromkeys(CONTROLLERS, 0)
+FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
+SHARDS = 4
+
+
+def replicas(shoot: Shoot, ns: str) -> dict[str, int]:
+    items = shoot.seed_admin.get(DEPLOYMENTS.format(ns=ns))["items"]
+    return {d["metadata"]["name"]: int(d["spec"]["replicas"]) for d in items}
+
+
+def shard_holders(shoot: Shoot) -> dict[str, str]:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{shoot.namespace}/leases"
+    items = shoot.seed_admin.get(path, labelSelector=f"{ROLE}=shard")["items"]
+    return {i["metadata"]["name"]: str(i["spec"].get("holderIdentity") or "") for i in items}
+
+
+def recorded(shoot: Shoot, ns: str) -> bool:
+    items = shoot.seed_admin.get(DEPLOYMENTS.format(ns=ns))["items"]
+    return any(MELTDOWN in (d["metadata"].get("annotations") or {}) for d in items)
+
+
+def writers(aggregators: list[LoggedProcess]) -> dict[str, set[int]]:
+    """Per target, which of ``aggregators`` scaled any of its dependents."""
+    out: dict[str, set[int]] = collections.defaultdict(set)
+    for i, agg in enumerate(aggregators):
+        for e in agg.events():
+            if e["event"] == "resource_scaling":
+                out[e["target"]].add(i)
+    return out
+
+
+def test_two_replicas_share_the_targets_and_one_takes_the_others_share_when_it_dies(
+    shoot: Shoot, tmp_path: Path
+) -> None:
+    shoot.setup()
+    access: dict[str, Any] = shoot.aggregator_access("agg-token")
+    # Six targets on the same shoot: each its own control-plane namespace of the seed.
+    namespaces = [shoot.namespace] + [f"{shoot.namespace[:50]}-{i}" for i in range(1, 6)]
+    controllers = []
+    for ns in namespaces:
+        if ns != shoot.namespace:
+            ensure_namespace(shoot.seed_admin, ns)
+            for name, count in CONTROLLERS.items():
+                shoot.seed_admin.create(DEPLOYMENTS.format(ns=ns), deployment(name, count))
+            controllers.append(DeploymentController(shoot.seed.admin_client(), ns))
+            controllers[-1].start()
+        shoot.namespace, home = ns, shoot.namespace
+        shoot.store_access(access, ACCESS_SECRET)
+        shoot.namespace = home
+    assert len({shard_of(ns, SHARDS) for ns in namespaces}) >= 2  # the test means something
+    targets = tmp_path / "targets.yaml"
+    targets.write_text(yaml.safe_dump({"targets": [{"namespace": ns} for ns in namespaces]}))
+    env = {**shoot.election_env(), **FILE_MODE, "DWD_TARGETS": f"file:{targets}", "DWD_SHARDS": str(SHARDS)}
+    try:
+        a, b = shoot.start_aggregator(**env), shoot.start_aggregator(**env)
+        wait_for(
+            lambda: (
+                len(shard_holders(shoot)) == SHARDS
+                and sorted(collections.Counter(shard_holders(shoot).values()).values()) == [2, 2]
+            ),
+            40,
+            "two shards each",
+            every_s=0.5,
+        )
+        shoot.wait_leases_renewed()
+        time.sleep(4)  # every target's view fresh for a lease duration
+
+        shoot.driver.alive -= {f"node-{i}" for i in range(8)}
+        wait_for(
+            lambda: all(replicas(shoot, ns) == DOWN for ns in namespaces),
+            40,
+            "every target down",
+            every_s=0.2,
+        )
+        wrote = writers([a, b])
+        assert set(wrote) == set(namespaces)
+        assert all(len(w) == 1 for w in wrote.values()), wrote  # one writer a target
+        assert {i for w in wrote.values() for i in w} == {0, 1}  # and the work split
+        a.kill()  # SIGKILL: a's shards are not given back
+        killed_at = time.monotonic()
+        shoot.driver.alive |= {f"node-{i}" for i in range(8)}
+        wait_for(
+            lambda: all(replicas(shoot, ns) == CONTROLLERS for ns in namespaces),
+            60,
+            "every target restored by the survivor",
+            every_s=0.2,
+        )
+        # a lease duration (4 s) until its shards are free, then a tick and the levels up.
+        assert time.monotonic() - killed_at < 4 + 12
+        wait_for(lambda: not any(recorded(shoot, ns) for ns in namespaces), 20, "every record removed")
+        assert set(shard_holders(shoot).values()) == {_identity(b)}
+        assert any(e["event"] == "shards_changed" and len(e["held"]) == SHARDS for e in b.events())
+    finally:
+        for c in controllers:
+            c.stop()
+
+
+def _identity(agg: LoggedProcess) -> str:
+    return next(e["identity"] for e in agg.events() if e["event"] == "aggregator_started")

@@ -1,0 +1,143 @@
+"""Shard Leases against the fake API and a manual clock: the share, the first lease duration,
+hand-over without overlap, a dead replica's shards, a clean release, dead members forgotten."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import itertools
+
+import pytest
+
+from aggregator.settings import Leader
+from aggregator.shards import GROUP, ROLE, Shards, shard_of
+from core.errors import ConfigError
+from core.lease import lease_path
+from tests.unit.fakekube import FakeKube
+from tests.unit.world import Clock
+
+
+def replica(kube: FakeKube, clock: Clock, identity: str, count: int = 8) -> Shards:
+    return Shards(kube, Leader(True, "garden", shards=count), count, identity=identity, clock=clock)  # type: ignore[arg-type]
+
+
+async def period(clock: Clock, *replicas: Shards, times: int = 1) -> None:
+    """Retry periods in which ``replicas`` step; no shard is ever held by two at any moment."""
+    for _ in range(times):
+        clock.now += 2.0
+        for r in replicas:
+            await r.step()
+            assert_no_overlap(*replicas)
+
+
+def assert_no_overlap(*replicas: Shards) -> None:
+    holders = collections.Counter(i for r in replicas for i in r.held())
+    assert all(n == 1 for n in holders.values()), holders
+
+
+def test_a_target_belongs_to_one_shard_whatever_the_replicas_and_the_names_spread() -> None:
+    names = [f"shoot--p{i}--s" for i in range(250)]
+    counts = collections.Counter(shard_of(n, 8) for n in names)
+    assert set(counts) == set(range(8))
+    assert max(counts.values()) < 2 * 250 / 8  # no shard carries twice its share
+    assert [shard_of(n, 8) for n in names] == [shard_of(n, 8) for n in names]
+
+
+async def test_a_lone_replica_takes_nothing_in_its_first_lease_duration_then_every_shard() -> None:
+    kube, clock = FakeKube(), Clock()
+    a = replica(kube, clock, "a")
+    await period(clock, a, times=7)  # 14 s: under a lease duration since it started
+    assert a.held() == []
+    await period(clock, a)
+    assert a.held() == list(range(8))
+    shard = kube.objects[lease_path("garden", "dwd-lease-aggregator-shard-3")]
+    assert shard["metadata"]["labels"] == {GROUP: "dwd-lease-aggregator", ROLE: "shard"}
+    assert shard["spec"]["holderIdentity"] == "a"
+
+
+async def test_two_replicas_started_together_share_the_shards_without_ever_overlapping() -> None:
+    kube, clock = FakeKube(), Clock()
+    a, b = replica(kube, clock, "a"), replica(kube, clock, "b")
+    await period(clock, a, b, times=30)
+    assert sorted(a.held() + b.held()) == list(range(8))
+    assert (len(a.held()), len(b.held())) == (4, 4)
+    assert a.live_members() == b.live_members() == 2
+
+
+async def test_a_newcomer_gets_its_share_one_shard_at_a_time_and_never_a_shard_still_held() -> None:
+    kube, clock = FakeKube(), Clock()
+    a = replica(kube, clock, "a")
+    await period(clock, a, times=10)
+    assert len(a.held()) == 8
+    b = replica(kube, clock, "b")
+    held_by_a = []
+    for _ in range(30):
+        await period(clock, a, b)
+        held_by_a.append(len(a.held()))
+    assert (len(a.held()), len(b.held())) == (4, 4)
+    # Given back one a retry period, once the excess has lasted a lease duration.
+    steps = [x - y for x, y in itertools.pairwise(held_by_a)]
+    assert max(steps) == 1 and held_by_a[:7] == [8] * 7
+
+
+async def test_a_dead_replicas_shards_are_taken_after_a_lease_duration_and_its_term_ended_first() -> None:
+    kube, clock = FakeKube(), Clock()
+    a, b = replica(kube, clock, "a"), replica(kube, clock, "b")
+    await period(clock, a, b, times=30)
+    lost = a.held()
+    # a stops (SIGKILL, a partition): only b steps from now on.
+    for seconds in range(2, 30, 2):
+        await period(clock, b)
+        assert_no_overlap(a, b)
+        if seconds < 14:
+            assert not set(lost) & set(b.held())
+    assert sorted(b.held()) == list(range(8))
+    assert a.held() == []
+
+
+async def test_a_released_replicas_shards_are_taken_at_the_next_period() -> None:
+    kube, clock = FakeKube(), Clock()
+    a, b = replica(kube, clock, "a"), replica(kube, clock, "b")
+    await period(clock, a, b, times=30)
+    await a.release()
+    assert a.held() == []
+    assert lease_path("garden", a.member_name) not in kube.objects
+    await period(clock, b)
+    assert sorted(b.held()) == list(range(8))
+
+
+async def test_of_two_replicas_reaching_for_a_free_shard_at_once_one_gets_it() -> None:
+    kube, clock = FakeKube(), Clock()
+    a, b = replica(kube, clock, "a", count=1), replica(kube, clock, "b", count=1)
+    clock.now += 16
+    await asyncio.gather(a.step(), b.step())
+    assert len(a.held()) + len(b.held()) == 1
+
+
+async def test_a_dead_members_lease_is_forgotten_and_deleted_after_ten_lease_durations() -> None:
+    kube, clock = FakeKube(), Clock()
+    a, b = replica(kube, clock, "a"), replica(kube, clock, "b")
+    await period(clock, a, b, times=10)
+    dead = lease_path("garden", b.member_name)
+    await period(clock, a, times=10)
+    assert dead in kube.objects and a.live_members() == 1  # not live, not yet forgotten
+    await period(clock, a, times=70)
+    assert dead not in kube.objects
+    assert sorted(a.held()) == list(range(8))
+
+
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        ({"DWD_SHARDS": "4"}, "DWD_SHARDS: more than one shard needs DWD_LEADER_ELECTION=true"),
+        ({"DWD_SHARDS": "0", "DWD_LEADER_ELECTION": "true"}, "DWD_SHARDS: 0 is below the minimum 1"),
+        ({"DWD_SHARDS": "65", "DWD_LEADER_ELECTION": "true"}, "DWD_SHARDS: 65 is above the maximum 64"),
+        ({"DWD_SHARDS": "x", "DWD_LEADER_ELECTION": "true"}, "DWD_SHARDS: 'x' is not an integer"),
+    ],
+)
+def test_a_bad_shard_count_is_named(env: dict[str, str], problem: str) -> None:
+    from aggregator.settings import Settings
+
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env({"DWD_SHOOT_KUBECONFIG": "/k", "DWD_SHOOT_NAMESPACE": "ns", **env})
+    assert any(p.startswith(problem) for p in e.value.problems), e.value.problems
