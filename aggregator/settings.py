@@ -191,7 +191,7 @@ class Decider:
             return cls()
 
 
-MAX_SHARDS = 64
+MAX_SHARDS = 16
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """One aggregator, a whole seed of targets: healthy, then every shoot cut at once, then healed.
 
     python -m bench.seed [--targets 1,50,100,250] [--nodes 10] [--window 600] [--outages 3] [--code DIR]
+                         [--replicas 1] [--shards 8]
 
 Real seed and shoot kube-apiservers; per target a control-plane namespace with a Cluster of a
 real one's size (25 KB), the kubeconfig Secret and the three dependents. The targets share one
@@ -138,8 +139,10 @@ def status(port: int) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def aggregator(kubeconfig: Path, code: Path, tmp: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
-    port = free_port()
+def aggregators(
+    kubeconfig: Path, code: Path, tmp: Path, replicas: int = 1, shards: int = 1
+) -> Iterator[list[tuple[subprocess.Popen[bytes], int]]]:
+    """``replicas`` aggregators; more than one elect on shard Leases (``shards``) in ``garden``."""
     env = {
         "PATH": "/usr/bin:/bin",
         "PYTHONPATH": str(code),
@@ -147,21 +150,32 @@ def aggregator(kubeconfig: Path, code: Path, tmp: Path) -> Iterator[tuple[subpro
         "DWD_TARGETS": "gardener",
         "DWD_SEED_KUBECONFIG": str(kubeconfig),
         "DWD_NODE_GRACE": "0s",
-        "DWD_METRICS_ADDR": f"127.0.0.1:{port}",
         "DWD_LOG_FORMAT": "json",
     }
-    with open(tmp / "aggregator.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "aggregator"], env=env, stdout=log, stderr=log, cwd=tmp
-        )
+    if replicas > 1:
+        env |= {"DWD_LEADER_ELECTION": "true", "DWD_SHARDS": str(shards)}
+    procs = []
     try:
-        yield proc, port
+        for i in range(replicas):
+            port = free_port()
+            with open(tmp / f"aggregator-{i}.log", "wb") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "aggregator"],
+                    env=env | {"DWD_METRICS_ADDR": f"127.0.0.1:{port}"},
+                    stdout=log,
+                    stderr=log,
+                    cwd=tmp,
+                )
+            procs.append((proc, port))
+        yield procs
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        for proc, _ in procs:
+            proc.terminate()
+        for proc, _ in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def namespace(i: int) -> str:
@@ -176,16 +190,21 @@ def summary(xs: list[float]) -> str:
 
 
 class Sampler:
-    """The aggregator's CPU over a stretch and its largest RSS, sampled while waiting."""
+    """The aggregators' CPU over a stretch (all replicas', summed) and the largest RSS of any,
+    sampled while waiting."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid, self.t0, self.cpu0, self.rss_max = pid, time.monotonic(), cpu_s(pid), rss_mib(pid)
+    def __init__(self, pids: list[int]) -> None:
+        self.pids, self.t0 = pids, time.monotonic()
+        self.cpu0, self.rss_max = self._cpu(), max(rss_mib(p) for p in pids)
+
+    def _cpu(self) -> float:
+        return sum(cpu_s(p) for p in self.pids)
 
     def sample(self) -> None:
-        self.rss_max = max(self.rss_max, rss_mib(self.pid))
+        self.rss_max = max(self.rss_max, *(rss_mib(p) for p in self.pids))
 
     def cpu_pct(self) -> float:
-        return 100 * (cpu_s(self.pid) - self.cpu0) / (time.monotonic() - self.t0)
+        return 100 * (self._cpu() - self.cpu0) / (time.monotonic() - self.t0)
 
 
 def wait_all(
@@ -214,7 +233,16 @@ def wait_all(
     return list(done.values())
 
 
-def measure(targets: int, nodes: int, code: Path, window_s: float, outages: int = 1) -> dict[str, Any]:
+def measure(
+    targets: int,
+    nodes: int,
+    code: Path,
+    window_s: float,
+    *,
+    outages: int = 1,
+    replicas: int = 1,
+    shards: int = 1,
+) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="dwd-bench-seed-"))
     policy, audit_log = tmp / "audit-policy.yaml", tmp / "audit.log"
     policy.write_text(json.dumps(AUDIT_POLICY))
@@ -242,6 +270,8 @@ def measure(targets: int, nodes: int, code: Path, window_s: float, outages: int 
             )
         )
         populate(admin, targets, access_kubeconfig(shoot))
+        ensure_namespace(admin, "garden")  # the shard Leases'
+
         fleet = FleetThread(Fleet(shoot.url, shoot.ca_file, (str(shoot.admin.cert), str(shoot.admin.key))))
         audit = Audit(audit_log)
         try:
@@ -249,15 +279,21 @@ def measure(targets: int, nodes: int, code: Path, window_s: float, outages: int 
             fleet.start_renewing()
             with (
                 DeploymentWatch(seed.admin_client) as deps,
-                aggregator(kubeconfig, code, tmp) as (proc, port),
+                aggregators(kubeconfig, code, tmp, replicas, shards) as procs,
             ):
+                pids, ports = [p.pid for p, _ in procs], [port for _, port in procs]
+                mine = (
+                    {"aggregator": pids}
+                    if replicas == 1
+                    else {f"aggregator {i + 1}": [p] for i, p in enumerate(pids)}
+                )
                 groups = {
-                    "aggregator": [proc.pid],
+                    **mine,
                     "seed API server and etcd": plane.pids(),
                     "shoot API server and etcd": shoot_plane.pids(),
                     "this benchmark (agents, deployment controller)": [os.getpid()],
                 }
-                rig = Rig(targets, names, fleet, deps, audit, proc.pid, port, groups, outages)
+                rig = Rig(targets, names, fleet, deps, audit, pids, ports, groups, outages, shards)
                 return _phases(rig, window_s)
         finally:
             fleet.close()
@@ -270,31 +306,41 @@ class Rig:
     fleet: FleetThread
     deps: DeploymentWatch
     audit: Audit
-    pid: int
-    port: int
+    pids: list[int]
+    ports: list[int]
     # Every process of the rig by what it plays: the machine's work in the outage, by whom.
     groups: dict[str, list[int]]
     outages: int = 1
+    shards: int = 1
+
+    def lag(self) -> list[dict[str, Any]]:
+        return [status(port).get("loop_lag", {}) for port in self.ports]
 
     def cpu(self) -> dict[str, float]:
         return {name: sum(cpu_s(pid) for pid in pids) for name, pids in self.groups.items()}
 
 
 def _phases(rig: Rig, window_s: float) -> dict[str, Any]:
-    targets, deps, audit, pid, port = rig.targets, rig.deps, rig.audit, rig.pid, rig.port
+    targets, deps, audit, pids = rig.targets, rig.deps, rig.audit, rig.pids
     started = time.monotonic()
 
     def judging() -> bool:
+        """Every replica judges every target healthy, and (sharded) every shard is held."""
         with contextlib.suppress(OSError, ValueError):
-            ts = status(port)["targets"]
-            return len(ts) == targets and all(t["phase"] == "healthy" for t in ts)
+            seen = [status(port) for port in rig.ports]
+            healthy = all(
+                len(st["targets"]) == targets and all(t["phase"] == "healthy" for t in st["targets"])
+                for st in seen
+            )
+            held = sorted(i for st in seen for i in (st.get("shards") or {}).get("held", []))
+            return healthy and (len(seen) == 1 or held == list(range(rig.shards)))
         return False
 
     wait_for(judging, 300, f"{targets} targets judging", every_s=1.0)
     out: dict[str, Any] = {"ready_s": time.monotonic() - started}
     time.sleep(5)  # past the start's own reads
 
-    mark, healthy, cpu_t0 = audit.mark(), Sampler(pid), rig.cpu()
+    mark, healthy, cpu_t0 = audit.mark(), Sampler(pids), rig.cpu()
     t0 = time.monotonic()
     while time.monotonic() < t0 + window_s:
         time.sleep(min(5.0, t0 + window_s - time.monotonic()))
@@ -308,11 +354,11 @@ def _phases(rig: Rig, window_s: float) -> dict[str, Any]:
         "cpu_healthy": healthy.cpu_pct(),
         "rss_healthy": healthy.rss_max,
         "rates": {k: v / (t1 - t0) for k, v in counts.items()},
-        "lag_healthy": status(port).get("loop_lag", {}),
+        "lag_healthy": rig.lag(),
         "false": len(deps.changes(t0, t1)),
     }
 
-    outage = Sampler(pid)
+    outage = Sampler(pids)
     out |= {"down": [], "restored": [], "down_runs": [], "burst_s": [], "burst_cpu": [], "lag_outage": []}
     for i in range(rig.outages):
         if i:
@@ -335,7 +381,7 @@ def _outage(rig: Rig, out: dict[str, Any], sampler: Sampler) -> None:
     out["burst_s"].append(time.monotonic() - t_cut)
     cpu_down = rig.cpu()
     out["burst_cpu"].append({name: cpu_down[name] - cpu_cut[name] for name in cpu_down})
-    out["lag_outage"].append(status(rig.port).get("loop_lag", {}))
+    out["lag_outage"].append(rig.lag())
     out["down"] += times
     out["down_runs"].append(summary(times))
     t_heal = time.monotonic()
@@ -348,14 +394,28 @@ def _never(times: list[float], wanted: int) -> str:
     return "" if len(times) == wanted else f" ({wanted - len(times)} never)"
 
 
-def _lag(lag: dict[str, Any]) -> str:
-    return f"{lag['p99_s'] * 1000:.0f} ms" if lag.get("p99_s") is not None else "-"
+def _lag(lags: list[dict[str, Any]]) -> str:
+    """The loop lag p99 of each replica."""
+    return ", ".join(f"{lag['p99_s'] * 1000:.0f} ms" if lag.get("p99_s") is not None else "-" for lag in lags)
 
 
-def run(sizes: list[int], nodes: int, code: Path, window_s: float, *, outages: int, label: str) -> None:
+def run(
+    sizes: list[int],
+    nodes: int,
+    code: Path,
+    window_s: float,
+    *,
+    outages: int,
+    label: str,
+    replicas: int = 1,
+    shards: int = 1,
+) -> None:
     healthy, outage, work = [], [], []
+    who = "One aggregator" if replicas == 1 else f"{replicas} aggregators, {shards} shards"
+    groups: list[str] = []
     for n in sizes:
-        m = measure(n, nodes, code, window_s, outages)
+        m = measure(n, nodes, code, window_s, outages=outages, replicas=replicas, shards=shards)
+        groups = list(m["burst_cpu"][0])
         # Each outage's span and CPU, averaged: one cut is one draw of where the agents' renewals
         # and the periodic reads happen to fall.
         span_s = statistics.mean(m["burst_s"])
@@ -391,7 +451,7 @@ def run(sizes: list[int], nodes: int, code: Path, window_s: float, *, outages: i
             ]
         )
     print_table(
-        f"One aggregator, a seed of targets, healthy ({label}; {nodes} nodes a shoot, {window_s:.0f} s)",
+        f"{who}, a seed of targets, healthy ({label}; {nodes} nodes a shoot, {window_s:.0f} s)",
         [
             "targets",
             "start -> all judging",
@@ -423,10 +483,7 @@ def run(sizes: list[int], nodes: int, code: Path, window_s: float, *, outages: i
         [
             "targets",
             "cut -> last at 0",
-            "aggregator",
-            "seed API server, etcd",
-            "shoot API server, etcd",
-            "this benchmark",
+            *(g.removesuffix(" (agents, deployment controller)").removesuffix(" and etcd") for g in groups),
             f"all ({os.cpu_count()} cores here)",
         ],
         work,
@@ -440,11 +497,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--window", type=float, default=600.0, help="seconds of healthy state measured")
     p.add_argument("--code", type=Path, default=ROOT, help="the tree the aggregator runs from")
     p.add_argument("--outages", type=int, default=3, help="seed-wide outages per size, one after the other")
+    p.add_argument("--replicas", type=int, default=1, help="aggregators; more than one share out shards")
+    p.add_argument("--shards", type=int, default=8, help="shard Leases, with --replicas 2 or more")
     args = p.parse_args(argv)
     sizes = [int(x) for x in args.targets.split(",")]
     code = args.code.resolve()
     label = "this tree" if code == ROOT else str(code)
-    run(sizes, args.nodes, code, args.window, outages=args.outages, label=label)
+    shards = args.shards if args.replicas > 1 else 1
+    run(
+        sizes,
+        args.nodes,
+        code,
+        args.window,
+        outages=args.outages,
+        label=label,
+        replicas=args.replicas,
+        shards=shards,
+    )
 
 
 if __name__ == "__main__":

@@ -193,6 +193,9 @@ SEED_MAY = [
     ("list", "machine.sapcloud.io/machines", "shoot--p--a", "", ""),  # the Machine rule
     ("create", "coordination.k8s.io/leases", "garden", "", ""),
     ("update", "coordination.k8s.io/leases", "garden", "dwd-lease-aggregator", ""),
+    ("list", "coordination.k8s.io/leases", "garden", "", ""),  # the shard and member Leases
+    ("update", "coordination.k8s.io/leases", "garden", "dwd-lease-aggregator-shard-15", ""),
+    ("update", "coordination.k8s.io/leases", "garden", "dwd-lease-aggregator-member-7", ""),
 ]
 SEED_MUST_NOT = [
     ("delete", "apps/deployments", "shoot--p--a", "kube-controller-manager", ""),
@@ -209,6 +212,9 @@ SEED_MUST_NOT = [
     ("delete", "machine.sapcloud.io/machines", "shoot--p--a", "m1", ""),
     ("update", "machine.sapcloud.io/machines", "shoot--p--a", "m1", "status"),
     ("update", "coordination.k8s.io/leases", "garden", "gardenlet-leader-election", ""),
+    ("delete", "coordination.k8s.io/leases", "garden", "dwd-lease-aggregator-shard-0", ""),
+    ("update", "coordination.k8s.io/leases", "garden", "dwd-lease-aggregator-shard-16", ""),
+    ("list", "coordination.k8s.io/leases", "kube-system", "", ""),
     ("patch", "nodes", "", "n1", ""),
 ]
 SHOOT_MAY = [

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import itertools
+import pathlib
 
 import pytest
+import yaml
 
-from aggregator.settings import Leader
-from aggregator.shards import GROUP, ROLE, Shards, shard_of
+from aggregator.settings import MAX_SHARDS, Leader, Settings
+from aggregator.shards import GROUP, ROLE, Shards, lease_names, shard_of
 from core.errors import ConfigError
 from core.lease import lease_path
 from tests.unit.fakekube import FakeKube
@@ -101,9 +103,11 @@ async def test_a_released_replicas_shards_are_taken_at_the_next_period() -> None
     await period(clock, a, b, times=30)
     await a.release()
     assert a.held() == []
-    assert lease_path("garden", a.member_name) not in kube.objects
+    holders = {p.rsplit("/", 1)[1]: o["spec"]["holderIdentity"] for p, o in kube.objects.items()}
+    assert "a" not in holders.values()  # its shards and its member Lease given back
     await period(clock, b)
     assert sorted(b.held()) == list(range(8))
+    assert b.live_members() == 1
 
 
 async def test_of_two_replicas_reaching_for_a_free_shard_at_once_one_gets_it() -> None:
@@ -114,16 +118,22 @@ async def test_of_two_replicas_reaching_for_a_free_shard_at_once_one_gets_it() -
     assert len(a.held()) + len(b.held()) == 1
 
 
-async def test_a_dead_members_lease_is_forgotten_and_deleted_after_ten_lease_durations() -> None:
+async def test_a_dead_replicas_member_lease_stops_counting_after_a_lease_duration_and_is_reused() -> None:
     kube, clock = FakeKube(), Clock()
     a, b = replica(kube, clock, "a"), replica(kube, clock, "b")
     await period(clock, a, b, times=10)
-    dead = lease_path("garden", b.member_name)
-    await period(clock, a, times=10)
-    assert dead in kube.objects and a.live_members() == 1  # not live, not yet forgotten
-    await period(clock, a, times=70)
-    assert dead not in kube.objects
-    assert sorted(a.held()) == list(range(8))
+    assert a.live_members() == 2
+    await period(clock, a, times=10)  # b is gone: its member Lease stands still
+    assert a.live_members() == 1 and sorted(a.held()) == list(range(8))
+    members = {p for p, o in kube.objects.items() if o["metadata"]["labels"][ROLE] == "member"}
+    c = replica(kube, clock, "c")
+    await period(clock, a, c, times=20)
+    # The fixed set of member Leases: c took a free one (b's, or another), none was added.
+    assert {p for p, o in kube.objects.items() if o["metadata"]["labels"][ROLE] == "member"} <= {
+        lease_path("garden", n) for n in lease_names("dwd-lease-aggregator", 8)[1]
+    }
+    assert len(members) == 2 and a.live_members() == c.live_members() == 2
+    assert (len(a.held()), len(c.held())) == (4, 4)
 
 
 @pytest.mark.parametrize(
@@ -131,13 +141,25 @@ async def test_a_dead_members_lease_is_forgotten_and_deleted_after_ten_lease_dur
     [
         ({"DWD_SHARDS": "4"}, "DWD_SHARDS: more than one shard needs DWD_LEADER_ELECTION=true"),
         ({"DWD_SHARDS": "0", "DWD_LEADER_ELECTION": "true"}, "DWD_SHARDS: 0 is below the minimum 1"),
-        ({"DWD_SHARDS": "65", "DWD_LEADER_ELECTION": "true"}, "DWD_SHARDS: 65 is above the maximum 64"),
+        ({"DWD_SHARDS": "17", "DWD_LEADER_ELECTION": "true"}, "DWD_SHARDS: 17 is above the maximum 16"),
         ({"DWD_SHARDS": "x", "DWD_LEADER_ELECTION": "true"}, "DWD_SHARDS: 'x' is not an integer"),
     ],
 )
 def test_a_bad_shard_count_is_named(env: dict[str, str], problem: str) -> None:
-    from aggregator.settings import Settings
-
     with pytest.raises(ConfigError) as e:
         Settings.from_env({"DWD_SHOOT_KUBECONFIG": "/k", "DWD_SHOOT_NAMESPACE": "ns", **env})
     assert any(p.startswith(problem) for p in e.value.problems), e.value.problems
+
+
+def test_the_seed_role_names_every_lease_the_shards_may_write_and_no_other() -> None:
+    """Update is granted by name alone: a shard count the Role does not list would be a 403 on
+    the first renewal, and a wider grant would let the aggregator write gardenlet's Leases."""
+    rbac = pathlib.Path(__file__).resolve().parents[2] / "manifests" / "seed" / "rbac.yaml"
+    role = next(
+        d
+        for d in yaml.safe_load_all(rbac.read_text())
+        if d["kind"] == "Role" and d["metadata"]["name"] == "dwd-lease-aggregator-leader-election"
+    )
+    named = [set(r["resourceNames"]) for r in role["rules"] if "update" in r["verbs"]]
+    shards, members = lease_names("dwd-lease-aggregator", MAX_SHARDS)
+    assert named == [{"dwd-lease-aggregator", *shards, *members}]
