@@ -29,7 +29,7 @@ from aggregator.looplag import LoopLag
 from aggregator.metrics import AggregatorMetrics
 from aggregator.ratelimit import RateLimit
 from aggregator.server import make_app, render_table, serve
-from aggregator.settings import Settings, Shoots, Watching
+from aggregator.settings import MAX_SHARDS, Settings, Shoots, Watching
 from aggregator.shards import Shards
 from aggregator.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
 from core import logs
@@ -76,7 +76,10 @@ class SeedClients:
     def of(cls, endpoint: Callable[[], Endpoint]) -> SeedClients:
         return cls(
             KubeClient(endpoint, connections=64),
-            KubeClient(endpoint, user_agent="dwd-lease-aggregator/leader-election"),
+            # Every shard Lease and the member Lease renewed at once, beside the LIST.
+            KubeClient(
+                endpoint, user_agent="dwd-lease-aggregator/leader-election", connections=MAX_SHARDS + 4
+            ),
             KubeClient(endpoint, user_agent="dwd-lease-aggregator/seed-watch"),
             KubeClient(
                 endpoint,

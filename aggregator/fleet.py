@@ -63,12 +63,15 @@ class Fleet:
         self.events = events or seed
         self.dependents = dependents
         self.metrics = metrics
-        # Sharded, each target acts while its shard is held here, and the sweep while shard 0 is.
+        # Sharded, a target's namespace decides its shard: the target is acted for, and a record
+        # left in the namespace swept, only where that shard is held (one writer for both).
         self.shards = shards
-        if shards is not None:
-            is_leader, term_end = shards.sweeps, shards.sweep_term_end
         self.is_leader = is_leader
         self.term_end = term_end
+        leads_ns: Callable[[str], bool] = lambda _ns: True  # noqa: E731
+        term_end_ns: Callable[[str], float] = lambda _ns: term_end()  # noqa: E731
+        if shards is not None:
+            is_leader, leads_ns, term_end_ns = (lambda: bool(shards.held())), shards.leads, shards.term_end
         # Told when targets start or stop (aggregator/heap.py).
         self.on_change = on_change
         self.running: dict[str, Running] = {}
@@ -84,7 +87,14 @@ class Fleet:
             SeedDependents(self.watches, dependents, settings.watching) if watch_dependents else None
         )
         self.orphans = Orphans(
-            seed, dependents, settings, metrics, served=self.served, is_leader=is_leader, term_end=term_end
+            seed,
+            dependents,
+            settings,
+            metrics,
+            served=self.served,
+            is_leader=is_leader,
+            leads=leads_ns,
+            term_end=term_end_ns,
         )
 
     def served(self) -> set[str] | None:
@@ -157,8 +167,8 @@ class Fleet:
             shoot = await self._shoot_client(spec)
             is_leader, term_end = self.is_leader, self.term_end
             if self.shards is not None:
-                is_leader = functools.partial(self.shards.leads, spec.name)
-                term_end = functools.partial(self.shards.term_end, spec.name)
+                is_leader = functools.partial(self.shards.leads, spec.namespace)
+                term_end = functools.partial(self.shards.term_end, spec.namespace)
             target = Target(
                 spec.name,
                 spec.namespace,

@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.kube import KubeClient
-from aggregator.objects import section
+from aggregator.objects import metadata, section
 from aggregator.settings import Leader
 from core import logs
 from core.errors import Conflict, KubeError, NotFound
@@ -48,6 +48,15 @@ class LeaderRecord:
         )
 
 
+# On every election Lease of ours: which aggregator's (its base name), and what it is (leader,
+# shard, member): the shard Leases and the leader Lease see each other (aggregator/shards.py).
+GROUP = "dwd-lease.gardener.cloud/aggregator"
+ROLE = "dwd-lease.gardener.cloud/role"
+
+# What a Hold has seen of a Lease that is not there (and, at first, of one not yet read).
+ABSENT = ("", "")
+
+
 class Hold:
     """What one replica knows of one election Lease, and what it may do with it.
 
@@ -62,7 +71,7 @@ class Hold:
         self.timings = timings
         self.clock = clock
         self.renewed_at = float("-inf")  # our clock, when our last successful renewal was sent
-        self.observed: tuple[str, str] = ("", "")  # (holder, renewTime) last seen
+        self.observed: tuple[str, str] = ABSENT  # (holder, renewTime) last seen
         self.observed_at = float("-inf")
         self.holder = ""
 
@@ -74,16 +83,31 @@ class Hold:
         return self.renewed_at + self.timings.renew_deadline_s
 
     def observe(self, record: LeaderRecord) -> None:
+        if record.holder != self.identity and self.holds():
+            # Taken while we held it (someone edited it by hand): stop acting at once.
+            self.given_up()
         self.holder = record.holder
         if (record.holder, record.renew_time) != self.observed:
             self.observed, self.observed_at = (record.holder, record.renew_time), self.clock()
+
+    def vanish(self) -> None:
+        """The Lease is not there. One that was (deleted by someone) is free a lease duration
+        after it went, as if its holder had stopped renewing: that holder may still be acting
+        until its term ends. One never seen is free at once."""
+        if self.holds():
+            self.given_up()
+        self.holder = ""
+        if self.observed != ABSENT:
+            self.observed, self.observed_at = ABSENT, self.clock()
 
     def mine(self) -> bool:
         return self.holder == self.identity
 
     def free(self) -> bool:
-        """Nobody holds it, or its holder has not renewed it for a lease duration."""
+        """Given back, gone for a lease duration, or its holder has not renewed it for one."""
         expired = self.clock() - self.observed_at >= self.timings.lease_duration_s
+        if self.observed == ABSENT:
+            return expired
         return not self.holder or (expired and not self.mine())
 
     def spec(self, record: LeaderRecord | None, now_wall: str) -> dict[str, Any]:
@@ -128,6 +152,9 @@ class LeaderElector:
         self.identity = identity or new_identity()
         self.clock = clock
         self.hold = Hold(self.identity, settings, clock)
+        self.timings = settings
+        self._labels = {GROUP: name, ROLE: "leader"}
+        self._shards: dict[str, Hold] = {}  # shard Leases seen while about to take the Lease
 
     @property
     def holder(self) -> str:
@@ -160,8 +187,14 @@ class LeaderElector:
         try:
             lease = await self.seed.get(self.path)
         except NotFound:
+            self.hold.vanish()
+            if not self.hold.free() or await self._shards_held():
+                return
             try:
-                body = {"metadata": {"name": self.name}, "spec": self.hold.spec(None, now_wall)}
+                body = {
+                    "metadata": {"name": self.name, "labels": self._labels},
+                    "spec": self.hold.spec(None, now_wall),
+                }
                 await self.seed.create(self.collection, body)
                 self.hold.renewed(sent_at, now_wall)
             except Conflict:
@@ -171,13 +204,40 @@ class LeaderElector:
         self.hold.observe(record)
         if not (self.hold.mine() or self.hold.free()):
             return
+        if not self.hold.mine() and await self._shards_held():
+            return
         lease["spec"] = self.hold.spec(record, now_wall)
+        lease.setdefault("metadata", {})["labels"] = {
+            **(lease["metadata"].get("labels") or {}),
+            **self._labels,
+        }
         try:
             # A PUT on the resourceVersion we read: of two candidates only one wins.
             await self.seed.request("PUT", self.path, body=lease)
         except Conflict:
             return
         self.hold.renewed(sent_at, now_wall)
+
+    async def _shards_held(self) -> bool:
+        """Whether replicas sharded (``DWD_SHARDS`` > 1) hold shards of the same targets: a
+        rollout that turns sharding off waits for their Leases to expire before it leads.
+        Asked only when about to take the Lease, so a standby sends nothing more."""
+        listed = await self.seed.get(self.collection, labelSelector=f"{GROUP}={self.name}")
+        shards = {
+            str(metadata(o).get("name")): o
+            for o in listed.get("items") or ()
+            if (metadata(o).get("labels") or {}).get(ROLE) == "shard"
+        }
+        for name in set(self._shards) - set(shards):
+            del self._shards[name]
+        for name, obj in shards.items():
+            self._shards.setdefault(name, Hold(self.identity, self.timings, self.clock)).observe(
+                LeaderRecord.from_object(obj)
+            )
+        held = sorted(n for n, h in self._shards.items() if h.holder and not h.free())
+        if held:
+            log.warning("leader_election_blocked", by=held, why="shards held under DWD_SHARDS > 1")
+        return bool(held)
 
     async def release(self) -> None:
         """Give the lease up on a clean shutdown, so a standby need not wait a lease duration."""

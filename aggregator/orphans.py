@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -55,7 +56,8 @@ class Orphans:
         *,
         served: Served,
         is_leader: Callable[[], bool],
-        term_end: Callable[[], float] = lambda: math.inf,
+        leads: Callable[[str], bool] = lambda _namespace: True,
+        term_end: Callable[[str], float] = lambda _namespace: math.inf,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.seed = seed
@@ -65,7 +67,10 @@ class Orphans:
         # The namespaces the fleet serves now; None while that is not known (no answer from
         # the source yet, or it fails): then nothing is an orphan.
         self.served = served
+        # Whether this replica sweeps at all, and (sharded) which namespaces and until when:
+        # a namespace's records are restored by the one replica that would act for its target.
         self.is_leader = is_leader
+        self.leads = leads
         self.term_end = term_end
         self.clock = clock
         self.wake = asyncio.Event()
@@ -120,7 +125,7 @@ class Orphans:
         self.scalers = {ns: s for ns, s in self.scalers.items() if ns in orphaned}
         self.metrics.orphans.set(len(orphaned))
         for ns in sorted(orphaned):
-            if now - self.since[ns] >= self.settings.decider.recovery_period_s:
+            if now - self.since[ns] >= self.settings.decider.recovery_period_s and self.leads(ns):
                 await self._restore(ns)
 
     async def _list(self) -> dict[str, dict[str, str]]:
@@ -145,7 +150,7 @@ class Orphans:
                 self._dependents(self.found[namespace]),
                 settings=self.settings.scaling,
                 label=namespace,
-                deadline=self.term_end,
+                deadline=functools.partial(self.term_end, namespace),
                 clock=self.clock,
             )
             log.info("orphan_restoring", namespace=namespace, resources=sorted(self.found[namespace]))

@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.kube import KubeClient
-from aggregator.leader import Hold, LeaderRecord, new_identity
+from aggregator.leader import GROUP, ROLE, Hold, LeaderRecord, new_identity
 from aggregator.objects import metadata, resource_version
 from aggregator.settings import Leader
 from core import logs
@@ -53,9 +53,8 @@ from core.lease import format_micro_time, lease_path, leases_path
 
 log = logs.get("shards")
 
-# On every Lease of the sharding: which aggregator's (its base name), and what it is.
-GROUP = "dwd-lease.gardener.cloud/aggregator"
-ROLE = "dwd-lease.gardener.cloud/role"
+# On shard Leases: the DWD_SHARDS they were written under (each count cuts the targets anew).
+COUNT = "dwd-lease.gardener.cloud/shards"
 # Replicas counted when sharing out: more than a seed's aggregator runs. One beyond them holds
 # no member Lease and is not counted; it still takes shards nobody holds.
 MEMBER_SLOTS = 8
@@ -70,6 +69,14 @@ def shard_of(name: str, count: int) -> int:
 def lease_names(base: str, shards: int) -> tuple[list[str], list[str]]:
     """The shard Leases' names and the member Leases' (the Role lists the same)."""
     return [f"{base}-shard-{i}" for i in range(shards)], [f"{base}-member-{i}" for i in range(MEMBER_SLOTS)]
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return metadata(obj).get("labels") or {}
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return metadata(obj).get("annotations") or {}
 
 
 def _preference(identity: str, name: str) -> bytes:
@@ -98,7 +105,12 @@ class Shards:
         self.names, self.member_names = lease_names(name, count)
         self.holds = [Hold(self.identity, settings, clock) for _ in self.names]
         self.members = [Hold(self.identity, settings, clock) for _ in self.member_names]
-        self.started_at = clock()
+        # When the first LIST was answered (None: not yet).
+        self.listed_at: float | None = None
+        # Leases of another configuration that are held: take nothing while there are.
+        self.conflicting: list[str] = []
+        self._others: dict[str, Hold] = {}
+        self._member_counts: dict[str, str] = {}  # member Lease -> the shard count it was written under
         self._excess_since: float | None = None
         self._member_at = -math.inf  # when our member Lease was last renewed
         self._held_before: tuple[int, ...] = ()
@@ -121,8 +133,13 @@ class Shards:
         return [i for i, h in enumerate(self.holds) if h.holds()]
 
     def live_members(self) -> int:
-        """The member Leases held by someone who renews them; this replica always counts."""
-        others = sum(1 for m in self.members if m.holder and not m.mine() and not m.free())
+        """The member Leases held by someone who renews them under the same shard count (one
+        of another count takes nothing here); this replica always counts."""
+        others = sum(
+            1
+            for name, m in zip(self.member_names, self.members, strict=True)
+            if m.holder and not m.mine() and not m.free() and self._member_counts.get(name) == str(self.count)
+        )
         return 1 + others
 
     def share(self) -> int:
@@ -139,11 +156,17 @@ class Shards:
     # -- the loop
 
     async def run(self) -> None:
+        # A step cut short leaves every term to end on its own: one that ran past the renew
+        # deadline could only renew what may already be lost.
+        limit_s = self.settings.renew_deadline_s - self.settings.retry_period_s
         while True:
             try:
-                await self.step()
+                async with asyncio.timeout(limit_s):
+                    await self.step()
             except KubeError as e:
                 log.warning("shards_failed", error=str(e), identity=self.identity)
+            except TimeoutError:
+                log.warning("shards_failed", error=f"no answer within {limit_s:g}s", identity=self.identity)
             held = tuple(self.held())
             if held != self._held_before:
                 log.info(
@@ -162,7 +185,13 @@ class Shards:
             if name in leases:
                 hold.observe(LeaderRecord.from_object(leases[name]))
             else:
-                hold.holder = ""
+                hold.vanish()
+        self._member_counts = {
+            n: _annotations(leases[n]).get(COUNT, "") for n in self.member_names if n in leases
+        }
+        if self.listed_at is None:
+            self.listed_at = sent_at  # the first lease duration counts from the first answer
+        self._see_other_configurations(leases)
         writes: list[Coroutine[Any, Any, object]] = [self._member(leases, now_wall, sent_at)]
         mine = [i for i, h in enumerate(self.holds) if h.mine()]
         give_back = self._give_back(mine)
@@ -181,6 +210,30 @@ class Shards:
                 raise result
             if isinstance(result, KubeError):
                 log.warning("shard_write_failed", error=str(result))
+
+    def _see_other_configurations(self, leases: Mapping[str, Mapping[str, Any]]) -> None:
+        """Held Leases of another configuration: the leader Lease (``DWD_SHARDS`` 1), or shards
+        of another count, which cut the targets differently. While one is held, taking a shard
+        could make two writers of a target: a rollout that changes the count waits for them."""
+        others = {
+            name: obj
+            for name, obj in leases.items()
+            if _labels(obj).get(ROLE) == "leader"
+            or (_labels(obj).get(ROLE) == "shard" and _annotations(obj).get(COUNT) != str(self.count))
+        }
+        for name in set(self._others) - set(others):
+            del self._others[name]
+        for name, obj in others.items():
+            self._others.setdefault(name, Hold(self.identity, self.settings, self.clock)).observe(
+                LeaderRecord.from_object(obj)
+            )
+        held = sorted(n for n, h in self._others.items() if h.holder and not h.mine() and not h.free())
+        if held != self.conflicting:
+            if held:
+                log.error("shards_blocked", by=held, shards=self.count, why="held under another DWD_SHARDS")
+            else:
+                log.info("shards_unblocked", shards=self.count)
+        self.conflicting = held
 
     def _every(self) -> list[tuple[str, Hold]]:
         return list(zip([*self.names, *self.member_names], [*self.holds, *self.members], strict=True))
@@ -201,8 +254,10 @@ class Shards:
 
     def _to_take(self, holding: int) -> list[int]:
         """The free shards to reach for now, most preferred first, up to the share."""
-        if self.clock() - self.started_at < self.settings.lease_duration_s:
+        if self.listed_at is None or self.clock() - self.listed_at < self.settings.lease_duration_s:
             return []  # the first lease duration: every live member is seen before anything is taken
+        if self.conflicting:
+            return []
         free = [i for i, h in enumerate(self.holds) if h.free()]
         free.sort(key=lambda i: _preference(self.identity, self.names[i]))
         return free[: max(0, self.share() - holding)]
@@ -223,7 +278,11 @@ class Shards:
 
     def _body(self, name: str, lease: Mapping[str, Any] | None, spec: dict[str, Any]) -> dict[str, Any]:
         role = "member" if name in self.member_names else "shard"
-        meta: dict[str, Any] = {"name": name, "labels": {GROUP: self.base, ROLE: role}}
+        meta: dict[str, Any] = {
+            "name": name,
+            "labels": {GROUP: self.base, ROLE: role},
+            "annotations": {COUNT: str(self.count)},
+        }
         if lease is not None:
             meta["resourceVersion"] = resource_version(lease)
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": spec}

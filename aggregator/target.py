@@ -312,10 +312,13 @@ class Target:
         self.metrics.leading.set(1 if leader else 0, target=self.name)
         self._see(now)
         before = self.memory
-        if self._wants_witness() and self.kubelets.due(self.params.witness_every_s):
+        # The second witness and the Machines are read where the target is acted for: a
+        # standby's reads, like its interlocks, would double the load of a seed-wide outage.
+        # As leader it reads both before its first verdict (they are due).
+        if leader and self._wants_witness() and self.kubelets.due(self.params.witness_every_s):
             await self._read_kubelets()
         p = self.params
-        if self.machines.due(p.machines_every_s if self._wants_witness() else p.machines_idle_s):
+        if leader and self.machines.due(p.machines_every_s if self._wants_witness() else p.machines_idle_s):
             await self._read_machines()
         verdict = await self._judge(now)
         if verdict.scale_down and leader:

@@ -1,6 +1,7 @@
-"""Two aggregators sharing six targets over four shard Leases on the real seed API server: each
-target's writes come from one replica, both act in the same outage, and a replica killed with
-SIGKILL leaves its shards to the other within a lease duration, which restores every target."""
+"""Two aggregators sharing six targets over four shard Leases on the real seed API server: the
+first takes every shard and hands half to the second while both run; each target's writes
+come from one replica, both act in the same outage, and a replica killed with SIGKILL leaves
+its shards to the other within a lease duration, which restores every target."""
 
 from __future__ import annotations
 
@@ -72,16 +73,24 @@ def test_two_replicas_share_the_targets_and_one_takes_the_others_share_when_it_d
     targets.write_text(yaml.safe_dump({"targets": [{"namespace": ns} for ns in namespaces]}))
     env = {**shoot.election_env(), **FILE_MODE, "DWD_TARGETS": f"file:{targets}", "DWD_SHARDS": str(SHARDS)}
     try:
-        a, b = shoot.start_aggregator(**env), shoot.start_aggregator(**env)
+        a = shoot.start_aggregator(**env)
         wait_for(
             lambda: (
-                len(shard_holders(shoot)) == SHARDS
-                and sorted(collections.Counter(shard_holders(shoot).values()).values()) == [2, 2]
+                set(shard_holders(shoot).values()) == {_identity(a)} and len(shard_holders(shoot)) == SHARDS
             ),
+            30,
+            "the first replica to take every shard",
+            every_s=0.5,
+        )
+        # The second replica's share is handed over by the first while both run.
+        b = shoot.start_aggregator(**env)
+        wait_for(
+            lambda: sorted(collections.Counter(shard_holders(shoot).values()).values()) == [2, 2],
             40,
             "two shards each",
             every_s=0.5,
         )
+        assert any(e["event"] == "lease_given_back" for e in a.events())
         shoot.wait_leases_renewed()
         time.sleep(4)  # every target's view fresh for a lease duration
 
@@ -116,4 +125,5 @@ def test_two_replicas_share_the_targets_and_one_takes_the_others_share_when_it_d
 
 
 def _identity(agg: LoggedProcess) -> str:
-    return next(e["identity"] for e in agg.events() if e["event"] == "aggregator_started")
+    """The replica's identity, as it logs at start ("" until it has)."""
+    return next((e["identity"] for e in agg.events() if e["event"] == "aggregator_started"), "")

@@ -189,7 +189,7 @@ class FakeKube:
         items = [
             copy.deepcopy(o)
             for p, o in sorted(self.objects.items())
-            if p.startswith(prefix) and "/" not in p[len(prefix) :]
+            if p.startswith(prefix) and "/" not in p[len(prefix) :] and _selects(selector, o)
         ]
         if (
             items

@@ -421,18 +421,19 @@ async def test_a_rotating_sample_never_judges_fewer_nodes_than_it_should(
     assert not w.ever_scaled_down()
 
 
-async def test_a_standby_judges_an_outage_but_sends_no_probe_and_no_confirming_list() -> None:
-    """The interlocks only matter where a write follows: a standby's probes and LISTs would
-    double the shoots' load in a seed-wide outage for nothing (bench/seed.py)."""
+async def test_a_standby_judges_an_outage_but_sends_no_probe_and_reads_no_witness() -> None:
+    """The interlocks and the second witness only matter where a write follows: a standby's
+    probes and LISTs would double the shoots' load in a seed-wide outage for nothing."""
     w = World()
     w.leader = False
     await w.settle()
-    probes: list[str] = []
-    w.shoot.on_request = lambda method, path: probes.append(path) if path == "/readyz" else None
+    asked: list[str] = []
+    w.shoot.on_request = lambda _method, path: asked.append(path)
     w.alive -= set(w.names[:7])
     await w.run(20)
     assert w.target.memory.phase is Phase.DOWN  # judged as the leader would have
-    assert w.replicas() == CONTROLLERS and probes == []
+    assert w.replicas() == CONTROLLERS
+    assert not [p for p in asked if p == "/readyz" or "kube-node-lease" in p]
     w.leader = True
     await w.until(lambda: w.replicas() == DOWN, 20, "the new leader's scale-down")
-    assert probes  # checked before the first write of its own
+    assert "/readyz" in asked and any("kube-node-lease" in p for p in asked)  # before its first write

@@ -460,6 +460,7 @@ async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targe
             web.patch("/slow", slow),
             web.get(leases + "/dwd-lease-aggregator", no_lease),
             web.post(leases, created),
+            web.get(leases, clusters),  # no shard Leases (aggregator/leader.py asks before taking)
             web.get("/apis/extensions.gardener.cloud/v1alpha1/clusters", clusters),
         ]
     )

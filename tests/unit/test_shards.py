@@ -48,7 +48,7 @@ def test_a_target_belongs_to_one_shard_whatever_the_replicas_and_the_names_sprea
 async def test_a_lone_replica_takes_nothing_in_its_first_lease_duration_then_every_shard() -> None:
     kube, clock = FakeKube(), Clock()
     a = replica(kube, clock, "a")
-    await period(clock, a, times=7)  # 14 s: under a lease duration since it started
+    await period(clock, a, times=8)  # 14 s since its first LIST was answered: under a lease duration
     assert a.held() == []
     await period(clock, a)
     assert a.held() == list(range(8))
@@ -113,6 +113,7 @@ async def test_a_released_replicas_shards_are_taken_at_the_next_period() -> None
 async def test_of_two_replicas_reaching_for_a_free_shard_at_once_one_gets_it() -> None:
     kube, clock = FakeKube(), Clock()
     a, b = replica(kube, clock, "a", count=1), replica(kube, clock, "b", count=1)
+    await asyncio.gather(a.step(), b.step())
     clock.now += 16
     await asyncio.gather(a.step(), b.step())
     assert len(a.held()) + len(b.held()) == 1
@@ -163,3 +164,72 @@ def test_the_seed_role_names_every_lease_the_shards_may_write_and_no_other() -> 
     named = [set(r["resourceNames"]) for r in role["rules"] if "update" in r["verbs"]]
     shards, members = lease_names("dwd-lease-aggregator", MAX_SHARDS)
     assert named == [{"dwd-lease-aggregator", *shards, *members}]
+
+
+async def test_a_term_counts_from_when_the_renewal_was_sent_not_when_it_was_answered() -> None:
+    """A renewal answered late may have landed early: a standby counts from when it saw it."""
+    kube, clock = FakeKube(), Clock()
+    a = replica(kube, clock, "a", count=1)
+    await period(clock, a, times=9)
+    assert a.held() == [0]
+
+    def slow(method: str, _path: str) -> None:
+        if method == "PUT":
+            clock.now += 3.0  # the answer takes 3 s
+
+    kube.on_request = slow
+    clock.now += 2.0
+    sent = clock()
+    await a.step()
+    assert a.holds[0].term_end() == sent + 10.0
+
+
+async def test_a_deleted_shard_lease_is_given_up_at_once_and_taken_only_a_lease_duration_later() -> None:
+    """Its holder may act until its term ends: a Lease deleted by hand is no free shard."""
+    kube, clock = FakeKube(), Clock()
+    a, b = replica(kube, clock, "a", count=2), replica(kube, clock, "b", count=2)
+    await period(clock, a, b, times=20)
+    shard = next(i for i in range(2) if i in a.held())
+    del kube.objects[lease_path("garden", f"dwd-lease-aggregator-shard-{shard}")]
+    await period(clock, b)  # b sees it gone first: a still holds it by its term
+    assert shard in a.held() and shard not in b.held()
+    await period(clock, b, a)
+    assert shard not in a.held()  # a saw it gone: it stops acting at once
+    for _ in range(6):
+        await period(clock, b, a)
+        assert shard not in b.held()  # under a lease duration since it went
+    await period(clock, b, a, times=2)
+    assert shard in a.held() + b.held()
+
+
+async def test_shards_are_not_taken_while_a_leader_of_one_lease_or_another_shard_count_holds() -> None:
+    """A rollout that changes DWD_SHARDS: a leader (or shards cut by another count) covers the
+    same targets; taking shards beside it would make two writers of them."""
+    from aggregator.leader import LeaderElector
+
+    kube, clock = FakeKube(), Clock()
+    leader = LeaderElector(kube, Leader(True, "garden"), identity="old", clock=clock)  # type: ignore[arg-type]
+    await leader._try_once()
+    assert leader.is_leader()
+    new = replica(kube, clock, "new", count=4)
+    for _ in range(15):
+        clock.now += 2.0
+        await leader._try_once()
+        await new.step()
+        assert new.held() == [] and new.conflicting == ["dwd-lease-aggregator"]
+    await period(clock, new, times=9)  # the old leader is gone: a lease duration, then the shards
+    assert new.held() == [0, 1, 2, 3]
+    other = replica(kube, clock, "other", count=8)
+    await period(clock, new, other, times=12)
+    assert other.held() == [] and len(other.conflicting) == 4
+    # Sharding turned off again: the leader waits while the shards are held.
+    back = LeaderElector(kube, Leader(True, "garden"), identity="back", clock=clock)  # type: ignore[arg-type]
+    for _ in range(10):
+        clock.now += 2.0
+        await new.step()
+        await back._try_once()
+        assert not back.is_leader()
+    await new.release()
+    clock.now += 2.0
+    await back._try_once()
+    assert back.is_leader()
