@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from dataclasses import replace
 from typing import Any
@@ -354,6 +355,42 @@ async def test_a_restart_after_a_target_was_removed_still_restores_what_it_scale
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+class OneShard:
+    """Shards as a replica sees them: it holds some, and acts for those namespaces only."""
+
+    def __init__(self, *held: str) -> None:
+        self.namespaces = set(held)
+
+    def held(self) -> list[int]:
+        return [0] if self.namespaces else []
+
+    def leads(self, namespace: str) -> bool:
+        return namespace in self.namespaces
+
+    def term_end(self, namespace: str) -> float:
+        return math.inf if namespace in self.namespaces else -math.inf
+
+
+@pytest.mark.parametrize("held", [True, False])
+async def test_sharded_a_removed_targets_records_are_restored_by_its_shards_holder_alone(held: bool) -> None:
+    """Sharded, the replica that would act for a target is the one that sweeps its namespace:
+    another replica, whose source may see the target gone first, leaves it alone."""
+    w = World()
+    await w.settle()
+    await w.outage()
+    settings = with_settings(w.settings, recovery_period_s=0.05, poll_s=0.02, sweep_s=0.05, mode="file")
+    shards = OneShard(NS, "shoot--p--other") if held else OneShard("shoot--p--other")
+    fleet = Fleet(settings, w.seed, quick(w), AggregatorMetrics(), shards=shards)  # type: ignore[arg-type]
+    task = asyncio.create_task(fleet.run(Targets()))
+    try:
+        assert await until_real(w.restored, 2.0) is held, w.replicas()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    if not held:
+        assert w.replicas() == DOWN
 
 
 async def test_an_aggregator_of_one_target_from_the_environment_sweeps_nothing() -> None:
