@@ -9,6 +9,7 @@ command -v pgrep >/dev/null || need+=(procps)
 command -v curl >/dev/null || need+=(curl)
 command -v unzip >/dev/null || need+=(unzip)
 command -v chromium >/dev/null || need+=(chromium)   # the status page test renders in it
+command -v promtool >/dev/null || need+=(prometheus)  # tests/unit/test_alerts.py runs the alerting rules
 # The images (make image) and the end-to-end test that runs them.
 for tool in podman buildah runc skopeo mmdebstrap; do command -v $tool >/dev/null || need+=($tool); done
 command -v newuidmap >/dev/null || need+=(uidmap)

@@ -1,0 +1,171 @@
+"""The alerting rules (manifests/monitoring/prometheusrule.yaml) run by promtool on series the
+tests write: each alert fires where it should and not where a standby's view or a passing
+blip would make it. promtool comes from Debian's ``prometheus`` package (scripts/deps.sh)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+RULES = Path(__file__).resolve().parents[2] / "manifests" / "monitoring" / "prometheusrule.yaml"
+PROMTOOL = shutil.which("promtool")
+
+# Skipped only outside CI: .ci/run installs promtool (scripts/deps.sh), and there its absence fails.
+pytestmark = pytest.mark.skipif(
+    PROMTOOL is None and not os.environ.get("CI"),
+    reason="promtool is missing: apt-get install prometheus (scripts/deps.sh does)",
+)
+
+
+def rules() -> dict[str, Any]:
+    rule: dict[str, Any] = yaml.safe_load(RULES.read_text())
+    return rule
+
+
+def annotations(alert: str, **values: str) -> dict[str, str]:
+    """The alert's annotations as Prometheus renders them for ``values`` (the labels and
+    ``value``, as its templates read them)."""
+    rule = next(r for g in rules()["spec"]["groups"] for r in g["rules"] if r.get("alert") == alert)
+    out = {}
+    for key, template in rule["annotations"].items():
+        text = template.replace("{{ $value }}", values.get("value", ""))
+        text = text.replace("{{ $value | humanizeDuration }}", values.get("duration", ""))
+        for name, value in values.items():
+            text = text.replace(f"{{{{ $labels.{name} }}}}", value)
+        out[key] = text
+    return out
+
+
+def promtool(tmp_path: Path, *tests: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    assert PROMTOOL is not None
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rules()["spec"]["groups"]}))
+    (tmp_path / "tests.yaml").write_text(
+        yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": list(tests)})
+    )
+    return subprocess.run(
+        [PROMTOOL, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+
+
+def series(name: str, values: str, **labels: str) -> dict[str, str]:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return {"series": f"{name}{{{inner}}}", "values": values}
+
+
+def alert(at: str, name: str, *expected: dict[str, str]) -> dict[str, Any]:
+    """``expected``: each firing alert's labels and the values its annotations render."""
+    exp = []
+    for e in expected:
+        labels = {k: v for k, v in e.items() if k not in ("value", "duration")}
+        exp.append({"exp_labels": labels, "exp_annotations": annotations(name, **e)})
+    return {"eval_time": at, "alertname": name, "exp_alerts": exp}
+
+
+def test_the_rules_are_valid_prometheus_rules(tmp_path: Path) -> None:
+    assert PROMTOOL is not None
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rules()["spec"]["groups"]}))
+    out = subprocess.run(
+        [PROMTOOL, "check", "rules", str(tmp_path / "rules.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "7 rules found" in out.stdout
+
+
+def test_a_scale_down_alerts_on_the_replica_that_acts_and_not_on_a_standbys_view(tmp_path: Path) -> None:
+    """t1: scaled down where it is led. t2: a standby judges it scaled down while the leader's
+    interlocks refused (a standby checks none): no alert."""
+    phase, leading = "dwd_target_phase", "dwd_target_leading"
+    out = promtool(
+        tmp_path,
+        {
+            "interval": "1m",
+            "input_series": [
+                series(phase, "0 0 1x14", instance="a", target="t1", phase="scaled-down"),
+                series(leading, "1x16", instance="a", target="t1"),
+                series(phase, "0 0 1x14", instance="b", target="t1", phase="scaled-down"),
+                series(leading, "0x16", instance="b", target="t1"),
+                series(phase, "0x16", instance="a", target="t2", phase="scaled-down"),
+                series(leading, "1x16", instance="a", target="t2"),
+                series(phase, "1x16", instance="b", target="t2", phase="scaled-down"),
+                series(leading, "0x16", instance="b", target="t2"),
+            ],
+            "alert_rule_test": [
+                alert("1m", "DwdLeaseShootScaledDown"),
+                alert("3m", "DwdLeaseShootScaledDown", {"severity": "warning", "target": "t1"}),
+                alert("11m", "DwdLeaseShootScaledDownLong"),
+                alert("13m", "DwdLeaseShootScaledDownLong", {"severity": "critical", "target": "t1"}),
+            ],
+        },
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_silent_agents_unsynced_and_unled_targets_alert_after_their_time(tmp_path: Path) -> None:
+    out = promtool(
+        tmp_path,
+        {
+            "interval": "1m",
+            "input_series": [
+                series("dwd_target_agent_silent_path_alive", "3x10", instance="a", target="t1"),
+                series("dwd_target_leading", "1x10", instance="a", target="t1"),
+                # t2: one replica's view is stale, the other's fresh: the target is judged.
+                series("dwd_target_synced", "0x10", instance="a", target="t2"),
+                series("dwd_target_synced", "1x10", instance="b", target="t2"),
+                series("dwd_target_synced", "0x10", instance="a", target="t3"),
+                series("dwd_target_synced", "0x10", instance="b", target="t3"),
+                series("dwd_target_leading", "0x10", instance="a", target="t4"),
+                series("dwd_target_leading", "0x10", instance="b", target="t4"),
+            ],
+            "alert_rule_test": [
+                alert("4m", "DwdLeaseAgentsSilentPathAlive"),
+                alert(
+                    "6m",
+                    "DwdLeaseAgentsSilentPathAlive",
+                    {"severity": "warning", "target": "t1", "value": "3"},
+                ),
+                alert("4m", "DwdLeaseTargetNotSynced"),
+                alert("6m", "DwdLeaseTargetNotSynced", {"severity": "warning", "target": "t3"}),
+                alert("1m", "DwdLeaseTargetUnled"),
+                alert("3m", "DwdLeaseTargetUnled", {"severity": "critical", "target": "t4"}),
+            ],
+        },
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_leadership_flapping_and_an_agent_that_stopped_renewing_alert(tmp_path: Path) -> None:
+    out = promtool(
+        tmp_path,
+        {
+            "interval": "1m",
+            "input_series": [
+                # Two replicas trading the lease every minute from minute 4.
+                series("dwd_leader", "1 1 1 1 0 1 0 1 0 1 0 1 0", instance="a"),
+                series("dwd_leader", "0 0 0 0 1 0 1 0 1 0 1 0 1", instance="b"),
+                # One agent quiet from minute 2 (a blip of 20 s before that), another renewing.
+                series("dwd_agent_last_success_age_seconds", "1 20 45 45 45 45", pod="agent-x"),
+                series("dwd_agent_last_success_age_seconds", "1x5", pod="agent-y"),
+            ],
+            "alert_rule_test": [
+                # Each replica's changes: 4 by minute 7 (not yet), 5 by minute 8.
+                alert("7m", "DwdLeaseLeadershipFlapping"),
+                alert("8m", "DwdLeaseLeadershipFlapping", {"severity": "warning", "value": "5"}),
+                alert("3m", "DwdLeaseAgentNotRenewing"),
+                alert(
+                    "4m",
+                    "DwdLeaseAgentNotRenewing",
+                    {"severity": "warning", "pod": "agent-x", "duration": "45s"},
+                ),
+            ],
+        },
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
