@@ -4,7 +4,9 @@ blip would make it. promtool comes from Debian's ``prometheus`` package (scripts
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,6 +14,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from aggregator.metrics import AggregatorMetrics
 
 RULES = Path(__file__).resolve().parents[2] / "manifests" / "monitoring" / "prometheusrule.yaml"
 PROMTOOL = shutil.which("promtool")
@@ -167,5 +171,79 @@ def test_leadership_flapping_and_an_agent_that_stopped_renewing_alert(tmp_path: 
                 ),
             ],
         },
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -- the dashboard (manifests/monitoring/dashboard.json)
+
+DASHBOARD = RULES.parent / "dashboard.json"
+
+
+def panels() -> dict[str, str]:
+    board = json.loads(DASHBOARD.read_text())
+    return {p["title"]: p["targets"][0]["expr"] for p in board["panels"]}
+
+
+def test_every_panel_is_valid_promql_on_metrics_the_aggregator_exports(tmp_path: Path) -> None:
+    assert PROMTOOL is not None
+    exported = set(re.findall(r"^# TYPE (\S+)", AggregatorMetrics().registry.render(), re.MULTILINE))
+    assert "dwd_target_phase" in exported
+    for title, expr in panels().items():
+        named = {n.removesuffix("_bucket") for n in re.findall(r"\bdwd_[a-z_]+", expr)}
+        assert named <= exported, f"{title}: {named - exported} not exported"
+    # promtool checks PromQL as rules only: each panel as a recording rule.
+    recorded = [{"record": f"dashboard:panel_{i}", "expr": e} for i, e in enumerate(panels().values())]
+    (tmp_path / "panels.yaml").write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": recorded}]}))
+    out = subprocess.run(
+        [PROMTOOL, "check", "rules", str(tmp_path / "panels.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_phase_panel_counts_each_shoot_once_from_the_replica_that_acts_for_it(tmp_path: Path) -> None:
+    """Two replicas, three shoots: the standby's phases are not added to the leader's."""
+    assert PROMTOOL is not None
+    expr = panels()["Shoots by phase (where acted for)"]
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": []}))
+    inputs = []
+    for target, leader_phase, standby_phase in [
+        ("t1", "healthy", "healthy"),
+        ("t2", "scaled-down", "scaled-down"),
+        ("t3", "confirming", "scaled-down"),
+    ]:
+        for instance, phase, lead in (("a", leader_phase, "1"), ("b", standby_phase, "0")):
+            for p in ("healthy", "confirming", "scaled-down"):
+                inputs.append(
+                    series(
+                        "dwd_target_phase",
+                        "1" if p == phase else "0",
+                        instance=instance,
+                        target=target,
+                        phase=p,
+                    )
+                )
+            inputs.append(series("dwd_target_leading", lead, instance=instance, target=target))
+    test = {
+        "interval": "1m",
+        "input_series": inputs,
+        "promql_expr_test": [
+            {
+                "expr": expr,
+                "eval_time": "0m",
+                "exp_samples": [
+                    {"labels": '{phase="healthy"}', "value": 1},
+                    {"labels": '{phase="confirming"}', "value": 1},
+                    {"labels": '{phase="scaled-down"}', "value": 1},
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "tests": [test]}))
+    out = subprocess.run(
+        [PROMTOOL, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False
     )
     assert out.returncode == 0, out.stdout + out.stderr
