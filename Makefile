@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: deps install testenv image lowest test unit integration e2e lint fmt bench demo clean coverage
+.PHONY: deps install testenv image manifests lowest test unit integration e2e lint fmt bench demo clean coverage
 
 install: $(STAMP)
 
@@ -25,6 +25,10 @@ $(STAMP): pyproject.toml
 
 testenv: install
 	$(BIN)/python -m testenv build
+
+# The objects a ManagedResource delivers, rendered beside it (manifests/gardener/shoot).
+manifests: testenv
+	$(BIN)/python -m testenv manifests
 
 # Both images as OCI archives under build/images/ (docs/install.md); cached by their inputs.
 image: deps install

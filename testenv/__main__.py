@@ -1,4 +1,4 @@
-"""``python -m testenv build | run -- COMMAND... | path``.
+"""``python -m testenv build | run -- COMMAND... | path | manifests``.
 
 ``run`` starts a control plane, runs COMMAND with KUBECONFIG (admin),
 TESTENV_URL and TESTENV_CA exported, stops everything when COMMAND exits and
@@ -13,8 +13,10 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from testenv import binaries
+from testenv.apply import GENERATED, generated
 from testenv.controlplane import ControlPlane, env_for
 
 
@@ -24,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="build kube-apiserver and etcd into the cache (no-op when warm)")
     b.add_argument("--force", action="store_true")
     sub.add_parser("path", help="print where each pinned binary is cached")
+    sub.add_parser("manifests", help="render the generated manifests (a ManagedResource's objects)")
     r = sub.add_parser("run", help="run COMMAND against a fresh control plane")
     r.add_argument("--san", action="append", default=[], help="extra name in the serving certificate")
     r.add_argument("command", nargs=argparse.REMAINDER)
@@ -31,6 +34,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.verb == "build":
         binaries.build(force=args.force)
+        return 0
+    if args.verb == "manifests":
+        root = Path(__file__).resolve().parents[1]
+        for target in GENERATED:
+            (root / target).write_text(generated(root, target))
+            print(f"testenv: wrote {target}", file=sys.stderr)
         return 0
     if args.verb == "path":
         for c in binaries.COMPONENTS:

@@ -1,0 +1,200 @@
+"""manifests/gardener and manifests/monitoring rendered by kustomize and applied to a real API
+server (Gardener's kinds as schemaless CRDs): the seed component labelled as gardenlet's are,
+the shoot part as a ManagedResource whose objects are what their kustomization renders, and
+the agent under kubelet's own priority level once those objects are applied."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import Forbidden
+from core.lease import lease_path, leases_path
+from testenv.apply import GENERATED, RESOURCES, apply, generated, kustomize_build, load_docs
+from testenv.client import Client
+from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
+from testenv.gardener import GARDENER_MANIFEST_CRDS
+from testenv.standins import wait_for
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SHOOT_NS = "shoot--p--s"
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str, name: str = "") -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == kind and (not name or d["metadata"]["name"] == name))
+
+
+@pytest.fixture(scope="module")
+def plane() -> Iterator[ControlPlane]:
+    """A control plane of its own: the FlowSchema and the admission policy must not leak."""
+    with ControlPlane().running() as cp:
+        yield cp
+
+
+@pytest.fixture(scope="module")
+def installed(plane: ControlPlane) -> dict[str, list[dict[str, Any]]]:
+    RESOURCES.setdefault("ManagedResource", ("managedresources", True))
+    RESOURCES.setdefault("VerticalPodAutoscaler", ("verticalpodautoscalers", True))
+    RESOURCES.setdefault("PrometheusRule", ("prometheusrules", True))
+    rendered = {
+        "seed": kustomize_build(ROOT / "manifests" / "gardener" / "seed"),
+        "shoot": [
+            {**d, "metadata": {**d["metadata"], "namespace": SHOOT_NS}}
+            for d in kustomize_build(ROOT / "manifests" / "gardener" / "shoot")
+        ],
+    }
+    with plane.admin_client() as admin:
+        apply(admin, GARDENER_MANIFEST_CRDS)
+        wait_for(lambda: _served(admin), 20, "the CRDs")
+        for ns in ("garden", "kube-system", SHOOT_NS):
+            ensure_namespace(admin, ns)
+        for docs in rendered.values():
+            apply(admin, docs)  # raises ApplyWarning on any warning
+    return rendered
+
+
+def _served(admin: Client) -> bool:
+    try:
+        for path in (
+            "/apis/resources.gardener.cloud/v1alpha1/managedresources",
+            "/apis/autoscaling.k8s.io/v1/verticalpodautoscalers",
+            "/apis/monitoring.coreos.com/v1/prometheusrules",
+        ):
+            admin.get(path)
+    except Exception:
+        return False
+    return True
+
+
+def test_the_managed_objects_are_what_their_kustomization_renders() -> None:
+    """objects.yaml is generated (kustomize cannot nest one build in another's Secret): a
+    change to the agent's or the access's manifests without `make manifests` fails here."""
+    for target in GENERATED:
+        assert (ROOT / target).read_text() == generated(ROOT, target), f"{target}: run make manifests"
+
+
+def test_the_seed_component_is_labelled_as_gardenlets_own(installed: dict[str, list[dict[str, Any]]]) -> None:
+    seed = installed["seed"]
+    deployment = by_kind(seed, "Deployment")
+    template = deployment["spec"]["template"]
+    assert (
+        deployment["metadata"]["labels"]["high-availability-config.resources.gardener.cloud/type"]
+        == "controller"
+    )
+    assert {
+        "networking.gardener.cloud/to-dns": "allowed",
+        "networking.gardener.cloud/to-runtime-apiserver": "allowed",
+        "networking.resources.gardener.cloud/to-all-shoots-kube-apiserver-tcp-443": "allowed",
+    }.items() <= template["metadata"]["labels"].items()
+    assert template["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    spec = template["spec"]
+    assert spec["priorityClassName"] == "gardener-system-800"
+    assert "affinity" not in spec  # the resource manager's HA webhook spreads it
+    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"}}
+    assert deployment["spec"]["revisionHistoryLimit"] == 2
+    vpa = by_kind(seed, "VerticalPodAutoscaler")
+    assert vpa["spec"]["targetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "dwd-lease-aggregator",
+    }
+    assert vpa["spec"]["resourcePolicy"]["containerPolicies"][0]["controlledValues"] == "RequestsOnly"
+    assert by_kind(seed, "PodDisruptionBudget")["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    service = by_kind(seed, "Service")
+    assert (
+        "8080"
+        in service["metadata"]["annotations"][
+            "networking.resources.gardener.cloud/from-all-seed-scrape-targets-allowed-ports"
+        ]
+    )
+    assert by_kind(seed, "PrometheusRule")["metadata"]["labels"]["prometheus"] == "seed"
+
+
+def test_the_shoot_part_is_a_managed_resource_of_gardeners_shape(
+    plane: ControlPlane, installed: dict[str, list[dict[str, Any]]]
+) -> None:
+    shoot = installed["shoot"]
+    mr, secret = by_kind(shoot, "ManagedResource"), by_kind(shoot, "Secret")
+    assert "class" not in mr["spec"]  # the shoot's resource manager applies it into the shoot
+    assert mr["spec"]["secretRefs"] == [{"name": secret["metadata"]["name"]}]
+    assert secret["metadata"]["name"].startswith("managedresource-dwd-lease-shoot-") and secret["immutable"]
+    objects = load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode())
+    daemonset = by_kind(objects, "DaemonSet")
+    assert daemonset["metadata"]["namespace"] == "kube-system"
+    assert {"gardener.cloud/role": "system-component", "origin": "dwd-lease"}.items() <= daemonset[
+        "metadata"
+    ]["labels"].items()
+    assert daemonset["spec"]["revisionHistoryLimit"] == 2
+    assert daemonset["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
+    assert "limits" not in daemonset["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert by_kind(objects, "VerticalPodAutoscaler")["spec"]["targetRef"]["kind"] == "DaemonSet"
+    assert not [d for d in objects if d["kind"] == "PriorityLevelConfiguration"]
+    assert by_kind(objects, "FlowSchema")["spec"]["priorityLevelConfiguration"]["name"] == "node-high"
+    with plane.admin_client() as admin:
+        stored = admin.get(
+            f"/apis/resources.gardener.cloud/v1alpha1/namespaces/{SHOOT_NS}/managedresources/dwd-lease-shoot"
+        )
+        assert stored["spec"]["secretRefs"][0]["name"] == secret["metadata"]["name"]
+
+
+def test_delivered_the_agent_renews_its_own_lease_under_kubelets_priority_level(
+    plane: ControlPlane, installed: dict[str, list[dict[str, Any]]]
+) -> None:
+    """What the resource manager would apply into the shoot, applied here: the agent's
+    ServiceAccount is in kube-system now, and its renewals share node-high with kubelet's."""
+    secret = by_kind(installed["shoot"], "Secret")
+    objects = load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode())
+    with plane.admin_client() as admin:
+        apply(admin, objects)
+        ensure_node(admin, "node-g")
+        admin.ensure(leases_path("dwd-node-lease"), {"metadata": {"name": "node-g"}, "spec": {}})
+        token = plane.node_token("node-g", namespace="kube-system", service_account="dwd-lease-agent")
+        schema = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/dwd-lease-agent")
+        level = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/node-high")
+    with plane.token_client(token) as agent:
+        renewed = wait_for(
+            lambda: _allowed(
+                lambda: agent.merge_patch(
+                    lease_path("dwd-node-lease", "node-g"), {"spec": {"holderIdentity": "node-g"}}
+                )
+            ),
+            10,
+            "RBAC to allow the agent",
+        )
+        assert renewed["spec"]["holderIdentity"] == "node-g"
+        assert agent.last_headers["X-Kubernetes-PF-FlowSchema-UID"] == schema["metadata"]["uid"]
+        assert agent.last_headers["X-Kubernetes-PF-PriorityLevel-UID"] == level["metadata"]["uid"]
+        # The own-lease policy follows the ServiceAccount to kube-system.
+        with plane.admin_client() as admin:
+            admin.ensure(leases_path("dwd-node-lease"), {"metadata": {"name": "node-h"}, "spec": {}})
+        denied = wait_for(
+            lambda: _denied(
+                lambda: agent.merge_patch(
+                    lease_path("dwd-node-lease", "node-h"), {"spec": {"holderIdentity": "x"}}
+                )
+            ),
+            10,
+            "the admission policy to deny another node's lease",
+        )
+        assert "may only renew its own lease" in denied
+
+
+def _allowed(call: Any) -> Any:
+    try:
+        return call()
+    except Forbidden:
+        return None
+
+
+def _denied(call: Any) -> str:
+    try:
+        call()
+    except Forbidden as e:
+        return str(e)
+    return ""
