@@ -178,10 +178,17 @@ class GardenerSource:
         return out
 
 
+# Where a shoot's API server is reached from the seed, for a Secret that carries only a token and
+# the CA bundle: the kube-apiserver Service of the shoot's control-plane namespace.
+TOKEN_REQUESTOR_SERVER = "https://kube-apiserver.{namespace}.svc"
+
+
 class SecretKubeconfig:
-    """An endpoint source fed from a Secret's ``kubeconfig`` key (by ``KubeconfigSecrets``)."""
+    """An endpoint source fed from a Secret's ``kubeconfig`` key, or from the ``token`` and
+    ``bundle.crt`` Gardener's token requestor writes (by ``KubeconfigSecrets``)."""
 
     def __init__(self, namespace: str, name: str) -> None:
+        self.namespace = namespace
         self.source = f"secret {namespace}/{name}"
         self._endpoint: Endpoint | None = None
         self._data = ""
@@ -204,13 +211,15 @@ class SecretKubeconfig:
             self.error = "the secret does not exist"
             return False
         encoded = data.get("kubeconfig")
-        if not encoded:
-            self.error = "no 'kubeconfig' key"
+        requested = data.get("token") and data.get("bundle.crt")
+        if not encoded and not requested:
+            self.error = "no 'kubeconfig' key (nor 'token' and 'bundle.crt' from Gardener's token requestor)"
             return False
-        if encoded == self._data and self._endpoint is not None:
+        seen = str(encoded or f"{data['token']}/{data['bundle.crt']}")
+        if seen == self._data and self._endpoint is not None:
             return False
         try:
-            raw = yaml.safe_load(base64.b64decode(encoded))
+            raw = yaml.safe_load(base64.b64decode(encoded)) if encoded else self._requested(data)
             endpoint = load_kubeconfig_dict(raw, self.source)
         except (binascii.Error, ValueError, yaml.YAMLError) as e:
             self.error = f"cannot be decoded: {e}"
@@ -218,8 +227,30 @@ class SecretKubeconfig:
         except KubeconfigError as e:
             self.error = str(e)
             return False
-        self._endpoint, self._data, self.error = endpoint, encoded, ""
+        self._endpoint, self._data, self.error = endpoint, seen, ""
         return True
+
+    def _requested(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """A kubeconfig from what Gardener's token requestor writes into a Secret without one
+        (annotated ``inject-ca-bundle``): the token and the shoot's CA bundle; the server is
+        the shoot's kube-apiserver Service in its control-plane namespace."""
+        token = base64.b64decode(data["token"], validate=True).decode()
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "shoot",
+            "clusters": [
+                {
+                    "name": "shoot",
+                    "cluster": {
+                        "server": TOKEN_REQUESTOR_SERVER.format(namespace=self.namespace),
+                        "certificate-authority-data": str(data["bundle.crt"]),
+                    },
+                }
+            ],
+            "contexts": [{"name": "shoot", "context": {"cluster": "shoot", "user": "shoot"}}],
+            "users": [{"name": "shoot", "user": {"token": token}}],
+        }
 
 
 class KubeconfigSecrets:

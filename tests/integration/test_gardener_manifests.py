@@ -120,7 +120,8 @@ def test_the_shoot_part_is_a_managed_resource_of_gardeners_shape(
     plane: ControlPlane, installed: dict[str, list[dict[str, Any]]]
 ) -> None:
     shoot = installed["shoot"]
-    mr, secret = by_kind(shoot, "ManagedResource"), by_kind(shoot, "Secret")
+    mr = by_kind(shoot, "ManagedResource")
+    secret = by_kind(shoot, "Secret", _objects_secret(shoot))
     assert "class" not in mr["spec"]  # the shoot's resource manager applies it into the shoot
     assert mr["spec"]["secretRefs"] == [{"name": secret["metadata"]["name"]}]
     assert secret["metadata"]["name"].startswith("managedresource-dwd-lease-shoot-") and secret["immutable"]
@@ -148,7 +149,7 @@ def test_delivered_the_agent_renews_its_own_lease_under_kubelets_priority_level(
 ) -> None:
     """What the resource manager would apply into the shoot, applied here: the agent's
     ServiceAccount is in kube-system now, and its renewals share node-high with kubelet's."""
-    secret = by_kind(installed["shoot"], "Secret")
+    secret = by_kind(installed["shoot"], "Secret", _objects_secret(installed["shoot"]))
     objects = load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode())
     with plane.admin_client() as admin:
         apply(admin, objects)
@@ -183,6 +184,47 @@ def test_delivered_the_agent_renews_its_own_lease_under_kubelets_priority_level(
             "the admission policy to deny another node's lease",
         )
         assert "may only renew its own lease" in denied
+
+
+def _objects_secret(docs: list[dict[str, Any]]) -> str:
+    return next(
+        d["metadata"]["name"]
+        for d in docs
+        if d["kind"] == "Secret" and d["metadata"]["name"].startswith("managedresource-")
+    )
+
+
+def test_the_aggregators_credentials_are_a_token_requestor_secret(
+    plane: ControlPlane, installed: dict[str, list[dict[str, Any]]]
+) -> None:
+    """The shoot's resource manager fills it: a token of the aggregator's ServiceAccount in the
+    shoot and the CA bundle (no kubeconfig key: the aggregator knows where the shoot's Service
+    is), under the one name the seed's Role lets the aggregator read."""
+    secret = by_kind(installed["shoot"], "Secret", "shoot-access-dwd-lease-aggregator")
+    assert secret["metadata"]["labels"] == {
+        "resources.gardener.cloud/purpose": "token-requestor",
+        "resources.gardener.cloud/class": "shoot",
+    }
+    assert secret["metadata"]["annotations"] == {
+        "serviceaccount.resources.gardener.cloud/name": "dwd-lease-aggregator",
+        "serviceaccount.resources.gardener.cloud/namespace": "kube-system",
+        "serviceaccount.resources.gardener.cloud/inject-ca-bundle": "true",
+    }
+    assert "data" not in secret
+    objects = load_docs(
+        base64.b64decode(
+            by_kind(installed["shoot"], "Secret", _objects_secret(installed["shoot"]))["data"]["objects.yaml"]
+        ).decode()
+    )
+    assert (
+        by_kind(objects, "ServiceAccount", "dwd-lease-aggregator")["metadata"]["namespace"] == "kube-system"
+    )
+    role = by_kind(kustomize_build(ROOT / "manifests" / "seed"), "ClusterRole", "dwd-lease-aggregator")
+    readable = [r for r in role["rules"] if "secrets" in r["resources"]]
+    assert readable[0]["resourceNames"] == ["shoot-access-dwd-lease-aggregator"]
+    with plane.admin_client() as admin:
+        stored = admin.get(f"/api/v1/namespaces/{SHOOT_NS}/secrets/shoot-access-dwd-lease-aggregator")
+        assert stored["metadata"]["labels"]["resources.gardener.cloud/purpose"] == "token-requestor"
 
 
 def _allowed(call: Any) -> Any:

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from aggregator.metrics import AggregatorMetrics
 from aggregator.settings import Backoff, Settings, Shoots
 from aggregator.sources import (
     CLUSTERS,
+    TOKEN_REQUESTOR_SERVER,
     EnvSource,
     GardenerSource,
     KubeconfigSecrets,
@@ -25,6 +27,7 @@ from aggregator.sources import (
     TargetSpec,
 )
 from core.errors import KubeconfigError, KubeError
+from testenv.pki import CertificateAuthority
 from tests.unit.fakekube import FakeKube
 from tests.unit.world import World
 
@@ -121,7 +124,10 @@ async def test_a_secret_kubeconfig_is_checked_and_taken_only_when_it_changed() -
     assert secret.update(None) is False
     with pytest.raises(KubeconfigError, match="the secret does not exist"):
         secret()
-    assert secret.update({}) is False and secret.error == "no 'kubeconfig' key"
+    assert secret.update({}) is False
+    assert (
+        secret.error == "no 'kubeconfig' key (nor 'token' and 'bundle.crt' from Gardener's token requestor)"
+    )
     assert secret.update({"kubeconfig": "!!not base64!!"}) is False
     assert secret.error.startswith("cannot be decoded")
     assert secret.update(secret_data(KUBECONFIG)["data"]) is True
@@ -133,6 +139,27 @@ async def test_a_secret_kubeconfig_is_checked_and_taken_only_when_it_changed() -
     # A broken or deleted Secret leaves the last good credentials in use, and says why.
     assert secret.update(None) is False and secret.error == "the secret does not exist"
     assert secret().headers() == {"Authorization": "Bearer t2"}
+
+
+async def test_a_token_requestor_secret_without_a_kubeconfig_reaches_the_shoots_service(
+    tmp_path: Path,
+) -> None:
+    """Gardener's token requestor, asked to inject the CA bundle into a Secret without a
+    kubeconfig, writes ``token`` and ``bundle.crt``: enough for the shoot's in-seed Service."""
+    ca = base64.b64encode(CertificateAuthority(tmp_path).cert_path.read_bytes()).decode()
+    secret = SecretKubeconfig("shoot--p--a", "access")
+    assert secret.update({"token": base64.b64encode(b"requested").decode()}) is False  # no CA yet
+    assert "'bundle.crt'" in secret.error
+    data = {"token": base64.b64encode(b"requested").decode(), "bundle.crt": ca}
+    assert secret.update(data) is True
+    assert secret().server == TOKEN_REQUESTOR_SERVER.format(namespace="shoot--p--a")
+    assert secret().server == "https://kube-apiserver.shoot--p--a.svc"
+    assert secret().headers() == {"Authorization": "Bearer requested"}
+    assert secret.update(data) is False  # unchanged
+    renewed = {**data, "token": base64.b64encode(b"renewed").decode()}
+    assert secret.update(renewed) is True and secret().headers() == {"Authorization": "Bearer renewed"}
+    assert secret.update({**renewed, "bundle.crt": "bm90IGEgY2VydA=="}) is False  # "not a cert"
+    assert secret.error and secret().headers() == {"Authorization": "Bearer renewed"}
 
 
 async def test_every_kubeconfig_secret_comes_from_one_watch_selected_by_name() -> None:
