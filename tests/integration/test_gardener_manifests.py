@@ -6,6 +6,9 @@ the agent under kubelet's own priority level once those objects are applied."""
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ from testenv.apply import GENERATED, RESOURCES, apply, generated, kustomize_buil
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.gardener import GARDENER_MANIFEST_CRDS
-from testenv.standins import wait_for
+from testenv.standins import LoggedProcess, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -184,6 +187,61 @@ def test_delivered_the_agent_renews_its_own_lease_under_kubelets_priority_level(
             "the admission policy to deny another node's lease",
         )
         assert "may only renew its own lease" in denied
+
+
+def test_the_delivered_agent_process_renews_on_node_high(
+    plane: ControlPlane, installed: dict[str, list[dict[str, Any]]], tmp_path: Path
+) -> None:
+    """The real agent, with a token of kube-system/dwd-lease-agent bound to its node: its
+    renewals land, and the API server dispatches them on node-high by our FlowSchema."""
+    secret = by_kind(installed["shoot"], "Secret", _objects_secret(installed["shoot"]))
+    with plane.admin_client() as admin:
+        apply(admin, load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode()))
+        ensure_node(admin, "node-r")
+        admin.ensure(leases_path("dwd-node-lease"), {"metadata": {"name": "node-r"}, "spec": {}})
+        before = _dispatched(admin)
+        token = tmp_path / "token"
+        token.write_text(
+            plane.node_token("node-r", namespace="kube-system", service_account="dwd-lease-agent")
+        )
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "NODE_NAME": "node-r",
+            "DWD_APISERVER_URL": plane.url,
+            "DWD_CA_FILE": str(plane.ca_file),
+            "DWD_TOKEN_FILE": str(token),
+            "DWD_RENEW_INTERVAL": "500ms",
+            "DWD_LOG_FORMAT": "json",
+        }
+        log_path = tmp_path / "agent.log"
+        with open(log_path, "wb") as log:
+            agent = LoggedProcess(
+                subprocess.Popen([sys.executable, "-m", "agent"], env=env, stdout=log, stderr=log), log_path
+            )
+        try:
+            wait_for(
+                lambda: (
+                    admin.get(lease_path("dwd-node-lease", "node-r"))["spec"].get("holderIdentity")
+                    == "node-r"
+                ),
+                20,
+                "the agent's first renewal",
+            )
+            wait_for(lambda: _dispatched(admin) >= before + 5, 20, "renewals dispatched on node-high")
+        finally:
+            agent.kill()
+
+
+def _dispatched(admin: Client) -> float:
+    """Requests the API server dispatched by our FlowSchema on kubelet's priority level."""
+    text = admin.http.get("/metrics").text
+    wanted = ('flow_schema="dwd-lease-agent"', 'priority_level="node-high"')
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("apiserver_flowcontrol_dispatched_requests_total{")
+        and all(w in line for w in wanted)
+    )
 
 
 def _objects_secret(docs: list[dict[str, Any]]) -> str:
