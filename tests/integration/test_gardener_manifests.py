@@ -27,6 +27,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOOT_NS = "shoot--p--s"
+OBJECTS_SECRET = "managedresource-dwd-lease-shoot"  # what the ManagedResource delivers
 
 
 def by_kind(docs: list[dict[str, Any]], kind: str, name: str = "") -> dict[str, Any]:
@@ -124,10 +125,11 @@ def test_the_shoot_part_is_a_managed_resource_of_gardeners_shape(
 ) -> None:
     shoot = installed["shoot"]
     mr = by_kind(shoot, "ManagedResource")
-    secret = by_kind(shoot, "Secret", _objects_secret(shoot))
+    secret = by_kind(shoot, "Secret", OBJECTS_SECRET)
     assert "class" not in mr["spec"]  # the shoot's resource manager applies it into the shoot
     assert mr["spec"]["secretRefs"] == [{"name": secret["metadata"]["name"]}]
-    assert secret["metadata"]["name"].startswith("managedresource-dwd-lease-shoot-") and secret["immutable"]
+    # gardenlet's shoot deletion deletes this origin's ManagedResources, then waits for all.
+    assert mr["metadata"]["labels"]["origin"] == "gardener"
     objects = load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode())
     daemonset = by_kind(objects, "DaemonSet")
     assert daemonset["metadata"]["namespace"] == "kube-system"
@@ -137,7 +139,15 @@ def test_the_shoot_part_is_a_managed_resource_of_gardeners_shape(
     assert daemonset["spec"]["revisionHistoryLimit"] == 2
     assert daemonset["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
     assert "limits" not in daemonset["spec"]["template"]["spec"]["containers"][0]["resources"]
-    assert by_kind(objects, "VerticalPodAutoscaler")["spec"]["targetRef"]["kind"] == "DaemonSet"
+    # The agent's VPA is for shoots that run one, apart: in the ManagedResource it would fail
+    # the whole of it where the shoot has no VPA CRD.
+    assert not [d for d in objects if d["kind"] == "VerticalPodAutoscaler"]
+    vpa = load_docs((ROOT / "manifests" / "gardener" / "shoot" / "agent-vpa.yaml").read_text())
+    assert vpa[0]["spec"]["targetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "name": "dwd-lease-agent",
+    }
     assert not [d for d in objects if d["kind"] == "PriorityLevelConfiguration"]
     assert by_kind(objects, "FlowSchema")["spec"]["priorityLevelConfiguration"]["name"] == "node-high"
     with plane.admin_client() as admin:
@@ -152,7 +162,7 @@ def test_delivered_the_agent_renews_its_own_lease_under_kubelets_priority_level(
 ) -> None:
     """What the resource manager would apply into the shoot, applied here: the agent's
     ServiceAccount is in kube-system now, and its renewals share node-high with kubelet's."""
-    secret = by_kind(installed["shoot"], "Secret", _objects_secret(installed["shoot"]))
+    secret = by_kind(installed["shoot"], "Secret", OBJECTS_SECRET)
     objects = load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode())
     with plane.admin_client() as admin:
         apply(admin, objects)
@@ -194,7 +204,7 @@ def test_the_delivered_agent_process_renews_on_node_high(
 ) -> None:
     """The real agent, with a token of kube-system/dwd-lease-agent bound to its node: its
     renewals land, and the API server dispatches them on node-high by our FlowSchema."""
-    secret = by_kind(installed["shoot"], "Secret", _objects_secret(installed["shoot"]))
+    secret = by_kind(installed["shoot"], "Secret", OBJECTS_SECRET)
     with plane.admin_client() as admin:
         apply(admin, load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode()))
         ensure_node(admin, "node-r")
@@ -244,14 +254,6 @@ def _dispatched(admin: Client) -> float:
     )
 
 
-def _objects_secret(docs: list[dict[str, Any]]) -> str:
-    return next(
-        d["metadata"]["name"]
-        for d in docs
-        if d["kind"] == "Secret" and d["metadata"]["name"].startswith("managedresource-")
-    )
-
-
 def test_the_aggregators_credentials_are_a_token_requestor_secret(
     plane: ControlPlane, installed: dict[str, list[dict[str, Any]]]
 ) -> None:
@@ -271,12 +273,19 @@ def test_the_aggregators_credentials_are_a_token_requestor_secret(
     assert "data" not in secret
     objects = load_docs(
         base64.b64decode(
-            by_kind(installed["shoot"], "Secret", _objects_secret(installed["shoot"]))["data"]["objects.yaml"]
+            by_kind(installed["shoot"], "Secret", OBJECTS_SECRET)["data"]["objects.yaml"]
         ).decode()
     )
-    assert (
-        by_kind(objects, "ServiceAccount", "dwd-lease-aggregator")["metadata"]["namespace"] == "kube-system"
-    )
+    # Its ServiceAccount is the token requestor's to create, not the ManagedResource's.
+    assert not [
+        d
+        for d in objects
+        if d["kind"] == "ServiceAccount" and d["metadata"]["name"] == "dwd-lease-aggregator"
+    ]
+    binding = by_kind(objects, "ClusterRoleBinding", "dwd-lease-aggregator-shoot")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "dwd-lease-aggregator", "namespace": "kube-system"}
+    ]
     role = by_kind(kustomize_build(ROOT / "manifests" / "seed"), "ClusterRole", "dwd-lease-aggregator")
     readable = [r for r in role["rules"] if "secrets" in r["resources"]]
     assert readable[0]["resourceNames"] == ["shoot-access-dwd-lease-aggregator"]

@@ -81,12 +81,13 @@ def test_the_rules_are_valid_prometheus_rules(tmp_path: Path) -> None:
         check=False,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "7 rules found" in out.stdout
+    assert "8 rules found" in out.stdout
 
 
 def test_a_scale_down_alerts_on_the_replica_that_acts_and_not_on_a_standbys_view(tmp_path: Path) -> None:
     """t1: scaled down where it is led. t2: a standby judges it scaled down while the leader's
-    interlocks refused (a standby checks none): no alert."""
+    interlocks refused (a standby checks none): no alert. t3: led by a replica in dry-run,
+    which scales nothing: no alert."""
     phase, leading = "dwd_target_phase", "dwd_target_leading"
     out = promtool(
         tmp_path,
@@ -101,6 +102,11 @@ def test_a_scale_down_alerts_on_the_replica_that_acts_and_not_on_a_standbys_view
                 series(leading, "1x16", instance="a", target="t2"),
                 series(phase, "1x16", instance="b", target="t2", phase="scaled-down"),
                 series(leading, "0x16", instance="b", target="t2"),
+                series(phase, "1x16", instance="c", target="t3", phase="scaled-down"),
+                series(leading, "1x16", instance="c", target="t3"),
+                series("dwd_dry_run", "0x16", instance="a"),
+                series("dwd_dry_run", "0x16", instance="b"),
+                series("dwd_dry_run", "1x16", instance="c"),
             ],
             "alert_rule_test": [
                 alert("1m", "DwdLeaseShootScaledDown"),
@@ -121,11 +127,18 @@ def test_silent_agents_unsynced_and_unled_targets_alert_after_their_time(tmp_pat
             "input_series": [
                 series("dwd_target_agent_silent_path_alive", "3x10", instance="a", target="t1"),
                 series("dwd_target_leading", "1x10", instance="a", target="t1"),
-                # t2: one replica's view is stale, the other's fresh: the target is judged.
+                # t2: the replica acting for it has no fresh view, a standby's is: unprotected.
+                # t3: the acting replica's view is fresh, a standby's is not: protected.
                 series("dwd_target_synced", "0x10", instance="a", target="t2"),
+                series("dwd_target_leading", "1x10", instance="a", target="t2"),
                 series("dwd_target_synced", "1x10", instance="b", target="t2"),
-                series("dwd_target_synced", "0x10", instance="a", target="t3"),
+                series("dwd_target_leading", "0x10", instance="b", target="t2"),
+                series("dwd_target_synced", "1x10", instance="a", target="t3"),
+                series("dwd_target_leading", "1x10", instance="a", target="t3"),
                 series("dwd_target_synced", "0x10", instance="b", target="t3"),
+                series("dwd_target_leading", "0x10", instance="b", target="t3"),
+                # t5: its Secret unusable, it never starts: only its errors are there.
+                series("dwd_target_errors_total", "0 1 2 3 4 5 6 7 8 9 10", instance="a", target="t5"),
                 series("dwd_target_leading", "0x10", instance="a", target="t4"),
                 series("dwd_target_leading", "0x10", instance="b", target="t4"),
             ],
@@ -137,7 +150,9 @@ def test_silent_agents_unsynced_and_unled_targets_alert_after_their_time(tmp_pat
                     {"severity": "warning", "target": "t1", "value": "3"},
                 ),
                 alert("4m", "DwdLeaseTargetNotSynced"),
-                alert("6m", "DwdLeaseTargetNotSynced", {"severity": "warning", "target": "t3"}),
+                alert("6m", "DwdLeaseTargetNotSynced", {"severity": "warning", "target": "t2"}),
+                alert("5m", "DwdLeaseTargetFailing"),
+                alert("7m", "DwdLeaseTargetFailing", {"severity": "warning", "target": "t5"}),
                 alert("1m", "DwdLeaseTargetUnled"),
                 alert("3m", "DwdLeaseTargetUnled", {"severity": "critical", "target": "t4"}),
             ],
@@ -155,9 +170,14 @@ def test_leadership_flapping_and_an_agent_that_stopped_renewing_alert(tmp_path: 
                 # Two replicas trading the lease every minute from minute 4.
                 series("dwd_leader", "1 1 1 1 0 1 0 1 0 1 0 1 0", instance="a"),
                 series("dwd_leader", "0 0 0 0 1 0 1 0 1 0 1 0 1", instance="b"),
-                # One agent quiet from minute 2 (a blip of 20 s before that), another renewing.
+                # One agent quiet from minute 2 (a blip of 20 s before that), another renewing,
+                # a third outside the sample, renewing every 2 minutes: 100 s is on time there.
                 series("dwd_agent_last_success_age_seconds", "1 20 45 45 45 45", pod="agent-x"),
+                series("dwd_agent_renew_interval_seconds", "2x5", pod="agent-x"),
                 series("dwd_agent_last_success_age_seconds", "1x5", pod="agent-y"),
+                series("dwd_agent_renew_interval_seconds", "2x5", pod="agent-y"),
+                series("dwd_agent_last_success_age_seconds", "100x5", pod="agent-z"),
+                series("dwd_agent_renew_interval_seconds", "120x5", pod="agent-z"),
             ],
             "alert_rule_test": [
                 # Each replica's changes: 4 by minute 7 (not yet), 5 by minute 8.
@@ -181,8 +201,13 @@ DASHBOARD = RULES.parent / "dashboard.json"
 
 
 def panels() -> dict[str, str]:
+    """Every query of the dashboard by its panel's title (and its letter where a panel has more)."""
     board = json.loads(DASHBOARD.read_text())
-    return {p["title"]: p["targets"][0]["expr"] for p in board["panels"]}
+    out = {}
+    for p in board["panels"]:
+        for t in p["targets"]:
+            out[p["title"] if len(p["targets"]) == 1 else f"{p['title']} {t['refId']}"] = t["expr"]
+    return out
 
 
 def test_every_panel_is_valid_promql_on_metrics_the_aggregator_exports(tmp_path: Path) -> None:
