@@ -217,6 +217,7 @@ class SecretKubeconfig:
             return False
         seen = str(encoded or f"{data['token']}/{data['bundle.crt']}")
         if seen == self._data and self._endpoint is not None:
+            self.error = ""  # back to what is in use: whatever was wrong in between is not
             return False
         try:
             raw = yaml.safe_load(base64.b64decode(encoded)) if encoded else self._requested(data)

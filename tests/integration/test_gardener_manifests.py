@@ -60,6 +60,7 @@ def installed(plane: ControlPlane) -> dict[str, list[dict[str, Any]]]:
             ensure_namespace(admin, ns)
         for docs in rendered.values():
             apply(admin, docs)  # raises ApplyWarning on any warning
+        apply(admin, load_docs((ROOT / "manifests" / "gardener" / "shoot" / "agent-vpa.yaml").read_text()))
     return rendered
 
 

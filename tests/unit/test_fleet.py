@@ -160,6 +160,7 @@ async def test_a_token_requestor_secret_without_a_kubeconfig_reaches_the_shoots_
     assert secret.update(renewed) is True and secret().headers() == {"Authorization": "Bearer renewed"}
     assert secret.update({**renewed, "bundle.crt": "bm90IGEgY2VydA=="}) is False  # "not a cert"
     assert secret.error and secret().headers() == {"Authorization": "Bearer renewed"}
+    assert secret.update(renewed) is False and secret.error == ""  # the good one back
 
 
 async def test_every_kubeconfig_secret_comes_from_one_watch_selected_by_name() -> None:
