@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import ssl
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 
-from core.errors import Conflict, api_error, raise_for_watch_event
+from core.errors import Conflict, Forbidden, api_error, raise_for_watch_event
 
 
 class Client:
@@ -98,3 +98,20 @@ class Client:
                 event = json.loads(line)
                 raise_for_watch_event(event)
                 yield event
+
+
+def unless_forbidden(call: Callable[[], Any]) -> Any:
+    """What ``call`` answers, or None when it is refused (RBAC or admission not there yet)."""
+    try:
+        return call()
+    except Forbidden:
+        return None
+
+
+def denial(call: Callable[[], Any]) -> str:
+    """The message of a Forbidden answer to ``call``; "" when it was allowed."""
+    try:
+        call()
+    except Forbidden as e:
+        return str(e)
+    return ""

@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from core.errors import Forbidden
 from core.lease import lease_path, leases_path
 from testenv.apply import GENERATED, RESOURCES, apply, generated, kustomize_build, load_docs
-from testenv.client import Client
+from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.gardener import GARDENER_MANIFEST_CRDS
 from testenv.standins import LoggedProcess, wait_for
@@ -174,7 +173,7 @@ def test_delivered_the_agent_renews_its_own_lease_under_kubelets_priority_level(
         level = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/node-high")
     with plane.token_client(token) as agent:
         renewed = wait_for(
-            lambda: _allowed(
+            lambda: unless_forbidden(
                 lambda: agent.merge_patch(
                     lease_path("dwd-node-lease", "node-g"), {"spec": {"holderIdentity": "node-g"}}
                 )
@@ -189,7 +188,7 @@ def test_delivered_the_agent_renews_its_own_lease_under_kubelets_priority_level(
         with plane.admin_client() as admin:
             admin.ensure(leases_path("dwd-node-lease"), {"metadata": {"name": "node-h"}, "spec": {}})
         denied = wait_for(
-            lambda: _denied(
+            lambda: denial(
                 lambda: agent.merge_patch(
                     lease_path("dwd-node-lease", "node-h"), {"spec": {"holderIdentity": "x"}}
                 )
@@ -293,18 +292,3 @@ def test_the_aggregators_credentials_are_a_token_requestor_secret(
     with plane.admin_client() as admin:
         stored = admin.get(f"/api/v1/namespaces/{SHOOT_NS}/secrets/shoot-access-dwd-lease-aggregator")
         assert stored["metadata"]["labels"]["resources.gardener.cloud/purpose"] == "token-requestor"
-
-
-def _allowed(call: Any) -> Any:
-    try:
-        return call()
-    except Forbidden:
-        return None
-
-
-def _denied(call: Any) -> str:
-    try:
-        call()
-    except Forbidden as e:
-        return str(e)
-    return ""

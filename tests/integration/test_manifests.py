@@ -16,7 +16,7 @@ from core.errors import Forbidden
 from core.lease import lease_path, leases_path
 from testenv import netns
 from testenv.apply import apply, kustomize_build, load_docs
-from testenv.client import Client
+from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.kubelet import write_kubeconfig
 from testenv.pytest_plugin import EXTERNAL_NAMES
@@ -95,7 +95,7 @@ def test_agent_may_renew_only_its_own_lease(plane: ControlPlane, installed: obje
     with _agent_client(plane, "node-a") as agent, plane.admin_client() as admin:
         admin.ensure(leases_path(NS), {"metadata": {"name": "node-b"}, "spec": {}})
         renewed = wait_for(
-            lambda: _try(
+            lambda: unless_forbidden(
                 lambda: agent.merge_patch(lease_path(NS, "node-a"), {"spec": {"holderIdentity": "node-a"}})
             ),
             10,
@@ -104,7 +104,7 @@ def test_agent_may_renew_only_its_own_lease(plane: ControlPlane, installed: obje
         assert renewed["spec"]["holderIdentity"] == "node-a"
         # The admission plugin loads new policies within about a second.
         denied = wait_for(
-            lambda: _denial(
+            lambda: denial(
                 lambda: agent.merge_patch(lease_path(NS, "node-b"), {"spec": {"holderIdentity": "x"}})
             ),
             10,
@@ -128,27 +128,13 @@ def test_agent_may_renew_only_its_own_lease(plane: ControlPlane, installed: obje
             assert "is forbidden" in str(e.value)
 
 
-def _denial(call: Any) -> str:
-    """The message of a Forbidden answer, "" when the call was allowed."""
-    try:
-        call()
-    except Forbidden as e:
-        return str(e)
-    return ""
-
-
-def _try(call: Any) -> Any:
-    try:
-        return call()
-    except Forbidden:
-        return None
-
-
 def test_agent_requests_get_their_own_priority_level(plane: ControlPlane, installed: object) -> None:
     with _agent_client(plane, "node-f") as agent, plane.admin_client() as admin:
         schema = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/dwd-lease-agent")
         level = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/dwd-lease-agent")
-        wait_for(lambda: _try(lambda: agent.merge_patch(lease_path(NS, "node-f"), {})), 10, "RBAC")
+        wait_for(
+            lambda: unless_forbidden(lambda: agent.merge_patch(lease_path(NS, "node-f"), {})), 10, "RBAC"
+        )
         assert agent.last_headers["X-Kubernetes-PF-FlowSchema-UID"] == schema["metadata"]["uid"]
         assert agent.last_headers["X-Kubernetes-PF-PriorityLevel-UID"] == level["metadata"]["uid"]
 
