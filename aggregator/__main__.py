@@ -115,7 +115,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     is_leader = elector.is_leader if elector is not None else (lambda: True)
     term_end = elector.term_end if elector is not None else (lambda: math.inf)
     if shards is not None:
-        is_leader = lambda: bool(shards.held())  # noqa: E731
+        is_leader = shards.leading
         metrics.shards_held.set_function(lambda: float(len(shards.held())))
     metrics.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
     heap = Heap()

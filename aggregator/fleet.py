@@ -71,7 +71,7 @@ class Fleet:
         leads_ns: Callable[[str], bool] = lambda _ns: True  # noqa: E731
         term_end_ns: Callable[[str], float] = lambda _ns: term_end()  # noqa: E731
         if shards is not None:
-            is_leader, leads_ns, term_end_ns = (lambda: bool(shards.held())), shards.leads, shards.term_end
+            is_leader, leads_ns, term_end_ns = shards.leading, shards.leads, shards.term_end
         # Told when targets start or stop (aggregator/heap.py).
         self.on_change = on_change
         self.running: dict[str, Running] = {}

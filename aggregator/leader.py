@@ -131,6 +131,35 @@ class Hold:
         self.renewed_at = float("-inf")
 
 
+def role(obj: Mapping[str, Any]) -> str:
+    """What an election Lease of ours is: leader, shard or member."""
+    return str((metadata(obj).get("labels") or {}).get(ROLE) or "")
+
+
+async def list_ours(seed: KubeClient, collection: str, base: str) -> dict[str, Mapping[str, Any]]:
+    """The election Leases of aggregator ``base`` in a namespace, by name: one LIST by label."""
+    listed = await seed.get(collection, labelSelector=f"{GROUP}={base}")
+    return {str(metadata(o).get("name") or ""): o for o in listed.get("items") or () if isinstance(o, dict)}
+
+
+class Others:
+    """Leases another replica may hold, each a Hold kept from one LIST to the next (a holder is
+    only known to have stopped once its renewTime has stood still for a lease duration)."""
+
+    def __init__(self, identity: str, timings: Leader, clock: Callable[[], float]) -> None:
+        self.identity, self.timings, self.clock = identity, timings, clock
+        self.holds: dict[str, Hold] = {}
+
+    def held(self, leases: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """Of ``leases`` (all of the kind watched, as just listed), the names someone holds now."""
+        for name in set(self.holds) - set(leases):
+            del self.holds[name]
+        for name, obj in leases.items():
+            hold = self.holds.setdefault(name, Hold(self.identity, self.timings, self.clock))
+            hold.observe(LeaderRecord.from_object(obj))
+        return sorted(n for n, h in self.holds.items() if h.holder and not h.mine() and not h.free())
+
+
 class LeaderElector:
     """One election Lease, read and renewed every retry period."""
 
@@ -152,9 +181,8 @@ class LeaderElector:
         self.identity = identity or new_identity()
         self.clock = clock
         self.hold = Hold(self.identity, settings, clock)
-        self.timings = settings
         self._labels = {GROUP: name, ROLE: "leader"}
-        self._shards: dict[str, Hold] = {}  # shard Leases seen while about to take the Lease
+        self._shards = Others(self.identity, settings, clock)  # seen while about to take the Lease
 
     @property
     def holder(self) -> str:
@@ -222,19 +250,8 @@ class LeaderElector:
         """Whether replicas sharded (``DWD_SHARDS`` > 1) hold shards of the same targets: a
         rollout that turns sharding off waits for their Leases to expire before it leads.
         Asked only when about to take the Lease, so a standby sends nothing more."""
-        listed = await self.seed.get(self.collection, labelSelector=f"{GROUP}={self.name}")
-        shards = {
-            str(metadata(o).get("name")): o
-            for o in listed.get("items") or ()
-            if (metadata(o).get("labels") or {}).get(ROLE) == "shard"
-        }
-        for name in set(self._shards) - set(shards):
-            del self._shards[name]
-        for name, obj in shards.items():
-            self._shards.setdefault(name, Hold(self.identity, self.timings, self.clock)).observe(
-                LeaderRecord.from_object(obj)
-            )
-        held = sorted(n for n, h in self._shards.items() if h.holder and not h.free())
+        leases = await list_ours(self.seed, self.collection, self.name)
+        held = self._shards.held({n: o for n, o in leases.items() if role(o) == "shard"})
         if held:
             log.warning("leader_election_blocked", by=held, why="shards held under DWD_SHARDS > 1")
         return bool(held)

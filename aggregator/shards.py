@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.kube import KubeClient
-from aggregator.leader import GROUP, ROLE, Hold, LeaderRecord, new_identity
+from aggregator.leader import GROUP, ROLE, Hold, LeaderRecord, Others, list_ours, new_identity, role
 from aggregator.objects import metadata, resource_version
 from aggregator.settings import Leader
 from core import logs
@@ -69,10 +69,6 @@ def shard_of(name: str, count: int) -> int:
 def lease_names(base: str, shards: int) -> tuple[list[str], list[str]]:
     """The shard Leases' names and the member Leases' (the Role lists the same)."""
     return [f"{base}-shard-{i}" for i in range(shards)], [f"{base}-member-{i}" for i in range(MEMBER_SLOTS)]
-
-
-def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
-    return metadata(obj).get("labels") or {}
 
 
 def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
@@ -109,7 +105,7 @@ class Shards:
         self.listed_at: float | None = None
         # Leases of another configuration that are held: take nothing while there are.
         self.conflicting: list[str] = []
-        self._others: dict[str, Hold] = {}
+        self._others = Others(self.identity, settings, clock)
         self._member_counts: dict[str, str] = {}  # member Lease -> the shard count it was written under
         self._excess_since: float | None = None
         self._member_at = -math.inf  # when our member Lease was last renewed
@@ -128,6 +124,10 @@ class Shards:
 
     def sweep_term_end(self) -> float:
         return self.holds[0].term_end()
+
+    def leading(self) -> bool:
+        """Whether this replica acts for any target now (holds any shard)."""
+        return any(h.holds() for h in self.holds)
 
     def held(self) -> list[int]:
         return [i for i, h in enumerate(self.holds) if h.holds()]
@@ -179,8 +179,7 @@ class Shards:
         """One retry period: list, renew what is ours, take or give back towards the share."""
         now_wall = format_micro_time(datetime.now(UTC))
         sent_at = self.clock()
-        listed = await self.seed.get(self.collection, labelSelector=f"{GROUP}={self.base}")
-        leases = {metadata(o).get("name", ""): o for o in listed.get("items") or () if isinstance(o, dict)}
+        leases = await list_ours(self.seed, self.collection, self.base)
         for name, hold in self._every():
             if name in leases:
                 hold.observe(LeaderRecord.from_object(leases[name]))
@@ -218,16 +217,10 @@ class Shards:
         others = {
             name: obj
             for name, obj in leases.items()
-            if _labels(obj).get(ROLE) == "leader"
-            or (_labels(obj).get(ROLE) == "shard" and _annotations(obj).get(COUNT) != str(self.count))
+            if role(obj) == "leader"
+            or (role(obj) == "shard" and _annotations(obj).get(COUNT) != str(self.count))
         }
-        for name in set(self._others) - set(others):
-            del self._others[name]
-        for name, obj in others.items():
-            self._others.setdefault(name, Hold(self.identity, self.settings, self.clock)).observe(
-                LeaderRecord.from_object(obj)
-            )
-        held = sorted(n for n, h in self._others.items() if h.holder and not h.mine() and not h.free())
+        held = self._others.held(others)
         if held != self.conflicting:
             if held:
                 log.error("shards_blocked", by=held, shards=self.count, why="held under another DWD_SHARDS")
@@ -316,13 +309,10 @@ class Shards:
         """On a clean shutdown: every shard and the member Lease given back, so the others take
         the shards at once and count one member less."""
         try:
-            listed = await self.seed.get(self.collection, labelSelector=f"{GROUP}={self.base}")
-            leases = {metadata(o).get("name", ""): o for o in listed.get("items") or ()}
+            leases = await list_ours(self.seed, self.collection, self.base)
             held = [
                 (name, hold)
-                for name, hold in zip(
-                    [*self.names, *self.member_names], [*self.holds, *self.members], strict=True
-                )
+                for name, hold in self._every()
                 if name in leases and LeaderRecord.from_object(leases[name]).holder == self.identity
             ]
             await asyncio.gather(*(self._release(name, hold, leases[name]) for name, hold in held))

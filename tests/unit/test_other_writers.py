@@ -363,8 +363,8 @@ class OneShard:
     def __init__(self, *held: str) -> None:
         self.namespaces = set(held)
 
-    def held(self) -> list[int]:
-        return [0] if self.namespaces else []
+    def leading(self) -> bool:
+        return bool(self.namespaces)
 
     def leads(self, namespace: str) -> bool:
         return namespace in self.namespaces
