@@ -43,7 +43,6 @@ class Provisioner:
         settings: Provisioning,
         *,
         lease_duration_s: float,
-        pacing: Callable[[], Pacing],
         label: str = "",
         clock: Callable[[], float] = time.monotonic,
         deadline: Callable[[], float] = lambda: math.inf,
@@ -52,7 +51,6 @@ class Provisioner:
         self.observed = observed
         self.namespace = settings.lease_namespace
         self.lease_duration_s = lease_duration_s
-        self.pacing = pacing
         self.min_gap_s = 1.0 / settings.writes_per_s
         self.clock = clock
         # Until when (by ``clock``) this replica may write: a pass of 100 s at 5000 nodes
@@ -66,10 +64,9 @@ class Provisioner:
         duration = self.lease_duration_s if fast else 4 * pacing.slow_interval_s
         return Wanted(max(1, round(duration)), format_duration(pacing.interval_s(node)))
 
-    def plan(self) -> tuple[list[str], list[str], list[str]]:
+    def plan(self, pacing: Pacing) -> tuple[list[str], list[str], list[str]]:
         """(create, update, delete) lease names that bring the leases in line with the nodes."""
         nodes, leases = self.observed.nodes, self.observed.leases
-        pacing = self.pacing()
 
         def order(names: Iterable[str]) -> list[str]:
             # The sample first: the verdict waits for its members, the slow rest does not.
@@ -88,13 +85,14 @@ class Provisioner:
                 update.append(name)
         return create, update, delete
 
-    async def reconcile(self) -> None:
-        """One pass; writes are paced so a 5000-node start does not burst on KAPI, and end with
-        the leader's term (the next leader's pass takes over)."""
-        create, update, delete = self.plan()
+    async def reconcile(self, pacing: Pacing) -> None:
+        """One pass on one plan of the pacing (the next pass takes the next); writes are paced
+        so a 5000-node start does not burst on KAPI, and end with the leader's term (the next
+        leader's pass takes over)."""
+        create, update, delete = self.plan(pacing)
         writes = [
-            *(functools.partial(self._create, n) for n in create),
-            *(functools.partial(self._update, n) for n in update),
+            *(functools.partial(self._create, n, pacing) for n in create),
+            *(functools.partial(self._update, n, pacing) for n in update),
             *(functools.partial(self._delete, n) for n in delete),
         ]
         try:
@@ -126,8 +124,8 @@ class Provisioner:
             "controller": False,
         }
 
-    async def _create(self, name: str) -> None:
-        want = self.desired(name, self.pacing())
+    async def _create(self, name: str, pacing: Pacing) -> None:
+        want = self.desired(name, pacing)
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -144,8 +142,8 @@ class Provisioner:
         except Conflict:
             pass  # created meanwhile (by an earlier pass or a previous leader)
 
-    async def _update(self, name: str) -> None:
-        want = self.desired(name, self.pacing())
+    async def _update(self, name: str, pacing: Pacing) -> None:
+        want = self.desired(name, pacing)
         await self.shoot.merge_patch(
             lease_path(self.namespace, name),
             {

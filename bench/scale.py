@@ -807,7 +807,7 @@ def plan_cost_ms(n: int, rounds: int = 50) -> float:
         ]
     )
     provisioner = Provisioner(
-        cast(KubeClient, None), observed, Provisioning(), lease_duration_s=8.0, pacing=lambda: pacing
+        cast(KubeClient, None), observed, Provisioning(), lease_duration_s=8.0
     )
     leases = []
     for x in nodes:
@@ -822,11 +822,11 @@ def plan_cost_ms(n: int, rounds: int = 50) -> float:
         }
         leases.append(LeaseView.from_object(lease))
     observed.leases_listed(leases)
-    if any(provisioner.plan()):
+    if any(provisioner.plan(pacing)):
         raise AssertionError("the leases should be as wanted")
     t0 = time.perf_counter()
     for _ in range(rounds):
-        provisioner.plan()
+        provisioner.plan(pacing)
     return (time.perf_counter() - t0) / rounds * 1000
 
 

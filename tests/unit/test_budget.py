@@ -77,7 +77,6 @@ def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
         observed,
         Provisioning(),
         lease_duration_s=8.0,
-        pacing=lambda: pacing[-1],
     )
     names = nodes(5000)
     observed.nodes = {n: NodeObs(NodeView(n, uid=f"uid-{n}"), 0.0) for n in names}
@@ -86,10 +85,10 @@ def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
         want = provisioner.desired(n, pacing[-1])
         view = LeaseView(n, interval=want.interval, duration_s=want.duration_s, owner_uids=(f"uid-{n}",))
         observed.leases[n] = LeaseObs(view, 0.0)
-    assert provisioner.plan() == ([], [], [])
+    assert provisioner.plan(pacing[-1]) == ([], [], [])
     observed.nodes["node-new"] = NodeObs(NodeView("node-new", uid="uid-node-new"), 0.0)
     pacing.append(plan([*names, "node-new"], 2.0, 100))
-    create, update, delete = provisioner.plan()
+    create, update, delete = provisioner.plan(pacing[-1])
     assert (create, delete) == (["node-new"], [])
     assert len(update) <= 3, update
 

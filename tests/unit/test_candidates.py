@@ -194,7 +194,7 @@ async def test_a_failed_read_keeps_the_last_reads_verdict_for_a_while_then_drops
     assert "LIST machines: 500" in snap["machines"]["error"]
     assert snap["machines"]["rule"] == "on, from the last good read"
     await w.until(lambda: not w.target.snapshot()["skipped"], 10, "the old read dropped")
-    assert 20.0 < w.clock() - w.target.machines.ok_at <= 21.0
+    assert 20.0 < w.clock() - w.target.evidence.machines.ok_at <= 21.0
     assert w.target.snapshot()["machines"]["rule"].startswith("off until a read succeeds")
     assert w.target.status.candidates == 4
 
@@ -205,9 +205,9 @@ async def test_the_machines_are_read_in_pages() -> None:
         machine(w, f"n{i}", "Failed" if i % 2 else "Running")
     pages: list[str] = []
     w.seed.on_request = lambda method, path: pages.append(path) if path.endswith("/machines") else None
-    assert await w.target.machines.read()
+    assert await w.target.evidence.machines.read()
     assert len(pages) == 3
-    phases = w.target.machines.phases()
+    phases = w.target.evidence.machines.phases()
     assert len(phases) == 1200 and phases["n1199"] == "Failed" and phases["n0"] == "Running"
 
 

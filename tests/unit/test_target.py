@@ -65,7 +65,7 @@ async def test_the_watch_interlock_refuses_when_the_watches_went_quiet() -> None
     w.target.nodes.failing = True
     refusal = await w.target.interlocks()
     assert refusal is not None and refusal.interlock is Interlock.WATCH_STALE
-    assert w.target.view_since is None and w.target.status.view == "no data from the watches"
+    assert w.target.view.since is None and w.target.view.why == "no data from the watches"
 
 
 async def test_the_list_interlock_refuses_when_the_confirming_list_fails() -> None:
@@ -74,7 +74,7 @@ async def test_the_list_interlock_refuses_when_the_confirming_list_fails() -> No
     refusal = await w.target.interlocks()
     assert refusal is not None and refusal.interlock is Interlock.LIST_FAILED
     assert "injected" in refusal.detail
-    assert w.target.status.view == "the confirming LIST failed"
+    assert w.target.view.why == "the confirming LIST failed"
 
 
 async def test_the_probe_and_the_confirming_list_are_sent_together() -> None:

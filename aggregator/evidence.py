@@ -1,0 +1,71 @@
+"""What a target reads besides its watches: the kubelets' leases (the second witness) and the
+seed's Machines. Both are read where a write may follow, while it matters, and right before a
+scale-down; a failed read is told when it starts and when it ends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from structlog.typing import FilteringBoundLogger
+
+from aggregator.kube import KubeClient
+from aggregator.machines import Machines
+from aggregator.settings import Decider
+from aggregator.witness import KubeletLeases
+from core.errors import KubeError
+
+
+class Evidence:
+    def __init__(
+        self, kubelets: KubeletLeases, machines: Machines, params: Decider, log: FilteringBoundLogger
+    ) -> None:
+        self.kubelets = kubelets
+        self.machines = machines
+        self.params = params
+        self.log = log
+
+    @classmethod
+    def of(
+        cls,
+        shoot: KubeClient,
+        seed: KubeClient,
+        namespace: str,
+        p: Decider,
+        *,
+        clock: Callable[[], float],
+        log: FilteringBoundLogger,
+    ) -> Evidence:
+        """A shoot's kubelet leases and its Machines in the seed's ``namespace``."""
+        keep_s, timeout_s = p.machines_keep_s, p.machines_timeout_s
+        machines = Machines(seed, namespace, keep_s=keep_s, timeout_s=timeout_s, clock=clock)
+        return cls(KubeletLeases(shoot, clock=clock), machines, p, log)
+
+    async def read_due(self, *, wanted: bool) -> None:
+        """The reads whose time has come. ``wanted``: a candidate is stale, or the shoot is not
+        healthy; then both are read every ``witness_every_s``, the Machines otherwise rarely."""
+        p = self.params
+        if wanted and self.kubelets.due(p.witness_every_s):
+            await self.read_kubelets()
+        if self.machines.due(p.machines_every_s if wanted else p.machines_idle_s):
+            await self.read_machines()
+
+    async def read_kubelets(self) -> None:
+        try:
+            await self.kubelets.read()
+        except KubeError as e:
+            # No second witness is no reason to refuse protection: the agents' verdict stands.
+            if str(e) != self.kubelets.error:
+                self.log.warning("kubelet_leases_unreadable", error=str(e))
+            self.kubelets.error = str(e)
+
+    async def read_machines(self) -> None:
+        m = self.machines
+        before = (m.error, m.absent)
+        await m.read()
+        if m.error != before[0]:
+            if m.error:
+                self.log.warning("machines_unreadable", error=m.error)
+            else:
+                self.log.info("machines_readable")
+        if m.absent and not before[1]:
+            self.log.info("machines_absent", rule=m.rule())

@@ -1,0 +1,228 @@
+"""A target's status and metrics, written in one place.
+
+The ``Reporter`` is the only writer of ``TargetStatus`` and of a target's
+metric series: a tick hands it what it saw (the view, a verdict, a refusal, a
+phase) and it keeps the page and the series in step. ``snapshot`` is the
+status page's and ``/status``'s JSON of one target.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from structlog.typing import FilteringBoundLogger
+
+from aggregator import budget
+from aggregator.decider import Desired, Memory, Phase, Verdict, skipped, stale_fraction
+from aggregator.interlocks import Interlock, Refusal
+from aggregator.metrics import AggregatorMetrics
+from aggregator.pacer import Plan
+from aggregator.view import View
+
+if TYPE_CHECKING:
+    from aggregator.target import Target
+
+
+@dataclass
+class TargetStatus:
+    since_wall: float
+    phase: Phase = Phase.STARTING
+    candidates: int = 0
+    stale: int = 0
+    # What the verdict judged: stale / candidates, or the stratified estimate of a sample.
+    fraction: float = 0.0
+    reason: str = "starting"
+    # The reason the current phase was entered: what the actuator's Events say.
+    phase_reason: str = "starting"
+    blocked: Refusal | None = None
+    # Why the view of the shoot is not trusted now ("" when it is).
+    view: str = "not listed yet"
+    error: str = ""
+    # Per zone of the sample: (candidates, stale), so a whole-zone outage shows as one.
+    zones: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Candidates whose agent is silent while their kubelet renews: not counted stale.
+    path_alive: frozenset[str] = frozenset()
+    # How long the last tick took, its I/O included.
+    tick_s: float = 0.0
+    history: collections.deque[tuple[float, float]] = field(
+        default_factory=lambda: collections.deque(maxlen=600)
+    )
+
+
+class Reporter:
+    def __init__(
+        self,
+        name: str,
+        metrics: AggregatorMetrics,
+        *,
+        wall: Callable[[], float],
+        log: FilteringBoundLogger,
+        event: Callable[[str, str], None],
+    ) -> None:
+        self.name = name
+        self.metrics = metrics
+        self.wall = wall
+        self.log = log
+        # An Event to the shoot's namespace, sent in the background (Scaler.report).
+        self.event = event
+        self.status = TargetStatus(since_wall=wall())
+        # Since when agents have been silent while their kubelets renew, and whether it was told.
+        self._silent_since: float | None = None
+        self._silent_told = False
+        metrics.set_phase(name, Phase.STARTING)
+        metrics.synced.set(0, target=name)
+
+    def error(self, text: str) -> None:
+        self.status.error = text
+
+    def leading(self, leader: bool) -> None:
+        self.metrics.leading.set(1 if leader else 0, target=self.name)
+
+    def view(self, view: View) -> None:
+        self.status.view = view.why
+        self.metrics.synced.set(1 if view.since is not None else 0, target=self.name)
+
+    def ticked(self, seconds: float) -> None:
+        # Every target shares the loop: a slow tick is a gap in the others' too (bench/seed.py).
+        self.status.tick_s = seconds
+        self.metrics.tick.set(seconds, target=self.name)
+
+    def watch_restarted(self, resource: str, reason: str) -> None:
+        self.metrics.watch_restarts.inc(target=self.name, resource=resource, reason=reason)
+
+    def planned(self, plan: Plan, write_budget: float) -> None:
+        pacing = plan.pacing
+        self.metrics.fast_nodes.set(len(pacing.fast), target=self.name)
+        self.metrics.heartbeat_writes.set(pacing.writes_per_s(len(pacing.zones)), target=self.name)
+        # Members kept while they hand over add a few writes for a moment; a plan over the
+        # budget (the sample held at its minimum) adds them for good, and that is worth saying.
+        if plan.wanted_writes_per_s > write_budget * 1.01:
+            self.log.warning(
+                "write_budget_exceeded",
+                planned=round(plan.wanted_writes_per_s, 1),
+                budget=write_budget,
+                why=f"fewer than {budget.MIN_PER_ZONE} sampled nodes a zone would make the verdict a guess",
+            )
+
+    def refused(self, refusal: Refusal) -> None:
+        if refusal.interlock is Interlock.KAPI_PROBE:
+            self.metrics.probe_failures.inc(target=self.name)
+        self.metrics.blocked.inc(target=self.name, reason=refusal.interlock)
+        previous = self.status.blocked
+        if previous is None or previous.interlock is not refusal.interlock:
+            self.log.warning("scale_down_blocked", why=str(refusal))
+        self.status.blocked = refusal
+
+    def verdict(self, v: Verdict) -> None:
+        s, m = self.status, self.metrics
+        s.candidates, s.stale, s.fraction = v.candidates, v.stale, v.fraction
+        s.zones = dict(v.zones)
+        s.path_alive = v.path_alive
+        m.path_alive.set(len(v.path_alive), target=self.name)
+        for zone, (n, stale) in s.zones.items():
+            m.zone_fraction.set(stale_fraction(stale, n), target=self.name, zone=zone)
+        s.history.append((self.wall(), v.fraction))
+        m.candidates.set(v.candidates, target=self.name)
+        m.stale.set(v.stale, target=self.name)
+        m.fraction.set(v.fraction, target=self.name)
+        if v.scale_down or (v.judged and v.memory.phase is Phase.HEALTHY):
+            s.blocked = None  # the last refusal is history once a verdict moved on
+
+    def phase(self, before: Memory, after: Memory, reason: str) -> None:
+        s = self.status
+        if after.phase is not before.phase or s.phase is not after.phase:
+            self.log.info("target_phase", phase=str(after.phase), previous=str(before.phase), reason=reason)
+            s.phase, s.phase_reason, s.since_wall = after.phase, reason, self.wall()
+            self.metrics.set_phase(self.name, after.phase)
+        s.reason = reason
+
+    def decision(self, verdict: Verdict, current: Desired | None, *, dry_run: bool) -> None:
+        """The decision to act, logged once: the actuator converges on it over the next ticks."""
+        if verdict.desired is current:
+            return
+        if verdict.desired is Desired.SCALED_DOWN:
+            self.log.info("target_scale_down", reason=verdict.reason, dry_run=dry_run)
+        elif current is Desired.SCALED_DOWN:
+            self.log.info("target_scale_up", reason=verdict.reason)
+
+    def silent_agents(self, now: float, alive: frozenset[str], *, after_s: float) -> None:
+        """One Event an episode: agents fail on a path their kubelets prove working. Told once it
+        has lasted ``after_s`` (a kubelet read: every kubelet has renewed since), so the count
+        is the episode's."""
+        if not alive:
+            if self._silent_since is not None:
+                self.log.info("agents_silent_path_alive_over")
+            self._silent_since, self._silent_told = None, False
+            return
+        if self._silent_since is None:
+            self._silent_since = now
+        if self._silent_told or now - self._silent_since < after_s:
+            return
+        self._silent_told = True
+        self.log.warning("agents_silent_path_alive", nodes=len(alive), first=sorted(alive)[:5])
+        self.event(
+            "AgentsSilentPathAlive",
+            f"{len(alive)} node(s) stopped renewing their dwd-node-lease leases while their kubelets "
+            "keep renewing through the same path: the agents fail, not the path (look for 403, "
+            "401 or 500 answers in the agents' logs, OOM kills, a crash loop). They are not "
+            f"counted stale: {', '.join(sorted(alive)[:10])}",
+        )
+
+
+def snapshot(t: Target) -> dict[str, Any]:
+    """One target as the status page and ``/status`` show it."""
+    return {
+        "name": t.name,
+        "namespace": t.namespace,
+        **_verdict(t.status),
+        "desired": str(t.scaler.desired or ""),
+        "converged": t.scaler.converged,
+        "dependents": t.scaler.snapshot(),
+        "dry_run": t.settings.scaling.dry_run,
+        "held": t.memory.held,
+        "leader": t.is_leader(),
+        **_shoot(t),
+        "tick_s": round(t.status.tick_s, 4),
+        "history": [(round(at, 1), round(f, 4)) for at, f in list(t.status.history)[-300:]],
+    }
+
+
+def _verdict(s: TargetStatus) -> dict[str, Any]:
+    return {
+        "phase": str(s.phase),
+        "since": s.since_wall,
+        "candidates": s.candidates,
+        "stale": s.stale,
+        "fraction": round(s.fraction, 4),
+        "reason": s.reason,
+        "phase_reason": s.phase_reason,
+        "blocked": str(s.blocked or ""),
+        "view": s.view,
+        "error": s.error,
+        "zones": {
+            zone: {"candidates": n, "stale": stale, "fraction": round(stale_fraction(stale, n), 4)}
+            for zone, (n, stale) in sorted(s.zones.items())
+        },
+        "agent_silent_path_alive": sorted(s.path_alive),
+    }
+
+
+def _shoot(t: Target) -> dict[str, Any]:
+    """What the shoot looks like now: its leases, its pacing, the reads beside the watches."""
+    pacing, observed, machines = t.pacer.last(), t.observed, t.evidence.machines
+    left_out = skipped(observed.nodes, observed.leases, t.clock(), t.params, machines.phases())
+    return {
+        "fast_nodes": len(pacing.fast),
+        "heartbeat_writes_per_s": round(pacing.writes_per_s(len(observed.nodes)), 2),
+        "lease_ages": {k: round(v, 2) for k, v in sorted(observed.lease_ages().items())},
+        "skipped": dict(sorted(left_out.items())),
+        "kubelet_leases_error": t.evidence.kubelets.error,
+        "machines": {
+            "rule": machines.rule(),
+            "error": machines.error,
+            "age_s": None if (age := machines.age_s()) is None else round(age, 1),
+        },
+    }
