@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import os
@@ -94,14 +95,70 @@ class SeedClients:
             await client.close()
 
 
-def _election(settings: Settings, seed: KubeClient) -> tuple[LeaderElector | None, Shards | None]:
-    """One leader Lease, shard Leases (aggregator/shards.py), or neither (a single replica)."""
-    leader = settings.leader
-    if not leader.enabled:
-        return None, None
-    if leader.shards > 1:
-        return None, Shards(seed, leader, leader.shards)
-    return LeaderElector(seed, leader), None
+@dataclass(frozen=True)
+class Election:
+    """Who acts: one leader Lease, shard Leases (aggregator/shards.py), or neither (a single
+    replica, which always leads)."""
+
+    elector: LeaderElector | None = None
+    shards: Shards | None = None
+
+    @classmethod
+    def of(cls, settings: Settings, seed: KubeClient) -> Election:
+        leader = settings.leader
+        if not leader.enabled:
+            return cls()
+        if leader.shards > 1:
+            return cls(shards=Shards(seed, leader, leader.shards))
+        return cls(elector=LeaderElector(seed, leader))
+
+    def is_leader(self) -> bool:
+        """Leads at least one target (with shards: one shard)."""
+        if self.shards is not None:
+            return self.shards.leading()
+        return self.elector is None or self.elector.is_leader()
+
+    def term_end(self) -> float:
+        return math.inf if self.elector is None else self.elector.term_end()
+
+    @property
+    def identity(self) -> str:
+        return next((e.identity for e in (self.elector, self.shards) if e is not None), os.uname().nodename)
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        named = (("leader-election", self.elector), ("shards", self.shards))
+        return [asyncio.create_task(e.run(), name=name) for name, e in named if e is not None]
+
+    async def release(self) -> None:
+        for giving_up in (self.elector, self.shards):
+            if giving_up is not None:
+                await asyncio.shield(giving_up.release())
+
+
+def _metrics(settings: Settings, election: Election) -> AggregatorMetrics:
+    metrics = AggregatorMetrics()
+    metrics.dry_run.set(1 if settings.scaling.dry_run else 0)
+    if (shards := election.shards) is not None:
+        metrics.shards_held.set_function(lambda: float(len(shards.held())))
+    metrics.leader.set_function(lambda: 1.0 if election.is_leader() else 0.0)
+    return metrics
+
+
+def _status(
+    settings: Settings, election: Election, fleet: Fleet, source: TargetSource, lag: LoopLag
+) -> dict[str, Any]:
+    return {
+        "identity": election.identity,
+        "leader": election.is_leader(),
+        "dry_run": settings.scaling.dry_run,
+        "failure_fraction": settings.decider.failure_fraction,
+        "lease_duration_s": settings.decider.lease_duration_s,
+        "source_error": fleet.source_error,
+        "loop_lag": lag.snapshot(),
+        "shards": None if election.shards is None else election.shards.snapshot(),
+        "skipped": getattr(source, "skipped", {}),
+        "targets": fleet.snapshot(),
+    }
 
 
 async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
@@ -109,67 +166,41 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     endpoint = KubeconfigSource(shoots.seed_kubeconfig) if shoots.seed_kubeconfig else in_cluster
     clients = SeedClients.of(endpoint)
     endpoint()  # credentials we cannot even load stop start-up; an unreachable server is retried
-    metrics = AggregatorMetrics()
-    metrics.dry_run.set(1 if settings.scaling.dry_run else 0)
-    elector, shards = _election(settings, clients.election)
-    is_leader = elector.is_leader if elector is not None else (lambda: True)
-    term_end = elector.term_end if elector is not None else (lambda: math.inf)
-    if shards is not None:
-        is_leader = shards.leading
-        metrics.shards_held.set_function(lambda: float(len(shards.held())))
-    metrics.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
+    election = Election.of(settings, clients.election)
+    metrics = _metrics(settings, election)
     heap = Heap()
     fleet = Fleet(
         settings,
         clients.targets,
         dependents,
         metrics,
-        is_leader=is_leader,
-        term_end=term_end,
+        is_leader=election.is_leader,
+        term_end=election.term_end,
         watches=clients.watches,
         events=clients.events,
         watch_dependents=True,
         on_change=heap.changed,
-        shards=shards,
+        shards=election.shards,
     )
     source = source_for(shoots, clients.watches, settings.watching)
-    identity = next((e.identity for e in (elector, shards) if e is not None), os.uname().nodename)
     lag = LoopLag(observe=metrics.loop_lag.observe)
-
-    def status() -> dict[str, Any]:
-        return {
-            "identity": identity,
-            "leader": is_leader(),
-            "dry_run": settings.scaling.dry_run,
-            "failure_fraction": settings.decider.failure_fraction,
-            "lease_duration_s": settings.decider.lease_duration_s,
-            "source_error": fleet.source_error,
-            "loop_lag": lag.snapshot(),
-            "shards": None if shards is None else shards.snapshot(),
-            "skipped": getattr(source, "skipped", {}),
-            "targets": fleet.snapshot(),
-        }
-
     runner = None
     if settings.serving.metrics_addr is not None:
+        status = functools.partial(_status, settings, election, fleet, source, lag)
         app = make_app(metrics.registry, status, fleet.reconciled.is_set)
         runner = await serve(app, *settings.serving.metrics_addr)
-    log.info("aggregator_started", identity=identity, targets=shoots.mode, dry_run=settings.scaling.dry_run)
+    dry_run = settings.scaling.dry_run
+    log.info("aggregator_started", identity=election.identity, targets=shoots.mode, dry_run=dry_run)
     tasks = [
         asyncio.create_task(fleet.run(source), name="fleet"),
         asyncio.create_task(lag.run(), name="loop-lag"),
         asyncio.create_task(heap.run(), name="heap"),
+        *election.tasks(),
     ]
-    if elector is not None:
-        tasks.append(asyncio.create_task(elector.run(), name="leader-election"))
-    if shards is not None:
-        tasks.append(asyncio.create_task(shards.run(), name="shards"))
     try:
         await _until_stopped(tasks)
     finally:
-        for giving_up in (elector, shards):
-            if giving_up is not None:
-                await asyncio.shield(giving_up.release())
+        await election.release()
         if runner is not None:
             await runner.cleanup()
         await clients.close()

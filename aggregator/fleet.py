@@ -68,10 +68,6 @@ class Fleet:
         self.shards = shards
         self.is_leader = is_leader
         self.term_end = term_end
-        leads_ns: Callable[[str], bool] = lambda _ns: True  # noqa: E731
-        term_end_ns: Callable[[str], float] = lambda _ns: term_end()  # noqa: E731
-        if shards is not None:
-            is_leader, leads_ns, term_end_ns = shards.leading, shards.leads, shards.term_end
         # Told when targets start or stop (aggregator/heap.py).
         self.on_change = on_change
         self.running: dict[str, Running] = {}
@@ -86,11 +82,19 @@ class Fleet:
         self.seed_dependents = (
             SeedDependents(self.watches, dependents, settings.watching) if watch_dependents else None
         )
-        self.orphans = Orphans(
-            seed,
-            dependents,
-            settings,
-            metrics,
+        self.orphans = self._orphans()
+
+    def _orphans(self) -> Orphans:
+        is_leader, term_end = self.is_leader, self.term_end
+        leads_ns: Callable[[str], bool] = lambda _ns: True  # noqa: E731
+        term_end_ns: Callable[[str], float] = lambda _ns: term_end()  # noqa: E731
+        if (shards := self.shards) is not None:
+            is_leader, leads_ns, term_end_ns = shards.leading, shards.leads, shards.term_end
+        return Orphans(
+            self.seed,
+            self.dependents,
+            self.settings,
+            self.metrics,
             served=self.served,
             is_leader=is_leader,
             leads=leads_ns,

@@ -8,7 +8,13 @@ from core.metrics import Registry
 
 class AggregatorMetrics:
     def __init__(self, registry: Registry | None = None) -> None:
-        r = self.registry = registry or Registry()
+        self.registry = registry or Registry()
+        self._verdicts(self.registry)
+        self._actions(self.registry)
+        self._replica(self.registry)
+
+    def _verdicts(self, r: Registry) -> None:
+        """What each target sees and judges."""
         self.candidates = r.gauge("dwd_target_candidates", "Nodes whose lease counts.", ["target"])
         self.stale = r.gauge(
             "dwd_target_stale_nodes", "Candidates not seen renewing for a lease duration.", ["target"]
@@ -41,13 +47,13 @@ class AggregatorMetrics:
         self.synced = r.gauge(
             "dwd_target_synced", "1 when both watches have listed and are fresh.", ["target"]
         )
-        self.scale_actions = r.counter(
-            "dwd_scale_actions_total",
-            "Scale actions by resource, direction and result.",
-            ["target", "resource", "direction", "result"],
+        self.path_alive = r.gauge(
+            "dwd_target_agent_silent_path_alive",
+            "Candidates whose agent is silent while their kubelet renews after it: not counted stale.",
+            ["target"],
         )
-        self.blocked = r.counter(
-            "dwd_scale_down_blocked_total", "Scale-downs an interlock stopped.", ["target", "reason"]
+        self.tick = r.gauge(
+            "dwd_target_tick_seconds", "How long the target's last tick took (its I/O included).", ["target"]
         )
         self.watch_restarts = r.counter(
             "dwd_watch_restarts_total",
@@ -56,6 +62,17 @@ class AggregatorMetrics:
         )
         self.probe_failures = r.counter(
             "dwd_probe_failures_total", "Failed internal probes of the shoot KAPI.", ["target"]
+        )
+
+    def _actions(self, r: Registry) -> None:
+        """What the actuator does and refuses, and what it finds others did."""
+        self.scale_actions = r.counter(
+            "dwd_scale_actions_total",
+            "Scale actions by resource, direction and result.",
+            ["target", "resource", "direction", "result"],
+        )
+        self.blocked = r.counter(
+            "dwd_scale_down_blocked_total", "Scale-downs an interlock stopped.", ["target", "reason"]
         )
         self.target_errors = r.counter(
             "dwd_target_errors_total", "Times a target failed and was restarted.", ["target"]
@@ -85,19 +102,14 @@ class AggregatorMetrics:
             "dwd_orphan_records",
             "Dependents carrying our record whose target this aggregator no longer serves.",
         )
-        self.path_alive = r.gauge(
-            "dwd_target_agent_silent_path_alive",
-            "Candidates whose agent is silent while their kubelet renews after it: not counted stale.",
-            ["target"],
-        )
+
+    def _replica(self, r: Registry) -> None:
+        """This process: its event loop, its leadership, its mode."""
         self.loop_lag = r.histogram(
             "dwd_event_loop_lag_seconds",
             "How late a 100 ms timer of the event loop every target shares fired.",
             [],
             [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5],
-        )
-        self.tick = r.gauge(
-            "dwd_target_tick_seconds", "How long the target's last tick took (its I/O included).", ["target"]
         )
         self.leader = r.gauge(
             "dwd_leader", "1 while this replica is the leader (sharded: while it holds any shard)."

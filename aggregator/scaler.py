@@ -415,24 +415,8 @@ class Scaler:
         if self.dry_run:
             self._once(d.name, "dry-run", "dry_run_write", direction=str(self.desired), **_fields(write))
             return None
-        path = d.path(self.namespace)
-        precondition = {"resourceVersion": state.resource_version}
+        path, body = _patch(d.path(self.namespace), write, state.resource_version)
         on_object = write.annotations is not None
-        if write.annotations is not None:
-            ours = write.annotations.get(RECORD)
-            body: dict[str, Any] = {
-                "metadata": {
-                    **precondition,
-                    "annotations": dict(write.annotations),
-                    # The label lists our records across the seed (the leader's sweep for orphans).
-                    "labels": {RECORD: None if ours is None else "true"},
-                }
-            }
-            if write.replicas is not None:
-                body["spec"] = {"replicas": write.replicas}
-        else:
-            path += "/scale"
-            body = {"metadata": precondition, "spec": {"replicas": write.replicas}}
         remaining = self.deadline() - self.clock()
         if remaining <= 0:
             raise NotLeading("not the leader: no writes")
@@ -447,24 +431,25 @@ class Scaler:
             raise
         self._supersede(d, state.resource_version)
         if write.replicas is not None:
-            down = write.replicas == 0
-            direction = Direction.DOWN if down else Direction.UP
-            self.metrics.scale_actions.inc(
-                target=self.target, resource=d.name, direction=direction, result="scaled"
-            )
-            self.log.info(
-                "resource_scaling", resource=d.name, replicas_from=state.replicas, replicas_to=write.replicas
-            )
-            self._report_later(
-                self._event(
-                    d,
-                    state,
-                    "ScaledDown" if down else "ScaledUp",
-                    f"Scaled {d.name} from {state.replicas} to {write.replicas} replicas: {reason}",
-                    "Warning" if down else "Normal",
-                )
-            )
+            self._scaled(d, state, write.replicas, reason)
         return written if on_object else None
+
+    def _scaled(self, d: Dependent, state: DependentState, replicas: int, reason: str) -> None:
+        down = replicas == 0
+        direction = Direction.DOWN if down else Direction.UP
+        self.metrics.scale_actions.inc(
+            target=self.target, resource=d.name, direction=direction, result="scaled"
+        )
+        self.log.info("resource_scaling", resource=d.name, replicas_from=state.replicas, replicas_to=replicas)
+        self._report_later(
+            self._event(
+                d,
+                state,
+                "ScaledDown" if down else "ScaledUp",
+                f"Scaled {d.name} from {state.replicas} to {replicas} replicas: {reason}",
+                "Warning" if down else "Normal",
+            )
+        )
 
     def _report_later(self, report: Coroutine[Any, Any, None]) -> None:
         """An Event sent beside the actuator's next steps: in a seed-wide outage 750 of them
@@ -552,3 +537,23 @@ def _as_int(text: str | None) -> int | None:
         return int(text or "")
     except ValueError:
         return None
+
+
+def _patch(path: str, write: Write, resource_version: str) -> tuple[str, dict[str, Any]]:
+    """The merge patch of ``write``, conditional on ``resource_version``: on the object when it
+    carries annotations (the record), else on its scale subresource."""
+    precondition = {"resourceVersion": resource_version}
+    if write.annotations is None:
+        return path + "/scale", {"metadata": precondition, "spec": {"replicas": write.replicas}}
+    ours = write.annotations.get(RECORD)
+    body: dict[str, Any] = {
+        "metadata": {
+            **precondition,
+            "annotations": dict(write.annotations),
+            # The label lists our records across the seed (the leader's sweep for orphans).
+            "labels": {RECORD: None if ours is None else "true"},
+        }
+    }
+    if write.replicas is not None:
+        body["spec"] = {"replicas": write.replicas}
+    return path, body

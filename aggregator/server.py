@@ -106,35 +106,42 @@ def _dependents(t: dict[str, Any]) -> str:
     return f"{desired}: {', '.join(parts)}" if parts else str(desired)
 
 
+def _row(t: dict[str, Any], threshold: float) -> str:
+    e = html.escape
+    phase = str(t.get("phase", ""))
+    colour = PHASE_COLOURS.get(phase, "#57606a")
+    return (
+        "<tr>"
+        f'<td class="name">{e(t.get("name", ""))}</td>'
+        f'<td><span class="phase" style="background:{colour}">{e(phase)}</span></td>'
+        f"<td>{_ago(t.get('since'))}</td>"
+        f"<td>{t.get('stale', 0)}/{t.get('candidates', 0)}</td>"
+        f"<td>{float(t.get('fraction', 0)):.0%}</td>"
+        f"<td>{_sparkline(t.get('history', []), threshold)}</td>"
+        f"<td>{e(_why(t))}</td>"
+        f"<td>{e(_dependents(t))}</td>"
+        "</tr>"
+    )
+
+
+def _lease_ages(t: dict[str, Any], lease_duration: float) -> str:
+    e = html.escape
+    ages = t.get("lease_ages") or {}
+    cells = "".join(
+        f'<span class="lease {"stale" if age >= lease_duration else "fresh"}" title="{e(n)}">'
+        f"{e(n)} {age:.1f}s</span>"
+        for n, age in sorted(ages.items(), key=lambda kv: -kv[1])
+    )
+    return f"<h3>{e(t.get('name', ''))}: lease ages</h3><div class='leases'>{cells or 'none'}</div>"
+
+
 def render_page(status: dict[str, Any]) -> str:
     e = html.escape
-    rows, details = [], []
     threshold = float(status.get("failure_fraction", 0.6))
     lease_duration = float(status.get("lease_duration_s", 8))
-    for t in status.get("targets", []):
-        phase = str(t.get("phase", ""))
-        colour = PHASE_COLOURS.get(phase, "#57606a")
-        rows.append(
-            "<tr>"
-            f'<td class="name">{e(t.get("name", ""))}</td>'
-            f'<td><span class="phase" style="background:{colour}">{e(phase)}</span></td>'
-            f"<td>{_ago(t.get('since'))}</td>"
-            f"<td>{t.get('stale', 0)}/{t.get('candidates', 0)}</td>"
-            f"<td>{float(t.get('fraction', 0)):.0%}</td>"
-            f"<td>{_sparkline(t.get('history', []), threshold)}</td>"
-            f"<td>{e(_why(t))}</td>"
-            f"<td>{e(_dependents(t))}</td>"
-            "</tr>"
-        )
-        ages = t.get("lease_ages") or {}
-        cells = "".join(
-            f'<span class="lease {"stale" if age >= lease_duration else "fresh"}" title="{e(n)}">'
-            f"{e(n)} {age:.1f}s</span>"
-            for n, age in sorted(ages.items(), key=lambda kv: -kv[1])
-        )
-        details.append(
-            f"<h3>{e(t.get('name', ''))}: lease ages</h3><div class='leases'>{cells or 'none'}</div>"
-        )
+    targets = status.get("targets", [])
+    rows = [_row(t, threshold) for t in targets]
+    details = [_lease_ages(t, lease_duration) for t in targets]
     leader = "leader" if status.get("leader") else "standby"
     dry = " · DRY RUN: nothing is scaled" if status.get("dry_run") else ""
     return f"""<!doctype html>
