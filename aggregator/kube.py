@@ -16,7 +16,7 @@ import json
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,6 +187,15 @@ def classify(exc: BaseException) -> TransportKind:
 _TRANSPORT_ERRORS = (aiohttp.ClientError, TimeoutError, OSError)
 
 
+@contextlib.contextmanager
+def _translated(verb: str, path: str) -> Iterator[None]:
+    """aiohttp's and the socket's failures as one ``TransportError`` that names the request."""
+    try:
+        yield
+    except _TRANSPORT_ERRORS as e:
+        raise TransportError(classify(e), f"{verb} {path}: {e or type(e).__name__}") from e
+
+
 class KubeClient:
     """JSON requests, lists and watches against one API server."""
 
@@ -214,6 +223,16 @@ class KubeClient:
     def endpoint(self) -> Endpoint:
         return self._endpoint_source()
 
+    def _headers(
+        self, endpoint: Endpoint, *, accept: str | None = None, content_type: str | None = None
+    ) -> dict[str, str]:
+        """Every request's headers: the credentials of ``endpoint``, who asks, what it takes."""
+        headers = endpoint.headers()
+        headers.update({"User-Agent": self.user_agent, "Accept": accept or "application/json"})
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return headers
+
     async def _session_for(self, endpoint: Endpoint) -> aiohttp.ClientSession:
         if self._session is None or self._session_endpoint is not endpoint:
             now = time.monotonic()
@@ -227,7 +246,6 @@ class KubeClient:
                 # Watch lines hold whole objects; the 64 KiB default is too small for some.
                 read_bufsize=2**22,
                 trust_env=False,
-                headers={"User-Agent": self.user_agent, "Accept": "application/json"},
             )
             self._session_endpoint = endpoint
         return self._session
@@ -247,22 +265,16 @@ class KubeClient:
             await self.rate.wait()
         endpoint = self.endpoint()
         session = await self._session_for(endpoint)
-        headers = endpoint.headers()
-        if body is not None:
-            headers["Content-Type"] = content_type
-        if accept:
-            headers["Accept"] = accept
+        headers = self._headers(endpoint, accept=accept, content_type=None if body is None else content_type)
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
         data = None if body is None else json.dumps(body).encode()
-        try:
+        with _translated(method, path):
             async with session.request(
                 method, endpoint.server + path, params=params, data=data, headers=headers, timeout=timeout
             ) as response:
                 payload = await response.read()
                 if response.status >= 300:
                     raise api_error(response.status, payload, response.headers)
-        except _TRANSPORT_ERRORS as e:
-            raise TransportError(classify(e), f"{method} {path}: {e or type(e).__name__}") from e
         try:
             result = json.loads(payload)
         except ValueError as e:
@@ -300,9 +312,7 @@ class KubeClient:
         """
         endpoint = self.endpoint()
         session = await self._session_for(endpoint)
-        headers = endpoint.headers()
-        if accept:
-            headers["Accept"] = accept
+        headers = self._headers(endpoint, accept=accept)
         query = {
             "watch": "true",
             "allowWatchBookmarks": "true",
@@ -314,27 +324,26 @@ class KubeClient:
         # cadence means the connection is dead.
         timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout_s, sock_read=timeout_s + 10)
         try:
-            async with session.get(
-                endpoint.server + path, params=query, headers=headers, timeout=timeout
-            ) as response:
-                if response.status >= 300:
-                    raise api_error(response.status, await response.read(), response.headers)
-                on_open()
-                async for line in response.content:
-                    if not line.strip():
-                        continue
-                    event = json.loads(line)
-                    raise_for_watch_event(event)
-                    yield event
-        except _TRANSPORT_ERRORS as e:
-            raise TransportError(classify(e), f"WATCH {path}: {e or type(e).__name__}") from e
+            with _translated("WATCH", path):
+                async with session.get(
+                    endpoint.server + path, params=query, headers=headers, timeout=timeout
+                ) as response:
+                    if response.status >= 300:
+                        raise api_error(response.status, await response.read(), response.headers)
+                    on_open()
+                    async for line in response.content:
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        raise_for_watch_event(event)
+                        yield event
         except ValueError as e:
             raise BadResponse(f"WATCH {path}: an event is not JSON") from e
 
     async def probe(self, *, timeout_s: float, path: str = "/readyz") -> None:
         """A request on a new connection: a half-broken kept-alive one must not fake health."""
         endpoint = self.endpoint()
-        try:
+        with _translated("probe", path):
             async with (
                 aiohttp.ClientSession(
                     connector=aiohttp.TCPConnector(ssl=endpoint.ssl_context, force_close=True),
@@ -342,15 +351,13 @@ class KubeClient:
                 ) as session,
                 session.get(
                     endpoint.server + path,
-                    headers=endpoint.headers(),
+                    headers=self._headers(endpoint),
                     timeout=aiohttp.ClientTimeout(total=timeout_s),
                 ) as response,
             ):
                 body = await response.read()
                 if response.status != 200:
                     raise api_error(response.status, body, response.headers)
-        except _TRANSPORT_ERRORS as e:
-            raise TransportError(classify(e), f"probe {path}: {e or type(e).__name__}") from e
 
     async def close(self) -> None:
         sessions = [s for _, s in self._retired] + ([self._session] if self._session is not None else [])
