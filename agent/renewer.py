@@ -26,11 +26,9 @@ from agent.client import LeaseClient
 from agent.path import PHASES, Attempt
 from agent.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, Settings
 from core import logs
-from core.durations import parse_duration
-from core.errors import Invalid, KubeError, NotFound, TooManyRequests, TransportError
+from core.errors import BadResponse, Invalid, KubeError, NotFound, TooManyRequests, TransportError
 from core.lease import (
-    PREVIOUS_RENEW,
-    RENEW_INTERVAL,
+    LeaseView,
     Outage,
     evidence_patch,
     format_micro_time,
@@ -65,10 +63,6 @@ class Unrenewed:
     failure_class: str
     sent: bool  # it may have landed after all
     path: tuple[dict[str, Any], ...]
-
-
-def _annotations(lease: dict[str, Any]) -> dict[str, Any]:
-    return (lease.get("metadata") or {}).get("annotations") or {}
 
 
 def wall_now() -> datetime:
@@ -223,7 +217,19 @@ class Renewer:
         self._succeeded(lease)
         return next_renewal_in_s(self.settings.node_name, self.interval_s, stamp.timestamp())
 
-    async def _renew(self, stamp: datetime, started: float) -> dict[str, Any]:
+    async def _renew(self, stamp: datetime, started: float) -> LeaseView:
+        """The renewal (with the evidence of an unseen one when there is some to give), and the
+        lease as the server wrote it, parsed once."""
+        lease, with_evidence = await self._patch(stamp, started)
+        try:
+            view = LeaseView.from_object(lease)
+        except ValueError as e:
+            raise BadResponse(f"the lease PATCH answered a {e}") from e
+        if with_evidence:
+            self._settle(view.previous_renew or "")
+        return view
+
+    async def _patch(self, stamp: datetime, started: float) -> tuple[dict[str, Any], bool]:
         if any(u.sent for u in self._unrenewed) and self._evidence_possible:
             try:
                 lease = await self.client.patch(
@@ -234,8 +240,7 @@ class Renewer:
                 self.log.info("renew_evidence_refused", error=str(e))
                 self._evidence_possible = False
             else:
-                self._settle(str(_annotations(lease).get(PREVIOUS_RENEW) or ""))
-                return lease
+                return lease, True
         patch = renew_patch(
             self.settings.node_name,
             stamp,
@@ -245,7 +250,7 @@ class Renewer:
         )
         lease = await self.client.patch(patch, window_s=self.window_s - (self.clock() - started))
         self._unwritten = None
-        return lease
+        return lease, False
 
     def _settle(self, previous: str) -> None:
         """The renewTime a renewal overwrote is the latest renewal that had landed before it:
@@ -297,15 +302,14 @@ class Renewer:
         self.failure_class = e.failure_class
         self.state = "failing"
 
-    def _succeeded(self, lease: dict[str, Any]) -> None:
+    def _succeeded(self, lease: LeaseView) -> None:
         self.metrics.renewals.inc()
         self.last_success = self.clock()
         self._misses = 0
         self._clear_released = False
-        self._landed = str((lease.get("spec") or {}).get("renewTime") or "")
-        annotations = _annotations(lease)
-        self._previous_left = PREVIOUS_RENEW in annotations
-        self._evidence_possible = bool(self._landed) and bool(annotations)
+        self._landed = lease.renew_time or ""
+        self._previous_left = lease.previous_renew is not None
+        self._evidence_possible = bool(self._landed) and lease.annotated
         if self.state == "failing":
             outage = self._outage_so_far()
             # Proven by an evidence patch: written with the next plain renewal.
@@ -322,18 +326,15 @@ class Renewer:
         self.log.debug("lease_renewed")
         self._adopt_interval(lease)
 
-    def _adopt_interval(self, lease: dict[str, Any]) -> None:
-        annotations = (lease.get("metadata") or {}).get("annotations") or {}
-        text = annotations.get(RENEW_INTERVAL)
-        wanted = self.settings.renew_interval_s
+    def _adopt_interval(self, lease: LeaseView) -> None:
+        text, wanted = lease.interval, self.settings.renew_interval_s
         if text:
-            try:
-                wanted = min(max(parse_duration(text), MIN_INTERVAL_S), MAX_INTERVAL_S)
-            except ValueError:
+            if lease.interval_s is None:
                 if text != self._bad_interval:
                     self.log.warning("renew_interval_invalid", annotation=text, keeping=self.interval_s)
                     self._bad_interval = text
                 return
+            wanted = min(max(lease.interval_s, MIN_INTERVAL_S), MAX_INTERVAL_S)
         if wanted != self.interval_s:
             self.log.info("renew_interval_changed", interval=wanted, previous=self.interval_s)
             self.interval_s = wanted

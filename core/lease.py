@@ -216,6 +216,10 @@ class LeaseView:
     owner_uids: tuple[str, ...] = ()
     # The server's own record says renewTime was written after renew-interval.
     renewed_after_interval: bool = False
+    # Evidence of a renewal that landed unseen (the agent's previous-renew-time annotation,
+    # None when absent), and whether the lease has annotations at all to copy it into.
+    previous_renew: str | None = None
+    annotated: bool = False
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> LeaseView:
@@ -236,6 +240,8 @@ class LeaseView:
             released=annotations.get(RELEASED) == "true",
             owner_uids=tuple(str(r["uid"]) for r in meta.get("ownerReferences") or () if r.get("uid")),
             renewed_after_interval=renewed_after_interval(obj),
+            previous_renew=None if (previous := annotations.get(PREVIOUS_RENEW)) is None else str(previous),
+            annotated=bool(annotations),
         )
 
 

@@ -393,3 +393,16 @@ async def test_without_evidence_unanswered_renewals_prove_nothing(
     assert renewer.state == "renewing"
     assert LAST_OUTAGE not in (patches(client)[-1].get("metadata") or {}).get("annotations", {})
     assert [e["proven"] for e in logs if e["event"] == "renew_recovered"] == [False]
+
+
+async def test_an_answer_that_is_no_lease_is_a_failed_renewal_that_says_so(
+    renewer: Renewer, client: FakeClient, clock: Clock, logs: list[dict[str, Any]]
+) -> None:
+    """The answer is parsed once into the lease's view (core/lease.py, as the aggregator's): one
+    without a name is a bad response, counted and logged as a failure, not a success."""
+    client.script = [{"kind": "Status", "metadata": {}, "spec": {}}]
+    await renew_every_2s(renewer, clock, 1)
+    assert renewer.state == "failing" and renewer.failure_class == "bad-response"
+    assert renewer.metrics.renewals.get() == 0
+    failed = [e for e in logs if e["event"] == "renew_failing"]
+    assert failed and "the lease PATCH answered a lease object without metadata.name" in failed[0]["error"]
