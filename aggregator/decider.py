@@ -109,6 +109,8 @@ class Verdict:
     # Candidates whose agent is silent while their kubelet proves the path (aggregator/witness.py):
     # not counted stale.
     path_alive: frozenset[str] = frozenset()
+    # The sample's nodes that do not count, and the rule that leaves each out.
+    left_out: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def fraction(self) -> float:
@@ -143,24 +145,42 @@ def candidates(
     sample: Collection[str] | None = None,
     *,
     machines: Mapping[str, str] = EMPTY,
+    left_out: dict[str, str] | None = None,
 ) -> dict[str, LeaseObs]:
     """The leases that count: of live, old-enough, not ignored nodes (in the fast-renewing
     sample, when there is one), not released, asked to renew at the fast interval and seen
-    renewed since they were asked. ``machines``: each node's Machine phase, as last read."""
+    renewed since they were asked. ``machines``: each node's Machine phase, as last read.
+    ``left_out``, when given, is filled with the sample's nodes that do not count and the
+    rule that leaves each out (dependency-watchdog logs the same of every node it filters)."""
     out = {}
     for name, node in nodes.items():
         if sample is not None and name not in sample:
             continue
         lease = leases.get(name)
-        if lease is None or not _eligible(node, lease, now, p, machines.get(name)):
-            continue
-        interval_s = lease.view.interval_s
-        if interval_s is None or interval_s > p.fast_interval_s:
-            continue
-        if lease.seen_renewed_mono <= lease.paced_since_mono:
-            continue
-        out[name] = lease
+        why = skip_reason(node, lease, now, p, machines.get(name)) or _pace_reason(lease, p)
+        if why is None and lease is not None:
+            out[name] = lease
+        elif left_out is not None and why is not None:
+            left_out[name] = why
     return out
+
+
+# The reasons of the pace, not of a rule: a sample member between two intervals. They come
+# and go as the sample rotates, where a rule's say something of the node.
+NOT_FAST, NOT_YET_FAST = "not asked for the fast interval", "not seen renewing fast since asked"
+PACE_REASONS = frozenset({NOT_FAST, NOT_YET_FAST})
+
+
+def _pace_reason(lease: LeaseObs | None, p: Decider) -> str | None:
+    """Why a lease that the rules keep does not count at its pace (None: it counts)."""
+    if lease is None:
+        return "no lease yet"
+    interval_s = lease.view.interval_s
+    if interval_s is None or interval_s > p.fast_interval_s:
+        return NOT_FAST
+    if lease.seen_renewed_mono <= lease.paced_since_mono:
+        return NOT_YET_FAST
+    return None
 
 
 def _eligible(
@@ -284,7 +304,8 @@ def decide(
     as last LISTed, the second witness (None: not read). ``machines``: each node's Machine
     phase as last read (empty: none known, no node is left out for its Machine).
     """
-    counted = candidates(nodes, leases, now, p, sample, machines=machines)
+    left_out: dict[str, str] = {}
+    counted = candidates(nodes, leases, now, p, sample, machines=machines, left_out=left_out)
     alive: frozenset[str] = frozenset()
     if kubelets:
         stale = {n: lease.view.renew_time for n, lease in counted.items() if is_stale(lease, now, p)}
@@ -309,7 +330,12 @@ def decide(
             f"; {len(alive)} agent(s) silent while their kubelets renew: the path works, the agents fail"
         )
     return replace(
-        verdict, zones=zones, estimate=estimate if verdict.judged else None, path_alive=alive, reason=reason
+        verdict,
+        zones=zones,
+        estimate=estimate if verdict.judged else None,
+        path_alive=alive,
+        reason=reason,
+        left_out=left_out,
     )
 
 

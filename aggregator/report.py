@@ -9,14 +9,14 @@ status page's and ``/status``'s JSON of one target.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from structlog.typing import FilteringBoundLogger
 
 from aggregator import budget
-from aggregator.decider import Desired, Memory, Phase, Verdict, skipped, stale_fraction
+from aggregator.decider import PACE_REASONS, Desired, Memory, Phase, Verdict, skipped, stale_fraction
 from aggregator.interlocks import Interlock, Refusal
 from aggregator.metrics import AggregatorMetrics
 from aggregator.pacer import Plan
@@ -72,6 +72,7 @@ class Reporter:
         # Since when agents have been silent while their kubelets renew, and whether it was told.
         self._silent_since: float | None = None
         self._silent_told = False
+        self._left_out: Mapping[str, str] = {}
         metrics.set_phase(name, Phase.STARTING)
         metrics.synced.set(0, target=name)
 
@@ -130,6 +131,22 @@ class Reporter:
         m.fraction.set(v.fraction, target=self.name)
         if v.scale_down or (v.judged and v.memory.phase is Phase.HEALTHY):
             s.blocked = None  # the last refusal is history once a verdict moved on
+        self._tell_left_out(v.left_out)
+
+    def _tell_left_out(self, now: Mapping[str, str]) -> None:
+        """Which of the sample's nodes a rule leaves out of the verdict, told when it starts and
+        when it ends, one line per rule (a pool's 500 nodes with DiskPressure are one line)."""
+        before, self._left_out = self._left_out, now
+        if now == before:
+            return
+        for event, (old, new) in (("nodes_left_out", (before, now)), ("nodes_left_out_over", (now, before))):
+            changed: dict[str, list[str]] = collections.defaultdict(list)
+            for name, why in new.items():
+                if old.get(name) != why:
+                    changed[why].append(name)
+            for why, names in sorted(changed.items()):
+                level = self.log.debug if why in PACE_REASONS else self.log.info
+                level(event, rule=why, nodes=len(names), first=sorted(names)[:5])
 
     def phase(self, before: Memory, after: Memory, reason: str) -> None:
         s = self.status

@@ -375,3 +375,30 @@ def test_a_bad_setting_is_named_with_what_is_wrong(kubeconfig: Path, value: str,
     problems = [p for p in e.value.problems if p.startswith("DWD_NODE_CONDITIONS:")]
     assert len(problems) == 1 and message in problems[0], e.value.problems
     assert any(p.startswith("DWD_MIN_CANDIDATES:") for p in e.value.problems)
+
+
+async def test_a_rule_that_leaves_nodes_out_is_logged_once_per_rule_when_it_starts_and_ends() -> None:
+    """dependency-watchdog logs which rule filtered each node; here one line per rule and
+    change (a pool of 500 nodes with DiskPressure is one line, not 500 every tick)."""
+    from structlog.testing import capture_logs
+
+    w = World(6)
+    n = w.names
+    condition(w, n[0], "DiskPressure", "True")
+    condition(w, n[1], "DiskPressure", "True")
+    condition(w, n[2], "KernelDeadlock", "True")
+    with capture_logs() as logs:
+        await w.run(12)
+        node = w.shoot.objects[f"/api/v1/nodes/{n[2]}"]
+        w.shoot.put(f"/api/v1/nodes/{n[2]}", {**node, "status": {"conditions": []}})
+        await w.run(3)
+    told = [
+        (e["event"], e["rule"], e["nodes"], e["first"])
+        for e in logs
+        if e["event"].startswith("nodes_left_out")
+    ]
+    assert told == [
+        ("nodes_left_out", "an unhealthy condition (DiskPressure)", 2, [n[0], n[1]]),
+        ("nodes_left_out", "an unhealthy condition (KernelDeadlock)", 1, [n[2]]),
+        ("nodes_left_out_over", "an unhealthy condition (KernelDeadlock)", 1, [n[2]]),
+    ]
