@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from agent.kubeconfig import Endpoint, KubeconfigError, read_endpoint
 from agent.path import ssl_context
-from core.config import EnvReader
+from core.config import EnvReader, read_vars, var
 from core.credentials import DEFAULT_TOKEN_FILE
 from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label, is_dns_subdomain
 from core.logs import LogFormat
@@ -35,9 +35,13 @@ DEFAULT_KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig-real"
 class Settings:
     apiserver_url: str
     node_name: str
-    lease_namespace: str = DEFAULT_LEASE_NAMESPACE
-    renew_interval_s: float = 2.0
-    token_file: str = DEFAULT_TOKEN_FILE
+    lease_namespace: str = var("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE, "string")
+    renew_interval_s: float = var(
+        "DWD_RENEW_INTERVAL", 2.0, "duration", min_s=MIN_INTERVAL_S, max_s=MAX_INTERVAL_S
+    )
+    """Until the aggregator's renew-interval annotation says otherwise: four renewals a lease
+    duration of 8 s."""
+    token_file: str = var("DWD_TOKEN_FILE", DEFAULT_TOKEN_FILE, "string")
     ca_file: str = ""
     # The CA as read from the kubelet kubeconfig's certificate-authority-data.
     ca_pem: str = ""
@@ -55,12 +59,10 @@ class Settings:
         node = r.string("NODE_NAME", required=True)
         if node and not is_dns_subdomain(node):
             r.problem("NODE_NAME", f"{node!r} is not a valid node name (RFC 1123 subdomain)")
-        namespace = r.string("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE)
-        if not is_dns_label(namespace):
+        values = read_vars(r, cls)
+        if not is_dns_label(namespace := values["lease_namespace"]):
             r.problem("DWD_LEASE_NAMESPACE", f"{namespace!r} is not a valid namespace name")
-        interval = r.duration("DWD_RENEW_INTERVAL", "2s", min_s=MIN_INTERVAL_S, max_s=MAX_INTERVAL_S)
-        token_file = r.string("DWD_TOKEN_FILE", DEFAULT_TOKEN_FILE)
-        if not os.access(token_file, os.R_OK):
+        if not os.access(token_file := values["token_file"], os.R_OK):
             r.problem("DWD_TOKEN_FILE", f"{token_file} is not a readable file")
         ca_file = _ca_file(r, endpoint, kubeconfig)
         metrics = r.address("DWD_METRICS_ADDR")
@@ -69,9 +71,7 @@ class Settings:
         return cls(
             apiserver_url=endpoint.server,
             node_name=node,
-            lease_namespace=namespace,
-            renew_interval_s=interval,
-            token_file=token_file,
+            **values,
             ca_file=ca_file,
             ca_pem="" if ca_file else endpoint.ca_pem,
             kubelet_kubeconfig=kubeconfig,

@@ -7,20 +7,9 @@ every group and reports every bad variable at once. The variables and their
 defaults are a contract; the timings without a variable are the ones no
 operator has needed to change.
 
-Defaults, and why:
-- DWD_LEASE_DURATION 8s: four renewals at the agent's 2 s; one or two lost
-  packets never make a node stale.
-- DWD_CONFIRM_PERIOD 4s: the quorum must hold that long before any scale-down.
-  Cut -> verdict is lease duration + confirm period, 12 s, well inside KCM's
-  40-50 s grace; the interlocks and level 0 (MCM, CA) add about a second.
-- DWD_RECOVERY_FRACTION 0.4 and DWD_RECOVERY_PERIOD 10s: hysteresis so a
-  quorum that wobbles around 0.6 does not flap the controllers.
-- DWD_NODE_GRACE 60s: a new node's agent needs time to start; until then it
-  is not a candidate.
-- DWD_BLIND_LIMIT 2m: scaled down and unable to see the shoot at all (its KAPI
-  unreachable from the seed, credentials revoked) for this long, the
-  controllers are restored: holding them at 0 on no evidence is never the
-  default, but a KAPI restart of a minute must not flap them either.
+A variable's default is written once, in its field (``core.config.var``), with
+the reason in the field's docstring; ``from_env`` reads it from there and a test
+checks the README's tables against the fields.
 """
 
 from __future__ import annotations
@@ -32,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from aggregator.candidates import NodeConditions
-from core.config import EnvReader
+from core.config import EnvReader, read_vars, var
 from core.errors import ConfigError
 from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label
 from core.logs import LogFormat
@@ -92,16 +81,27 @@ class Backoff:
 class Decider:
     """What the decision judges by (aggregator/decider.py)."""
 
-    lease_duration_s: float = 8.0
-    node_grace_s: float = 60.0
-    failure_fraction: float = 0.6
-    recovery_fraction: float = 0.4
-    confirm_period_s: float = 4.0
-    recovery_period_s: float = 10.0
-    min_candidates: int = 2
-    # The renewal interval of the fast sample (DWD_RENEW_INTERVAL).
-    fast_interval_s: float = 2.0
-    blind_limit_s: float = 120.0
+    lease_duration_s: float = var("DWD_LEASE_DURATION", 8.0, "duration", min_s=1, max_s=300)
+    """Four renewals at the agent's 2 s: one or two lost packets never make a node stale."""
+    node_grace_s: float = var("DWD_NODE_GRACE", 60.0, "duration")
+    """A new node's agent needs time to start; until then it is not a candidate."""
+    failure_fraction: float = var("DWD_FAILURE_FRACTION", 0.6, "fraction")
+    """dependency-watchdog's threshold."""
+    recovery_fraction: float = var("DWD_RECOVERY_FRACTION", 0.4, "fraction")
+    """Hysteresis: a quorum that wobbles around 0.6 does not flap the controllers."""
+    confirm_period_s: float = var("DWD_CONFIRM_PERIOD", 4.0, "duration")
+    """The quorum must hold that long: cut -> verdict is lease duration + this, 12 s, well
+    inside KCM's 40-50 s grace; the interlocks and level 0 (MCM, CA) add about a second."""
+    recovery_period_s: float = var("DWD_RECOVERY_PERIOD", 10.0, "duration")
+    """With the recovery fraction, the hysteresis of the way back."""
+    min_candidates: int = var("DWD_MIN_CANDIDATES", 2, "integer", min_value=1)
+    """Fewer: no verdict (never a reason to scale down, nor to stay down)."""
+    fast_interval_s: float = var("DWD_RENEW_INTERVAL", 2.0, "duration", min_s=0.2, max_s=300)
+    """The renewal interval of the fast sample, handed to the agents in their leases."""
+    blind_limit_s: float = var("DWD_BLIND_LIMIT", 120.0, "duration", min_s=1)
+    """Scaled down and unable to see the shoot at all (its KAPI unreachable from the seed,
+    credentials revoked) this long, the controllers are restored: holding them at 0 on no
+    evidence is never the default, but a KAPI restart of a minute must not flap them."""
     # The second witness (aggregator/witness.py). Kubelet leases are LISTed this often while a
     # candidate is stale or the shoot is not healthy: kubelet renews every 10 s, so each LIST
     # sees a renewal of every kubelet that can reach KAPI.
@@ -163,29 +163,10 @@ class Decider:
 
     @classmethod
     def from_env(cls, r: EnvReader) -> Decider:
-        lease_duration_s = r.duration("DWD_LEASE_DURATION", "8s", min_s=1, max_s=300)
-        fast_interval_s = r.duration("DWD_RENEW_INTERVAL", "2s", min_s=0.2, max_s=300)
-        node_grace_s = r.duration("DWD_NODE_GRACE", "60s")
-        failure = r.fraction("DWD_FAILURE_FRACTION", 0.6)
-        recovery = r.fraction("DWD_RECOVERY_FRACTION", 0.4)
-        confirm_period_s = r.duration("DWD_CONFIRM_PERIOD", "4s")
-        recovery_period_s = r.duration("DWD_RECOVERY_PERIOD", "10s")
-        min_candidates = r.integer("DWD_MIN_CANDIDATES", 2, min_value=1)
-        blind_limit_s = r.duration("DWD_BLIND_LIMIT", "2m", min_s=1)
+        values = read_vars(r, cls)
         node_conditions = _node_conditions(r, "DWD_NODE_CONDITIONS")
         try:
-            return cls(
-                lease_duration_s=lease_duration_s,
-                node_grace_s=node_grace_s,
-                failure_fraction=failure,
-                recovery_fraction=recovery,
-                confirm_period_s=confirm_period_s,
-                recovery_period_s=recovery_period_s,
-                min_candidates=min_candidates,
-                fast_interval_s=fast_interval_s,
-                blind_limit_s=blind_limit_s,
-                node_conditions=node_conditions,
-            )
+            return cls(**values, node_conditions=node_conditions)
         except ConfigError as e:
             r.problems.extend(e.problems)
             return cls()
@@ -198,15 +179,17 @@ MAX_SHARDS = 16
 class Leader:
     """Leader election on a seed Lease (aggregator/leader.py), with client-go's defaults."""
 
-    enabled: bool = False
+    enabled: bool = var("DWD_LEADER_ELECTION", False, "boolean")
+    """``true`` for more than one replica: only the leader writes."""
     namespace: str = "garden"
-    lease_duration_s: float = 15.0
-    renew_deadline_s: float = 10.0
-    retry_period_s: float = 2.0
-    # Shard Leases the targets are shared out over (aggregator/shards.py); 1: one Lease, whose
-    # holder acts on every target. Two or more need leader election, and pay off only with as
-    # many replicas: a seed-wide outage's interlocks and writes are split between them.
-    shards: int = 1
+    lease_duration_s: float = var("DWD_LEADER_LEASE_DURATION", 15.0, "duration", min_s=1)
+    """client-go's default, as the renew deadline and the retry period."""
+    renew_deadline_s: float = var("DWD_LEADER_RENEW_DEADLINE", 10.0, "duration", min_s=0.5)
+    retry_period_s: float = var("DWD_LEADER_RETRY_PERIOD", 2.0, "duration", min_s=0.1)
+    shards: int = var("DWD_SHARDS", 1, "integer", min_value=1)
+    """Shard Leases the targets are shared out over (aggregator/shards.py); 1: one Lease, whose
+    holder acts on every target. Two or more need leader election, and pay off only with as
+    many replicas: a seed-wide outage's interlocks and writes are split between them."""
 
     def __post_init__(self) -> None:
         if self.shards > 1 and not self.enabled:
@@ -222,22 +205,18 @@ class Leader:
 
     @classmethod
     def from_env(cls, r: EnvReader) -> Leader:
-        enabled = r.boolean("DWD_LEADER_ELECTION", False)
-        namespace = r.string("DWD_LEADER_ELECTION_NAMESPACE", r.env.get("POD_NAMESPACE") or "garden")
+        values = read_vars(r, cls)
+        default_namespace = r.env.get("POD_NAMESPACE") or cls.namespace
+        namespace = r.string("DWD_LEADER_ELECTION_NAMESPACE", default_namespace)
         _namespace(r, "DWD_LEADER_ELECTION_NAMESPACE", namespace)
-        timings = {
-            "lease_duration_s": r.duration("DWD_LEADER_LEASE_DURATION", "15s", min_s=1),
-            "renew_deadline_s": r.duration("DWD_LEADER_RENEW_DEADLINE", "10s", min_s=0.5),
-            "retry_period_s": r.duration("DWD_LEADER_RETRY_PERIOD", "2s", min_s=0.1),
-        }
-        shards = r.integer("DWD_SHARDS", 1, min_value=1)
-        if shards > MAX_SHARDS:
+        if (shards := values["shards"]) > MAX_SHARDS:
             r.problem("DWD_SHARDS", f"{shards} is above the maximum {MAX_SHARDS} (a Lease renewed each)")
+            values["shards"] = MAX_SHARDS
         try:
-            return cls(enabled, namespace, **timings, shards=min(shards, MAX_SHARDS))
+            return cls(**values, namespace=namespace)
         except ConfigError as e:
             r.problems.extend(e.problems)
-            return cls(enabled, namespace)
+            return cls(values["enabled"], namespace)
 
 
 @dataclass(frozen=True)
@@ -274,8 +253,10 @@ class Watching:
 class Provisioning:
     """The leases: where they live, and the write budget that paces their renewals."""
 
-    lease_namespace: str = DEFAULT_LEASE_NAMESPACE
-    write_budget: float = 100.0
+    lease_namespace: str = var("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE, "string")
+    write_budget: float = var("DWD_WRITE_BUDGET", 100.0, "number")
+    """Lease writes per second the heartbeats may cost a shoot: kubelet's own leases are 500/s
+    at 5000 nodes, this adds at most a fifth."""
     # The provisioner's own writes, so a 5000-node start does not burst on KAPI.
     writes_per_s: float = 50.0
     # The leases are re-checked on every change, and this often regardless.
@@ -283,17 +264,19 @@ class Provisioning:
 
     @classmethod
     def from_env(cls, r: EnvReader) -> Provisioning:
-        lease_namespace = r.string("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE)
-        _namespace(r, "DWD_LEASE_NAMESPACE", lease_namespace)
-        return cls(lease_namespace, r.number("DWD_WRITE_BUDGET", 100.0))
+        values = read_vars(r, cls)
+        _namespace(r, "DWD_LEASE_NAMESPACE", values["lease_namespace"])
+        return cls(**values)
 
 
 @dataclass(frozen=True)
 class Scaling:
     """The actuator (aggregator/scaler.py) and what it scales."""
 
-    dry_run: bool = False
-    dependents_file: str = ""
+    dry_run: bool = var("DWD_DRY_RUN", False, "boolean")
+    """Decide, log and count every write it would make, write nothing at all to the seed."""
+    dependents_file: str = var("DWD_DEPENDENTS_FILE", "", "string")
+    """YAML in dependency-watchdog's ``dependentResourceInfos`` shape; empty: DWD's order."""
     # Once converged while scaled down, look again this often: someone may scale a
     # protected controller back up by hand.
     reverify_s: float = 10.0
@@ -316,7 +299,8 @@ class Shoots:
     shoot_kubeconfig: str = ""
     seed_kubeconfig: str = ""
     namespace: str = ""
-    kubeconfig_secret: str = "shoot-access-dwd-lease-aggregator"
+    kubeconfig_secret: str = var("DWD_KUBECONFIG_SECRET", "shoot-access-dwd-lease-aggregator", "string")
+    """The Secret in each control-plane namespace that reaches the shoot (file: and gardener)."""
     # A targets file is read again this often; a watched source is looked at this often
     # besides its changes (a change itself is acted on at once).
     poll_s: float = 5.0
@@ -346,8 +330,7 @@ class Shoots:
         _readable(r, "DWD_SEED_KUBECONFIG", seed_kubeconfig)
         namespace = r.string("DWD_NAMESPACE", required=mode == "env")
         _namespace(r, "DWD_NAMESPACE", namespace)
-        secret = r.string("DWD_KUBECONFIG_SECRET", "shoot-access-dwd-lease-aggregator")
-        return cls(mode, file, shoot_kubeconfig, seed_kubeconfig, namespace, secret)
+        return cls(mode, file, shoot_kubeconfig, seed_kubeconfig, namespace, **read_vars(r, cls))
 
 
 @dataclass(frozen=True)
@@ -375,9 +358,8 @@ class Settings:
         shoots = Shoots.from_env(r)
         provisioning = Provisioning.from_env(r)
         decider = Decider.from_env(r)
-        dependents_file = r.string("DWD_DEPENDENTS_FILE", "")
-        _readable(r, "DWD_DEPENDENTS_FILE", dependents_file)
-        scaling = Scaling(r.boolean("DWD_DRY_RUN", False), dependents_file)
+        scaling = Scaling(**read_vars(r, Scaling))
+        _readable(r, "DWD_DEPENDENTS_FILE", scaling.dependents_file)
         leader = Leader.from_env(r)
         metrics_addr = r.address("DWD_METRICS_ADDR")
         serving = Serving(metrics_addr, *r.logging())

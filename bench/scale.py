@@ -806,9 +806,7 @@ def plan_cost_ms(n: int, rounds: int = 50) -> float:
             for x in nodes
         ]
     )
-    provisioner = Provisioner(
-        cast(KubeClient, None), observed, Provisioning(), lease_duration_s=8.0
-    )
+    provisioner = Provisioner(cast(KubeClient, None), observed, Provisioning(), lease_duration_s=8.0)
     leases = []
     for x in nodes:
         want = provisioner.desired(x, pacing)

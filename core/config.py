@@ -7,15 +7,17 @@ manifest in one round instead of one variable per crash loop.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
 
 from core.durations import format_duration, parse_duration
 from core.errors import ConfigError
 from core.logs import LEVELS, LogFormat
 
 # ConfigError lives with the other errors; the agent still catches it from here.
-__all__ = ["ConfigError", "EnvReader"]
+__all__ = ["ConfigError", "EnvReader", "Var", "read_vars", "var", "variables"]
 
 T = TypeVar("T", bound=str)
 
@@ -136,3 +138,55 @@ class EnvReader:
     def finish(self) -> None:
         if self.problems:
             raise ConfigError(self.problems)
+
+
+Kind = Literal["duration", "fraction", "number", "integer", "boolean", "string"]
+
+
+@dataclass(frozen=True)
+class Var:
+    """The environment variable a settings field is read from, and how."""
+
+    name: str
+    kind: Kind
+    # EnvReader's bounds of that kind: min_s/max_s (duration), min_value (integer, number).
+    bounds: Mapping[str, float] = field(default_factory=dict)
+
+
+def var(name: str, default: Any, kind: Kind, **bounds: float) -> Any:
+    """A settings field read from ``name``: its default is written here only, and ``from_env``,
+    the benchmarks and the docs' tables (checked by tests/unit/test_settings_docs.py) take it
+    from the field."""
+    return field(default=default, metadata={"env": Var(name, kind, bounds)})
+
+
+def variables(cls: type) -> list[tuple[dataclasses.Field[Any], Var]]:
+    """The fields of a settings dataclass that are read from the environment."""
+    return [(f, f.metadata["env"]) for f in dataclasses.fields(cls) if "env" in f.metadata]
+
+
+def read_vars(r: EnvReader, cls: type) -> dict[str, Any]:
+    """Every ``var`` field of ``cls`` from the environment, by field name, each defaulting to
+    its field's default."""
+    out: dict[str, Any] = {}
+    for f, v in variables(cls):
+        if f.default is dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: a variable's field needs its default")
+        default: Any = f.default
+        b = v.bounds
+        if v.kind == "duration":
+            out[f.name] = r.duration(
+                v.name, format_duration(default), min_s=b.get("min_s", 0.0), max_s=b.get("max_s")
+            )
+        elif v.kind == "fraction":
+            out[f.name] = r.fraction(v.name, default)
+        elif v.kind == "number":
+            out[f.name] = r.number(v.name, default, min_value=b.get("min_value", 0.0))
+        elif v.kind == "integer":
+            low = b.get("min_value")
+            out[f.name] = r.integer(v.name, default, min_value=None if low is None else int(low))
+        elif v.kind == "boolean":
+            out[f.name] = r.boolean(v.name, default)
+        else:
+            out[f.name] = r.string(v.name, default)
+    return out
