@@ -323,7 +323,19 @@ def decide(
         view_since=view_since,
         records=records,
     )
-    # The estimate stands for a judged quorum only: a blind or too-thin tick has none.
+    return _explained(verdict, zones=zones, estimate=estimate, alive=alive, left_out=left_out)
+
+
+def _explained(
+    verdict: Verdict,
+    *,
+    zones: Mapping[str, tuple[int, int]],
+    estimate: float | None,
+    alive: frozenset[str],
+    left_out: Mapping[str, str],
+) -> Verdict:
+    """The verdict with what it rests on: the zones, the estimate (for a judged quorum only: a
+    blind or too-thin tick has none), the silent agents whose kubelets renew, the nodes left out."""
     reason = verdict.reason
     if alive and verdict.judged:
         reason += (
