@@ -23,18 +23,14 @@ run. Tables are printed; the raw numbers go to --out (JSON).
 from __future__ import annotations
 
 import argparse
-import collections
-import itertools
 import json
 import math
 import os
 import random
-import re
-import ssl
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -48,6 +44,17 @@ from aggregator.provisioner import Provisioner
 from aggregator.settings import Provisioning
 from aggregator.watcher import Observed
 from bench.fleet import ZONES, Fleet, FleetThread
+from bench.kapi_metrics import (
+    AGGREGATOR_USER,
+    AUDIT_POLICY,
+    Audit,
+    Kapi,
+    Series,
+    histogram_quantile,
+    requests,
+)
+from bench.sampling import Window
+from bench.stats import estimate, hypergeom_pmf, p_down_spread, p_down_zoned
 from bench.table import print_table
 from core.durations import format_duration
 from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView
@@ -70,162 +77,6 @@ FAST_S = 2.0
 BUDGET = 100.0
 THRESHOLD = 0.6
 DOWN = dict.fromkeys(CONTROLLERS, 0)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-# -- kube-apiserver's /metrics
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-Series = list[tuple[str, dict[str, str], float]]
-
-
-def parse_metrics(text: str, names: Iterable[str]) -> Series:
-    wanted = tuple(names)
-    out = []
-    for line in text.splitlines():
-        if not line.startswith(wanted):
-            continue
-        m = _SAMPLE.match(line)
-        if m:
-            out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
-    return out
-
-
-def total(series: Series, name: str, **labels: str) -> float:
-    return sum(v for n, ls, v in series if n == name and all(ls.get(k) == w for k, w in labels.items()))
-
-
-def quantile(before: Series, after: Series, q: float, **labels: str) -> float | None:
-    """The q-quantile of a histogram's observations between two scrapes, interpolated within
-    its bucket as Prometheus' histogram_quantile does."""
-    name = "apiserver_request_duration_seconds_bucket"
-
-    def buckets(series: Series) -> dict[float, float]:
-        out: dict[float, float] = {}
-        for n, ls, v in series:
-            if n == name and all(ls.get(k) == w for k, w in labels.items()):
-                le = float(ls["le"])
-                out[le] = out.get(le, 0.0) + v
-        return out
-
-    b0, b1 = buckets(before), buckets(after)
-    cum = sorted((le, b1[le] - b0.get(le, 0.0)) for le in b1)
-    if not cum or cum[-1][1] <= 0:
-        return None
-    rank = q * cum[-1][1]
-    lower_le, lower_n = 0.0, 0.0
-    for le, n in cum:
-        if n >= rank:
-            if math.isinf(le):
-                return lower_le
-            return lower_le + (le - lower_le) * (rank - lower_n) / max(n - lower_n, 1e-9)
-        lower_le, lower_n = le, n
-    return None
-
-
-class Kapi:
-    """kube-apiserver's /metrics and the CPU and memory of its processes."""
-
-    NAMES = ("apiserver_request_total", "apiserver_request_duration_seconds_bucket")
-
-    def __init__(self, plane: ControlPlane) -> None:
-        tls = ssl.create_default_context(cafile=str(plane.ca_file))
-        tls.load_cert_chain(str(plane.admin.cert), str(plane.admin.key))
-        self.http = httpx.Client(base_url=plane.url, verify=tls, trust_env=False, timeout=30)
-        # _procs: the names matter (etcd, kube-apiserver), pids() has only numbers.
-        self.pids = {p.name: p.popen.pid for p in plane._procs}
-
-    def scrape(self) -> Series:
-        return parse_metrics(self.http.get("/metrics").text, self.NAMES)
-
-    def close(self) -> None:
-        self.http.close()
-
-
-def requests(
-    s: Series, verb: str | None = None, resource: str | None = None, code: str | None = None
-) -> float:
-    labels = {k: v for k, v in (("verb", verb), ("resource", resource), ("code", code)) if v is not None}
-    return total(s, "apiserver_request_total", **labels)
-
-
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-AGGREGATOR_USER = "dwd-lease-aggregator"
-# The API server's counters do not say who sent a request, and the simulator's count cannot
-# be subtracted exactly (requests in flight at either scrape). The audit log can: it records
-# the aggregator's user alone, every request once, when it completes.
-AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived", "ResponseStarted"],
-    "rules": [{"level": "Metadata", "users": [AGGREGATOR_USER]}, {"level": "None"}],
-}
-
-
-class Audit:
-    """The aggregator's requests, read from the shoot API server's audit log."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def mark(self) -> int:
-        return self.path.stat().st_size if self.path.exists() else 0
-
-    def since(self, mark: int) -> dict[str, int]:
-        """Requests since ``mark``, by "verb resource" (nonResourceURLs by path)."""
-        counts: dict[str, int] = {}
-        with open(self.path, "rb") as f:
-            f.seek(mark)
-            for line in f:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue  # a line being written
-                ref = event.get("objectRef") or {}
-                key = (
-                    f"{event.get('verb')} {ref.get('resource') or event.get('requestURI', '').split('?')[0]}"
-                )
-                counts[key] = counts.get(key, 0) + 1
-        return counts
-
-
-@dataclass
-class Window:
-    """CPU of some processes over a stretch of time, and their RSS at its end."""
-
-    pids: dict[str, int]
-    t0: float = 0.0
-    ticks0: dict[str, int] | None = None
-
-    def start(self) -> Window:
-        self.t0 = time.monotonic()
-        self.ticks0 = {k: cpu_ticks(p) for k, p in self.pids.items()}
-        return self
-
-    def stop(self) -> dict[str, dict[str, float]]:
-        dt = time.monotonic() - self.t0
-        t0 = self.ticks0 or {}
-        return {
-            k: {
-                "cpu_pct": round((cpu_ticks(p) - t0[k]) / CLK_TCK / dt * 100, 1),
-                "rss_mib": round(rss_mib(p), 1),
-            }
-            for k, p in self.pids.items()
-        }
-
-
 # -- the aggregator's /status
 
 
@@ -435,8 +286,8 @@ def steady(run: Run, window_s: float) -> dict[str, Any]:
         "aggregator_requests": mine,
         "renewals_max_10s_per_s": max(tens, default=None),
         "renewals_max_1s": max(landed, default=None),
-        "patch_p50_ms": _ms(quantile(before, after, 0.5, verb="PATCH", resource="leases")),
-        "patch_p99_ms": _ms(quantile(before, after, 0.99, verb="PATCH", resource="leases")),
+        "patch_p50_ms": _ms(histogram_quantile(before, after, 0.5, verb="PATCH", resource="leases")),
+        "patch_p99_ms": _ms(histogram_quantile(before, after, 0.99, verb="PATCH", resource="leases")),
         "processes": procs,
         "intervals": {str(k): v for k, v in sorted(run.fleet.fleet.intervals().items())},
     }
@@ -648,66 +499,6 @@ def measure(
             shoot.close()
 
 
-# -- the sampled estimate, on paper and by Monte Carlo on the real sample
-
-
-def estimate(cut: Iterable[str], sample: Collection[str], zones: Mapping[str, str]) -> float:
-    """The stale fraction the aggregator reports while ``cut`` is silent, computed here on its
-    own: each zone's stale share of its ``sample`` members, weighted by the zone's size."""
-    silent = set(cut)
-    size = collections.Counter(zones.values())
-    members = collections.Counter(zones[x] for x in sample)
-    stale = collections.Counter(zones[x] for x in sample if x in silent)
-    covered = sum(size[z] for z in members)
-    return sum(size[z] / covered * stale[z] / members[z] for z in members) if covered else 0.0
-
-
-def _log_comb(n: int, k: int) -> float:
-    if k < 0 or k > n:
-        return -math.inf
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-
-
-def hypergeom_pmf(population: int, stale: int, sample: int) -> list[float]:
-    """P(X = x) for x stale members in a sample drawn without replacement, x = 0..sample."""
-    denom = _log_comb(population, sample)
-    return [
-        math.exp(_log_comb(stale, x) + _log_comb(population - stale, sample - x) - denom)
-        for x in range(sample + 1)
-    ]
-
-
-def _down(weights: Sequence[float], members: Sequence[int], stale: Sequence[int]) -> bool:
-    return sum(w * x / k for w, x, k in zip(weights, stale, members, strict=True)) >= THRESHOLD
-
-
-def p_down_spread(size: Sequence[int], members: Sequence[int], cut: int) -> tuple[float, float]:
-    """Exact P(scale-down verdict) for ``cut`` nodes silenced at random over the cluster: the
-    stale members of each zone's slice of the sample are jointly multivariate hypergeometric
-    (the slices, and everything outside the sample, are the categories). With P(no scale-down),
-    summed on its own so that a tail near 1 keeps its complement."""
-    n, k = sum(size), sum(members)
-    weights = [z / n for z in size]
-    denom = _log_comb(n, cut)
-    total = [0.0, 0.0]
-    for stale in itertools.product(*(range(m + 1) for m in members)):
-        log_p = sum(_log_comb(m, x) for m, x in zip(members, stale, strict=True))
-        total[_down(weights, members, stale)] += math.exp(log_p + _log_comb(n - k, cut - sum(stale)) - denom)
-    return total[1], total[0]
-
-
-def p_down_zoned(size: Sequence[int], members: Sequence[int], cut: Sequence[int]) -> tuple[float, float]:
-    """Exact P(scale-down verdict) for ``cut[z]`` nodes silenced at random within each zone:
-    independent hypergeometrics, one per zone. With P(no scale-down), as above."""
-    n = sum(size)
-    weights = [z / n for z in size]
-    pmfs = [hypergeom_pmf(z, c, m) for z, c, m in zip(size, cut, members, strict=True)]
-    total = [0.0, 0.0]
-    for stale in itertools.product(*(range(m + 1) for m in members)):
-        total[_down(weights, members, stale)] += math.prod(pmf[x] for pmf, x in zip(pmfs, stale, strict=True))
-    return total[1], total[0]
-
-
 def error_analysis(
     n: int, trials: int = 10000, fractions: Sequence[float] = (0.4, 0.5, 0.6, 2 / 3, 0.7, 0.8)
 ) -> list[dict[str, Any]]:
@@ -750,7 +541,7 @@ def error_analysis(
         def spread(c: int = cut) -> list[str]:
             return rng.sample(names, c)
 
-        r = row("spread", cut / n, p_down_spread(size, members, cut), spread)
+        r = row("spread", cut / n, p_down_spread(size, members, cut, THRESHOLD), spread)
         plain = hypergeom_pmf(n, cut, k)
         r["p_down_plain"], r["p_up_plain"] = sum(plain[need:]), sum(plain[:need])
         rows.append(r)
@@ -767,7 +558,7 @@ def error_analysis(
         def draw(cuts: list[int] = cuts) -> list[str]:
             return [x for zone, c in zip(ZONES, cuts, strict=True) for x in rng.sample(by_zone[zone], c)]
 
-        rows.append(row(shape, sum(cuts) / n, p_down_zoned(size, members, cuts), draw))
+        rows.append(row(shape, sum(cuts) / n, p_down_zoned(size, members, cuts, THRESHOLD), draw))
     return rows
 
 
@@ -781,7 +572,7 @@ def print_uneven(n: int, shares: Sequence[float] = (0.6, 0.3, 0.1)) -> None:
     members = [allocated[str(z)] for z in range(len(size))]
     rows = []
     for f in (0.4, 0.5, 0.6, 2 / 3, 0.7, 0.8):
-        down, up = p_down_spread(size, members, round(f * n))
+        down, up = p_down_spread(size, members, round(f * n), THRESHOLD)
         rows.append([f"{f:.3g}", f"{down:.3g}", f"{up:.3g}"])
     zones, sample = "/".join(map(str, size)), "/".join(map(str, members))
     print_table(
@@ -807,7 +598,11 @@ def plan_cost_ms(n: int, rounds: int = 50) -> float:
         ]
     )
     provisioner = Provisioner(
-        cast(KubeClient, None), observed, Provisioning(), lease_duration_s=8.0, pacing=lambda: pacing
+        cast(KubeClient, None),
+        observed,
+        Provisioning(),
+        lease_duration_s=8.0,
+        pacing=lambda: pacing,
     )
     leases = []
     for x in nodes:
