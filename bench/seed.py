@@ -52,7 +52,8 @@ from typing import Any
 import yaml
 
 from bench.fleet import Fleet, FleetThread
-from bench.scale import AGGREGATOR_USER, AUDIT_POLICY, Audit
+from bench.kapi_metrics import AGGREGATOR_USER, AUDIT_POLICY, Audit
+from bench.sampling import cpu_s, rss_mib
 from bench.seedwatch import DeploymentWatch
 from bench.table import print_table
 from core.lease import DEFAULT_LEASE_NAMESPACE
@@ -118,18 +119,6 @@ def _served(seed: Client) -> bool:
         seed.get("/apis/extensions.gardener.cloud/v1alpha1/clusters")
         return True
     return False
-
-
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def status(port: int) -> dict[str, Any]:

@@ -67,12 +67,14 @@ from aggregator.settings import Decider, Provisioning, Watching
 from aggregator.watcher import Informer, Observed
 from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletLeases, KubeletObs, micro_time
 from bench import kubelet_writer
+from bench.kapi_metrics import REQUESTS, parse_metrics, requests
+from bench.sampling import CLK_TCK, bytes_read, cpu_ticks, load_average
+from bench.stats import quantile
 from bench.table import print_table
 from core.errors import ApiError
 from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, LeaseView, lease_path, leases_path
 from testenv.controlplane import ControlPlane
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 T = TypeVar("T")
 # The aggregator's defaults this page is about.
 WITNESS_EVERY_S = Decider().witness_every_s
@@ -82,17 +84,6 @@ ZONES = ("zone-a", "zone-b", "zone-c")
 
 
 # -- pure pieces (tests/unit/test_witness_cost.py)
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """The q-quantile by linear interpolation between the closest ranks (numpy's default)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True)
@@ -141,23 +132,6 @@ def excess_cpu_s(ticks: int, span_s: float, idle_rate_per_s: float) -> float:
 
 
 # -- processes
-
-
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime
-
-
-def bytes_read() -> int:
-    """Bytes this process has read through read()/recv() (sockets included), /proc/self/io."""
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("rchar:"):
-            return int(line.split()[1])
-    return 0
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 class Ticks:
@@ -840,15 +814,7 @@ class Bench:
 
 def request_count(text: str, verb: str, resource: str) -> float:
     """apiserver_request_total for one verb and resource, summed over its other labels."""
-    total = 0.0
-    for line in text.splitlines():
-        if (
-            line.startswith("apiserver_request_total{")
-            and f'verb="{verb}"' in line
-            and f'resource="{resource}"' in line
-        ):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return requests(parse_metrics(text, [REQUESTS]), verb, resource)
 
 
 def served_from(before: str, after: str, resource: str, lists: int) -> str:
