@@ -15,10 +15,13 @@ from typing import Any
 from aggregator import budget
 from aggregator.decider import Memory, Phase, decide
 from aggregator.objects import NodeView
-from aggregator.settings import Decider
+from aggregator.settings import Decider, Provisioning
 from aggregator.watcher import Observed
 from bench.table import print_table
-from core.lease import LeaseView, format_micro_time
+from core.durations import format_duration
+from core.lease import RENEW_INTERVAL, LeaseView, format_micro_time
+
+DECIDER = Decider()
 
 
 def _rss_mib() -> float:
@@ -30,9 +33,13 @@ def _lease(name: str, renew: str) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "resourceVersion": "1",
-            "annotations": {"dependency-watchdog.gardener.cloud/renew-interval": "2s"},
+            "annotations": {RENEW_INTERVAL: format_duration(DECIDER.fast_interval_s)},
         },
-        "spec": {"holderIdentity": name, "renewTime": renew, "leaseDurationSeconds": 8},
+        "spec": {
+            "holderIdentity": name,
+            "renewTime": renew,
+            "leaseDurationSeconds": round(DECIDER.lease_duration_s),
+        },
     }
 
 
@@ -69,7 +76,7 @@ def run(n: int = 5000) -> None:
     per_event_us = (time.perf_counter() - t0) / events * 1e6
 
     t0 = time.perf_counter()
-    pacing = budget.plan(observed.nodes, 2.0, 100.0)
+    pacing = budget.plan(observed.nodes, DECIDER.fast_interval_s, Provisioning().write_budget)
     plan_ms = (time.perf_counter() - t0) * 1000
 
     params = Decider(node_grace_s=0)

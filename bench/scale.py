@@ -41,7 +41,7 @@ from aggregator import budget
 from aggregator.kube import KubeClient
 from aggregator.objects import NodeView
 from aggregator.provisioner import Provisioner
-from aggregator.settings import Provisioning
+from aggregator.settings import Decider, Provisioning
 from aggregator.watcher import Observed
 from bench.fleet import ZONES, Fleet, FleetThread
 from bench.kapi_metrics import (
@@ -62,20 +62,23 @@ from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
 from testenv.standins import CONTROLLERS, LoggedProcess, eventually, wait_for
 from tests.integration.shoot import Sampler, Shoot
 
+# The aggregator's own defaults (tests/integration/shoot.py's environment has faster ones),
+# read from its settings' fields.
+DECIDER = Decider()
 DEFAULTS = {
-    "DWD_LEASE_DURATION": "8s",
-    "DWD_RENEW_INTERVAL": "2s",
-    "DWD_CONFIRM_PERIOD": "4s",
-    "DWD_RECOVERY_PERIOD": "10s",
-    "DWD_FAILURE_FRACTION": "0.6",
-    "DWD_RECOVERY_FRACTION": "0.4",
+    "DWD_LEASE_DURATION": format_duration(DECIDER.lease_duration_s),
+    "DWD_RENEW_INTERVAL": format_duration(DECIDER.fast_interval_s),
+    "DWD_CONFIRM_PERIOD": format_duration(DECIDER.confirm_period_s),
+    "DWD_RECOVERY_PERIOD": format_duration(DECIDER.recovery_period_s),
+    "DWD_FAILURE_FRACTION": str(DECIDER.failure_fraction),
+    "DWD_RECOVERY_FRACTION": str(DECIDER.recovery_fraction),
     # Not the default (60 s): see the module docstring.
     "DWD_NODE_GRACE": "0s",
     "DWD_LOG_LEVEL": "warning",
 }
-FAST_S = 2.0
-BUDGET = 100.0
-THRESHOLD = 0.6
+FAST_S = DECIDER.fast_interval_s
+BUDGET = Provisioning().write_budget
+THRESHOLD = DECIDER.failure_fraction
 DOWN = dict.fromkeys(CONTROLLERS, 0)
 # -- the aggregator's /status
 
@@ -360,8 +363,9 @@ def sampled_verdicts(run: Run, fraction: float, trials: int) -> list[dict[str, A
         cut = run.fleet.fleet.random.sample(run.names, round(fraction * len(run.names)))
         expected = run.expected(cut)
         run.fleet.silence(cut)
-        # 8 s lease duration + the last renewal's up to 2 s + a tick; before 8 + 4 s of confirm.
-        time.sleep(10.5)
+        # The lease duration (8 s) + the last renewal's up to one interval (2 s) + a tick;
+        # before 8 + 4 s of confirm.
+        time.sleep(DECIDER.lease_duration_s + FAST_S + 0.5)
         s = status(run.port)
         run.fleet.resume()
         out.append(
@@ -414,7 +418,7 @@ def no_budget(run: Run, sampler: Sampler, window_s: float) -> dict[str, Any]:
     out["scaled_down"] = (
         sampler.first(lambda x: any(v == 0 for v in x.replicas.values()), after=t1) is not None
     )
-    out["renewed_within_8s"] = len(run.fleet.fleet.renewed_within(8.0))
+    out["renewed_within_8s"] = len(run.fleet.fleet.renewed_within(DECIDER.lease_duration_s))
     out["rewrite_s"] = round(rewrite_s, 1)
     out["wanted_patches_per_s"] = len(run.names) / FAST_S
     return out
@@ -601,7 +605,7 @@ def plan_cost_ms(n: int, rounds: int = 50) -> float:
         cast(KubeClient, None),
         observed,
         Provisioning(),
-        lease_duration_s=8.0,
+        lease_duration_s=DECIDER.lease_duration_s,
         pacing=lambda: pacing,
     )
     leases = []
@@ -766,7 +770,7 @@ def print_results(r: dict[str, Any]) -> None:
     if r.get("trials"):
         print_table(
             f"{n} nodes: random cuts, the fraction the aggregator reports against the sample's",
-            ["true", "sample (predicted)", "reported", "stale/candidates", "verdict >= 0.6"],
+            ["true", "sample (predicted)", "reported", "stale/candidates", f"verdict >= {THRESHOLD:g}"],
             [
                 [
                     t["true"],

@@ -71,6 +71,7 @@ from bench.kapi_metrics import REQUESTS, parse_metrics, requests
 from bench.sampling import CLK_TCK, bytes_read, cpu_ticks, load_average
 from bench.stats import quantile
 from bench.table import print_table
+from core.durations import format_duration
 from core.errors import ApiError
 from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, LeaseView, lease_path, leases_path
 from testenv.controlplane import ControlPlane
@@ -225,7 +226,7 @@ def agent_lease(name: str, fast: bool) -> dict[str, Any]:
     return {
         "metadata": {
             "name": name,
-            "annotations": {RENEW_INTERVAL: "2s" if fast else "2m"},
+            "annotations": {RENEW_INTERVAL: format_duration(FAST_S) if fast else "2m"},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": f"uid-{name}"}],
         },
         "spec": {
