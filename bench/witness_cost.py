@@ -261,34 +261,72 @@ IMAGES = (
 )
 
 
-def node_object(i: int) -> dict[str, Any]:
-    """A Node as a kubelet on a cloud VM registers and reports it: Gardener's labels, 5
-    conditions, 3 addresses, capacity and allocatable, nodeInfo, 20 images."""
-    name = kubelet_writer.node_name(i)
-    zone = ZONES[i % len(ZONES)]
-    ip = f"10.250.{i // 250}.{i % 250 + 1}"
-    instance = "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
-    beat = "2026-12-01T12:00:00Z"
+NODE_RESOURCES = {
+    "cpu": "4",
+    "ephemeral-storage": "50620216Ki",
+    "hugepages-1Gi": "0",
+    "hugepages-2Mi": "0",
+    "memory": "16110404Ki",
+    "pods": "110",
+}
+# (type, status, reason, message), as kubelet and Calico report them.
+NODE_CONDITIONS = (
+    ("NetworkUnavailable", "False", "CalicoIsUp", "Calico is running on this node"),
+    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+)
+NODE_INFO = {
+    "kernelVersion": "6.6.62-cloud-amd64",
+    "osImage": "Garden Linux 1592.4",
+    "containerRuntimeVersion": "containerd://1.7.24",
+    "kubeletVersion": "v1.31.4",
+    "kubeProxyVersion": "",
+    "operatingSystem": "linux",
+    "architecture": "amd64",
+}
 
-    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
-        return {
-            "type": kind,
-            "status": status,
-            "lastHeartbeatTime": beat,
-            "lastTransitionTime": "2026-11-28T08:14:03Z",
-            "reason": reason,
-            "message": message,
-        }
 
-    resources = {
-        "cpu": "4",
-        "ephemeral-storage": "50620216Ki",
-        "hugepages-1Gi": "0",
-        "hugepages-2Mi": "0",
-        "memory": "16110404Ki",
-        "pods": "110",
+def _node_labels(name: str, zone: str, hostname: str) -> dict[str, str]:
+    return {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/instance-type": "m5.xlarge",
+        "beta.kubernetes.io/os": "linux",
+        "failure-domain.beta.kubernetes.io/region": "eu-west-1",
+        "failure-domain.beta.kubernetes.io/zone": zone,
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": hostname,
+        "kubernetes.io/os": "linux",
+        "networking.gardener.cloud/node-local-dns-enabled": "true",
+        "node.kubernetes.io/instance-type": "m5.xlarge",
+        "node.kubernetes.io/role": "node",
+        "topology.ebs.csi.aws.com/zone": zone,
+        "topology.kubernetes.io/region": "eu-west-1",
+        "topology.kubernetes.io/zone": zone,
+        "worker.gardener.cloud/kubernetes-version": "1.31.4",
+        "worker.gardener.cloud/pool": "worker-a",
+        "worker.gardener.cloud/system-components": "true",
+        "worker.garden.sapcloud.io/group": "worker-a",
+        "node.gardener.cloud/machine-name": f"shoot--dev--bench-worker-a-z1-5f6d8-{name}",
     }
-    images = [
+
+
+def _node_annotations(instance: str) -> dict[str, str]:
+    applied = {
+        "metadata": {"labels": {"node.kubernetes.io/role": "node", "worker.gardener.cloud/pool": "worker-a"}}
+    }
+    return {
+        "csi.volume.kubernetes.io/nodeid": json.dumps({"ebs.csi.aws.com": instance}),
+        "node.alpha.kubernetes.io/ttl": "0",
+        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "checksum/cloud-config-data": hashlib.sha256(b"cloud-config").hexdigest(),
+        "node.machine.sapcloud.io/last-applied-anno-labels-taints": json.dumps(applied),
+    }
+
+
+def _node_images() -> list[dict[str, Any]]:
+    return [
         {
             "names": [
                 f"europe-docker.pkg.dev/gardener-project/releases/{image}@sha256:"
@@ -299,93 +337,63 @@ def node_object(i: int) -> dict[str, Any]:
         }
         for j, image in enumerate(IMAGES)
     ]
+
+
+def _node_status(name: str, ip: str, hostname: str, instance: str) -> dict[str, Any]:
+    beat = "2026-12-01T12:00:00Z"
+    conditions = [
+        {
+            "type": kind,
+            "status": status,
+            "lastHeartbeatTime": beat,
+            "lastTransitionTime": "2026-11-28T08:14:03Z",
+            "reason": reason,
+            "message": message,
+        }
+        for kind, status, reason, message in NODE_CONDITIONS
+    ]
+    return {
+        "capacity": dict(NODE_RESOURCES),
+        "allocatable": {**NODE_RESOURCES, "cpu": "3920m", "memory": "14941956Ki"},
+        "conditions": conditions,
+        "addresses": [
+            {"type": "InternalIP", "address": ip},
+            {"type": "InternalDNS", "address": hostname},
+            {"type": "Hostname", "address": hostname},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            "machineID": hashlib.md5(name.encode(), usedforsecurity=False).hexdigest(),
+            "systemUUID": "ec2" + hashlib.md5(instance.encode(), usedforsecurity=False).hexdigest()[3:],
+            "bootID": hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:32],
+            **NODE_INFO,
+        },
+        "images": _node_images(),
+    }
+
+
+def node_object(i: int) -> dict[str, Any]:
+    """A Node as a kubelet on a cloud VM registers and reports it: Gardener's labels, 5
+    conditions, 3 addresses, capacity and allocatable, nodeInfo, 20 images."""
+    name = kubelet_writer.node_name(i)
+    zone = ZONES[i % len(ZONES)]
+    ip = f"10.250.{i // 250}.{i % 250 + 1}"
+    hostname = f"ip-{ip.replace('.', '-')}.eu-west-1.compute.internal"
+    instance = "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": name,
-            "labels": {
-                "beta.kubernetes.io/arch": "amd64",
-                "beta.kubernetes.io/instance-type": "m5.xlarge",
-                "beta.kubernetes.io/os": "linux",
-                "failure-domain.beta.kubernetes.io/region": "eu-west-1",
-                "failure-domain.beta.kubernetes.io/zone": zone,
-                "kubernetes.io/arch": "amd64",
-                "kubernetes.io/hostname": f"ip-{ip.replace('.', '-')}.eu-west-1.compute.internal",
-                "kubernetes.io/os": "linux",
-                "networking.gardener.cloud/node-local-dns-enabled": "true",
-                "node.kubernetes.io/instance-type": "m5.xlarge",
-                "node.kubernetes.io/role": "node",
-                "topology.ebs.csi.aws.com/zone": zone,
-                "topology.kubernetes.io/region": "eu-west-1",
-                "topology.kubernetes.io/zone": zone,
-                "worker.gardener.cloud/kubernetes-version": "1.31.4",
-                "worker.gardener.cloud/pool": "worker-a",
-                "worker.gardener.cloud/system-components": "true",
-                "worker.garden.sapcloud.io/group": "worker-a",
-                "node.gardener.cloud/machine-name": f"shoot--dev--bench-worker-a-z1-5f6d8-{name}",
-            },
-            "annotations": {
-                "csi.volume.kubernetes.io/nodeid": json.dumps({"ebs.csi.aws.com": instance}),
-                "node.alpha.kubernetes.io/ttl": "0",
-                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-                "checksum/cloud-config-data": hashlib.sha256(b"cloud-config").hexdigest(),
-                "node.machine.sapcloud.io/last-applied-anno-labels-taints": json.dumps(
-                    {
-                        "metadata": {
-                            "labels": {
-                                "node.kubernetes.io/role": "node",
-                                "worker.gardener.cloud/pool": "worker-a",
-                            }
-                        }
-                    }
-                ),
-            },
+            "labels": _node_labels(name, zone, hostname),
+            "annotations": _node_annotations(instance),
         },
         "spec": {
             "podCIDR": f"100.96.{i % 256}.0/24",
             "podCIDRs": [f"100.96.{i % 256}.0/24"],
             "providerID": f"aws:///eu-west-1{zone[-1]}/{instance}",
         },
-        "status": {
-            "capacity": resources,
-            "allocatable": {**resources, "cpu": "3920m", "memory": "14941956Ki"},
-            "conditions": [
-                condition("NetworkUnavailable", "False", "CalicoIsUp", "Calico is running on this node"),
-                condition(
-                    "MemoryPressure",
-                    "False",
-                    "KubeletHasSufficientMemory",
-                    "kubelet has sufficient memory available",
-                ),
-                condition(
-                    "DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"
-                ),
-                condition(
-                    "PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"
-                ),
-                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": ip},
-                {"type": "InternalDNS", "address": f"ip-{ip.replace('.', '-')}.eu-west-1.compute.internal"},
-                {"type": "Hostname", "address": f"ip-{ip.replace('.', '-')}.eu-west-1.compute.internal"},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": hashlib.md5(name.encode(), usedforsecurity=False).hexdigest(),
-                "systemUUID": "ec2" + hashlib.md5(instance.encode(), usedforsecurity=False).hexdigest()[3:],
-                "bootID": hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:32],
-                "kernelVersion": "6.6.62-cloud-amd64",
-                "osImage": "Garden Linux 1592.4",
-                "containerRuntimeVersion": "containerd://1.7.24",
-                "kubeletVersion": "v1.31.4",
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-            "images": images,
-        },
+        "status": _node_status(name, ip, hostname, instance),
     }
 
 
