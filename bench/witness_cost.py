@@ -922,9 +922,8 @@ def _writes(label: str, x: Mapping[str, Any]) -> list[object]:
     return [label, x["writes_per_s"], x["errors"], x["skipped"], x["max_waiting"], f"{x['max_p99_ms']} ms"]
 
 
-def print_results(r: Mapping[str, Any]) -> None:
-    n, wo, w, li, s = r["nodes"], r["without_reads"], r["watch"], r["list"], r["sample"]
-    lists = r["args"]["lists"]
+def _print_writes(r: Mapping[str, Any]) -> None:
+    n, w, li = r["nodes"], r["watch"], r["list"]
     print(
         f"\n{n} kubelet leases renewed by PUT every {r['args']['interval_s']:g} s "
         f"(wanted {n / r['args']['interval_s']:g}/s). Load average "
@@ -946,36 +945,44 @@ def print_results(r: Mapping[str, Any]) -> None:
             _writes("the LISTs, GETs and interlocks", li),
         ],
     )
+
+
+READ_HEADER = (
+    "read",
+    "p50 / p99 under writes",
+    "p50 writes paused",
+    "read from the socket",
+    "aggregator CPU",
+    "kube-apiserver CPU",
+    "etcd CPU",
+)
+
+
+def _read_row(label: str, x: Mapping[str, Any], wire: str) -> list[object]:
+    return [
+        label,
+        f"{x['p50_ms']} / {x['p99_ms']} ms",
+        f"{x['paused']['p50_ms']} ms",
+        wire,
+        f"{x['aggregator_cpu_ms']} ms",
+        f"{x['paused']['kapi_cpu_ms']} ms",
+        f"{x['paused']['etcd_cpu_ms']} ms",
+    ]
+
+
+def _print_reads(r: Mapping[str, Any]) -> None:
+    n, li, s = r["nodes"], r["list"], r["sample"]
     print_table(
-        f"One read of the kubelet leases at {n} ({lists} each; kube-apiserver and etcd CPU above an equal "
-        "span without reads, with the writes paused)",
+        f"One read of the kubelet leases at {n} ({r['args']['lists']} each; kube-apiserver and etcd CPU "
+        "above an equal span without reads, with the writes paused)",
+        READ_HEADER,
         [
-            "read",
-            "p50 / p99 under writes",
-            "p50 writes paused",
-            "read from the socket",
-            "aggregator CPU",
-            "kube-apiserver CPU",
-            "etcd CPU",
-        ],
-        [
-            [
-                label,
-                f"{x['p50_ms']} / {x['p99_ms']} ms",
-                f"{x['paused']['p50_ms']} ms",
-                wire,
-                f"{x['aggregator_cpu_ms']} ms",
-                f"{x['paused']['kapi_cpu_ms']} ms",
-                f"{x['paused']['etcd_cpu_ms']} ms",
-            ]
-            for label, x, wire in (
-                (
-                    f"LIST kube-node-lease, {li['items']} items",
-                    li,
-                    f"{_kib(li['wire_bytes'])} ({li['encoding'] or 'no'} encoding)",
-                ),
-                (f"GET the sample's {s['k']} by name, 16 at a time", s, _kib(s["wire_bytes"])),
-            )
+            _read_row(
+                f"LIST kube-node-lease, {li['items']} items",
+                li,
+                f"{_kib(li['wire_bytes'])} ({li['encoding'] or 'no'} encoding)",
+            ),
+            _read_row(f"GET the sample's {s['k']} by name, 16 at a time", s, _kib(s["wire_bytes"])),
         ],
     )
     print(
@@ -988,38 +995,45 @@ def print_results(r: Mapping[str, Any]) -> None:
         ["selector", "answer"],
         [[k, v] for k, v in s["field_selector"].items()],
     )
+
+
+def _watch_rows(w: Mapping[str, Any]) -> list[list[object]]:
+    return [
+        ["events/s received per watcher", w["events_per_s"], "-"],
+        [
+            "bytes/s read from the socket per watcher",
+            f"{w['wire_bytes_per_s']:,} ({w['bytes_per_event']} per event; encoding {w['watch_encoding']})",
+            "-",
+        ],
+        [
+            "aggregator CPU per watcher",
+            f"{w['aggregator_cpu_pct']} % ({w['aggregator_us_per_event']} µs per event)",
+            f"{w['aggregator_cpu_pct_without']} %",
+        ],
+        ["lease PUTs/s served", w["writes_per_s_with"], w["writes_per_s_without"]],
+        *[
+            [f"{p} CPU", f"{w[p + '_cpu_pct']} %", f"{w[p + '_cpu_pct_without']} %"]
+            for p in ("kube-apiserver", "etcd", "writer")
+        ],
+        *[
+            [
+                f"{p} CPU per lease PUT",
+                f"{w[p + '_ms_per_write_with']} ms",
+                f"{w[p + '_ms_per_write_without']} ms",
+            ]
+            for p in ("kube-apiserver", "etcd")
+        ],
+    ]
+
+
+def _print_watch(r: Mapping[str, Any]) -> None:
+    n, wo, w = r["nodes"], r["without_reads"], r["watch"]
     print_table(
         f"{w['watchers']} watch(es) of kube-node-lease at {w['writes_per_s']} writes/s: "
         f"{w['span_s']} s with, "
         f"{wo['span_s']} s without (Informer, 10 s re-watch; {w['blocks']} alternating blocks)",
         ["measure", "with the watch", "without"],
-        [
-            ["events/s received per watcher", w["events_per_s"], "-"],
-            [
-                "bytes/s read from the socket per watcher",
-                f"{w['wire_bytes_per_s']:,} ({w['bytes_per_event']} per event; "
-                f"encoding {w['watch_encoding']})",
-                "-",
-            ],
-            [
-                "aggregator CPU per watcher",
-                f"{w['aggregator_cpu_pct']} % ({w['aggregator_us_per_event']} µs per event)",
-                f"{w['aggregator_cpu_pct_without']} %",
-            ],
-            ["lease PUTs/s served", w["writes_per_s_with"], w["writes_per_s_without"]],
-            *[
-                [f"{p} CPU", f"{w[p + '_cpu_pct']} %", f"{w[p + '_cpu_pct_without']} %"]
-                for p in ("kube-apiserver", "etcd", "writer")
-            ],
-            *[
-                [
-                    f"{p} CPU per lease PUT",
-                    f"{w[p + '_ms_per_write_with']} ms",
-                    f"{w[p + '_ms_per_write_without']} ms",
-                ]
-                for p in ("kube-apiserver", "etcd")
-            ],
-        ],
+        _watch_rows(w),
     )
     real = n / kubelet_writer.KUBELET_RENEW_INTERVAL_S
     print(
@@ -1034,11 +1048,14 @@ def print_results(r: Mapping[str, Any]) -> None:
             f"{k * (w['aggregator_cpu_pct'] - w['aggregator_cpu_pct_without']):.1f} %. "
             "The watch row below is scaled so."
         )
+
+
+def _print_hourly(r: Mapping[str, Any]) -> None:
     h = hourly(r)
     rows = []
     for label, cost, healthy in (
         ("LIST every 10 s while not healthy (today)", h["list"], "0"),
-        (f"GET the sample's {s['k']} every 10 s while not healthy", h["sample"], "0"),
+        (f"GET the sample's {r['sample']['k']} every 10 s while not healthy", h["sample"], "0"),
         ("watch always", h["watch"], None),
     ):
         line = (
@@ -1047,13 +1064,16 @@ def print_results(r: Mapping[str, Any]) -> None:
         )
         rows.append([label, healthy if healthy is not None else line, line])
     print_table(
-        f"Cost per hour at {n} nodes (CPU in core-seconds, from the figures above)",
+        f"Cost per hour at {r['nodes']} nodes (CPU in core-seconds, from the figures above)",
         ["way", "hour healthy", "hour not healthy (confirming, scaled down)"],
         rows,
     )
-    it = r["interlock"]
+
+
+def _print_interlock(r: Mapping[str, Any]) -> None:
+    n, it = r["nodes"], r["interlock"]
     print_table(
-        f"The interlock's reads right before a scale-down at {n} nodes ({lists} each)",
+        f"The interlock's reads right before a scale-down at {n} nodes ({r['args']['lists']} each)",
         ["reads", "p50", "p99"],
         [
             [f"probe + LIST {n} agent leases{extra}", f"{v['p50_ms']} ms", f"{v['p99_ms']} ms"]
@@ -1064,41 +1084,56 @@ def print_results(r: Mapping[str, Any]) -> None:
             )
         ],
     )
+
+
+NODE_LIST_HEADER = (
+    "as",
+    "p50",
+    "p99",
+    "read from the socket",
+    "JSON",
+    "aggregator CPU",
+    "kube-apiserver CPU",
+    "items held as parsed JSON",
+    "NodeViews held",
+)
+
+
+def _print_node_lists(r: Mapping[str, Any]) -> None:
+    n, no, nl = r["nodes"], r["node_objects"], r["node_lists"]
+    print(
+        f"\n{n} Node objects of {no['node_json_bytes']:,} bytes of JSON each ({no['conditions']} "
+        f"conditions, {no['images']} images; managedFields {no['managed_fields_bytes']:,} bytes), "
+        f"created in {no['create_s']} s. The kubelet writer stopped."
+    )
+    print_table(
+        f"LIST {n} Nodes into NodeView ({r['args']['node_lists']} each)",
+        NODE_LIST_HEADER,
+        [
+            [
+                label,
+                f"{v['p50_ms']} ms",
+                f"{v['p99_ms']} ms",
+                f"{_kib(v['wire_bytes'])} ({v['encoding'] or 'no'} encoding)",
+                _kib(v["json_bytes"]),
+                f"{v['aggregator_cpu_ms']} ms",
+                f"{v['kapi_cpu_ms']} ms",
+                f"{v['raw_mib']} MiB",
+                f"{v['views_mib']} MiB",
+            ]
+            for label, v in nl.items()
+        ],
+    )
+
+
+def print_results(r: Mapping[str, Any]) -> None:
+    _print_writes(r)
+    _print_reads(r)
+    _print_watch(r)
+    _print_hourly(r)
+    _print_interlock(r)
     if "node_objects" in r:
-        no, nl = r["node_objects"], r["node_lists"]
-        print(
-            f"\n{n} Node objects of {no['node_json_bytes']:,} bytes of JSON each ({no['conditions']} "
-            f"conditions, {no['images']} images; managedFields {no['managed_fields_bytes']:,} bytes), "
-            f"created in {no['create_s']} s. The kubelet writer stopped."
-        )
-        print_table(
-            f"LIST {n} Nodes into NodeView ({r['args']['node_lists']} each)",
-            [
-                "as",
-                "p50",
-                "p99",
-                "read from the socket",
-                "JSON",
-                "aggregator CPU",
-                "kube-apiserver CPU",
-                "items held as parsed JSON",
-                "NodeViews held",
-            ],
-            [
-                [
-                    label,
-                    f"{v['p50_ms']} ms",
-                    f"{v['p99_ms']} ms",
-                    f"{_kib(v['wire_bytes'])} ({v['encoding'] or 'no'} encoding)",
-                    _kib(v["json_bytes"]),
-                    f"{v['aggregator_cpu_ms']} ms",
-                    f"{v['kapi_cpu_ms']} ms",
-                    f"{v['raw_mib']} MiB",
-                    f"{v['views_mib']} MiB",
-                ]
-                for label, v in nl.items()
-            ],
-        )
+        _print_node_lists(r)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
