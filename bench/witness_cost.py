@@ -52,8 +52,8 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -410,6 +410,102 @@ async def gather_limited(calls: Sequence[Callable[[], Awaitable[T]]], limit: int
     return await asyncio.gather(*(one(c) for c in calls))
 
 
+# One block of the watch bench: elapsed s, CPU ticks by process, this process's CPU s,
+# events, bytes read, lease PUTs served.
+Block = tuple[float, dict[str, int], float, int, int, float]
+
+
+@dataclass
+class Spent:
+    """The blocks of one kind (with the watch, or without it) added up."""
+
+    span_s: float = 0.0
+    own_s: float = 0.0
+    events: int = 0
+    wire: int = 0
+    puts: float = 0.0
+    ticks: dict[str, int] = field(default_factory=dict)
+
+    def add(self, block: Block) -> None:
+        dt, by, own, events, wire, puts = block
+        self.span_s += dt
+        self.own_s += own
+        self.events += events
+        self.wire += wire
+        self.puts += puts
+        for k, v in by.items():
+            self.ticks[k] = self.ticks.get(k, 0) + v
+
+    def pct(self, process: str) -> float:
+        return round(self.ticks[process] / CLK_TCK / self.span_s * 100, 1)
+
+    def ms_per_write(self, process: str) -> float:
+        return round(self.ticks[process] / CLK_TCK / max(self.puts, 1) * 1000, 3)
+
+
+def watch_figures(
+    w: Spent, wo: Spent, *, blocks: int, watchers: int, encoding: str, pids: Iterable[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The watch's figures (per watcher), and those of the spans without it (the idle rates
+    every other figure is measured against)."""
+    dt, base_dt = w.span_s, wo.span_s
+    watch: dict[str, Any] = {
+        "span_s": round(dt, 1),
+        "blocks": blocks,
+        "watchers": watchers,
+        # Per watcher from here on.
+        "events_per_s": round(w.events / dt / watchers, 1),
+        "wire_bytes_per_s": round(w.wire / dt / watchers),
+        "bytes_per_event": round(w.wire / max(w.events, 1)),
+        "aggregator_cpu_pct": round(w.own_s / dt * 100 / watchers, 2),
+        "aggregator_cpu_pct_without": round(wo.own_s / base_dt * 100 / watchers, 2),
+        "aggregator_us_per_event": round((w.own_s - wo.own_s / base_dt * dt) / max(w.events, 1) * 1e6),
+        "watch_encoding": encoding,
+        "writes_per_s_with": round(w.puts / dt, 1),
+        "writes_per_s_without": round(wo.puts / base_dt, 1),
+    }
+    # Per write, because on a saturated machine the write rate itself moves with the load:
+    # kube-apiserver's CPU per lease PUT served, with a watcher and without one.
+    for process in ("kube-apiserver", "etcd"):
+        watch[f"{process}_ms_per_write_with"] = w.ms_per_write(process)
+        watch[f"{process}_ms_per_write_without"] = wo.ms_per_write(process)
+    for process in pids:
+        watch[f"{process}_cpu_pct"] = w.pct(process)
+        watch[f"{process}_cpu_pct_without"] = wo.pct(process)
+    without = {
+        "span_s": round(base_dt, 1),
+        "idle": {k: v / CLK_TCK / base_dt for k, v in wo.ticks.items()},
+        **{f"{k}_cpu_pct": wo.pct(k) for k in pids},
+    }
+    return watch, without
+
+
+class KubeletSeen:
+    """What an Informer of the kubelet leases keeps, and the events it has had."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, KubeletObs] = {}
+        self.events = 0
+
+    @staticmethod
+    def parse(obj: Mapping[str, Any]) -> tuple[str, KubeletObs]:
+        # What KubeletLeases.read does with each item, done per event instead.
+        name = metadata(obj).get("name")
+        if not isinstance(name, str):
+            raise ValueError("no name")
+        return name, KubeletObs(micro_time(section(obj, "spec").get("renewTime")), time.monotonic())
+
+    def on_list(self, views: list[tuple[str, KubeletObs]]) -> None:
+        self.seen.update(views)
+
+    def on_event(self, kind: str, view: tuple[str, KubeletObs]) -> None:
+        self.events += 1
+        if kind == "DELETED":
+            self.seen.pop(view[0], None)
+        else:
+            self.seen[view[0]] = view[1]
+
+
 class Bench:
     def __init__(self, plane: ControlPlane, args: argparse.Namespace) -> None:
         self.plane = plane
@@ -543,94 +639,31 @@ class Bench:
         against)."""
         blocks = max(1, round(self.args.watch_s / 20))
         block_s = self.args.watch_s / blocks
-        spent: dict[str, dict[str, float]] = {
-            "with": {"span_s": 0.0, "own_s": 0.0, "events": 0, "wire": 0, "puts": 0},
-            "without": {"span_s": 0.0, "own_s": 0.0, "events": 0, "wire": 0, "puts": 0},
-        }
-        ticks: dict[str, dict[str, int]] = {"with": {}, "without": {}}
-
-        def add(which: str, *block: Any) -> None:
-            dt, by, own, events, wire, puts = block
-            sp = spent[which]
-            sp["span_s"] += dt
-            sp["own_s"] += own
-            sp["events"] += events
-            sp["wire"] += wire
-            sp["puts"] += puts
-            for k, v in by.items():
-                ticks[which][k] = ticks[which].get(k, 0) + v
-
+        w, wo = Spent(), Spent()
         for _ in range(blocks):
-            m0 = await self.metrics()
-            b0, t = bytes_read(), Ticks(self.pids)
-            await asyncio.sleep(block_s)
-            dt, by, own = t.stop()
-            wire = bytes_read() - b0
-            puts = request_count(await self.metrics(), "PUT", "leases") - request_count(m0, "PUT", "leases")
-            add("without", dt, by, own, 0, wire, puts)
-            add("with", *await self._watch_block(block_s))
-        w, wo = spent["with"], spent["without"]
-        dt, base_dt = w["span_s"], wo["span_s"]
+            wo.add(await self._idle_block(block_s))
+            w.add(await self._watch_block(block_s))
+        encoding = await self.watch_encoding()
+        return watch_figures(
+            w, wo, blocks=blocks, watchers=self.args.watchers, encoding=encoding, pids=self.pids
+        )
 
-        def pct(which: str, process: str) -> float:
-            return round(ticks[which][process] / CLK_TCK / spent[which]["span_s"] * 100, 1)
+    async def _puts_since(self, m0: str) -> float:
+        return request_count(await self.metrics(), "PUT", "leases") - request_count(m0, "PUT", "leases")
 
-        watch = {
-            "span_s": round(dt, 1),
-            "blocks": blocks,
-            "watchers": self.args.watchers,
-            # Per watcher from here on.
-            "events_per_s": round(w["events"] / dt / self.args.watchers, 1),
-            "wire_bytes_per_s": round(w["wire"] / dt / self.args.watchers),
-            "bytes_per_event": round(w["wire"] / max(w["events"], 1)),
-            "aggregator_cpu_pct": round(w["own_s"] / dt * 100 / self.args.watchers, 2),
-            "aggregator_cpu_pct_without": round(wo["own_s"] / base_dt * 100 / self.args.watchers, 2),
-            "aggregator_us_per_event": round(
-                (w["own_s"] - wo["own_s"] / base_dt * dt) / max(w["events"], 1) * 1e6
-            ),
-            "watch_encoding": await self.watch_encoding(),
-            "writes_per_s_with": round(w["puts"] / dt, 1),
-            "writes_per_s_without": round(wo["puts"] / base_dt, 1),
-        }
-        # Per write, because on a saturated machine the write rate itself moves with the load:
-        # kube-apiserver's CPU per lease PUT served, with a watcher and without one.
-        for process in ("kube-apiserver", "etcd"):
-            for which in ("with", "without"):
-                per = ticks[which][process] / CLK_TCK / max(spent[which]["puts"], 1)
-                watch[f"{process}_ms_per_write_{which}"] = round(per * 1000, 3)
-        for process in self.pids:
-            watch[f"{process}_cpu_pct"] = pct("with", process)
-            watch[f"{process}_cpu_pct_without"] = pct("without", process)
-        without = {
-            "span_s": round(base_dt, 1),
-            "idle": {k: v / CLK_TCK / base_dt for k, v in ticks["without"].items()},
-            **{f"{k}_cpu_pct": pct("without", k) for k in self.pids},
-        }
-        return watch, without
+    async def _idle_block(self, span_s: float) -> Block:
+        """``span_s`` without the watch."""
+        m0 = await self.metrics()
+        b0, t = bytes_read(), Ticks(self.pids)
+        await asyncio.sleep(span_s)
+        dt, by, own = t.stop()
+        wire = bytes_read() - b0
+        return dt, by, own, 0, wire, await self._puts_since(m0)
 
-    async def _watch_block(self, span_s: float) -> tuple[float, dict[str, int], float, int, int, float]:
+    async def _watch_block(self, span_s: float) -> Block:
         """One watch through the aggregator's Informer for ``span_s`` after its LIST: elapsed
         s, CPU ticks, this process's CPU s, events, bytes read."""
-        seen: dict[str, KubeletObs] = {}
-        events = [0]
-
-        def parse(obj: Mapping[str, Any]) -> tuple[str, KubeletObs]:
-            # What KubeletLeases.read does with each item, done per event instead.
-            name = metadata(obj).get("name")
-            if not isinstance(name, str):
-                raise ValueError("no name")
-            return name, KubeletObs(micro_time(section(obj, "spec").get("renewTime")), time.monotonic())
-
-        def on_list(views: list[tuple[str, KubeletObs]]) -> None:
-            seen.update(views)
-
-        def on_event(kind: str, view: tuple[str, KubeletObs]) -> None:
-            events[0] += 1
-            if kind == "DELETED":
-                seen.pop(view[0], None)
-            else:
-                seen[view[0]] = view[1]
-
+        seen = KubeletSeen()
         # Several watchers, when asked: kube-apiserver's cost per watcher is then that many times
         # larger than the noise a shared machine puts on its rate.
         informers = [
@@ -638,9 +671,9 @@ class Bench:
                 self.client,
                 leases_path(NODE_LEASE_NAMESPACE),
                 name="kubelet-leases",
-                parse=parse,
-                on_list=on_list,
-                on_event=on_event,
+                parse=seen.parse,
+                on_list=seen.on_list,
+                on_event=seen.on_event,
             )
             for _ in range(self.args.watchers)
         ]
@@ -650,12 +683,12 @@ class Bench:
                 await asyncio.wait_for(informer.synced.wait(), 60)
             await asyncio.sleep(1)  # past the initial LIST's parse: the watch alone from here
             m0 = await self.metrics()
-            events[0] = 0
+            seen.events = 0
             b0, t = bytes_read(), Ticks(self.pids)
             await asyncio.sleep(span_s)
             dt, by, own = t.stop()
-            got, wire = events[0], bytes_read() - b0
-            puts = request_count(await self.metrics(), "PUT", "leases") - request_count(m0, "PUT", "leases")
+            got, wire = seen.events, bytes_read() - b0
+            puts = await self._puts_since(m0)
         finally:
             for task in tasks:
                 task.cancel()
