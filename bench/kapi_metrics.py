@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from testenv.controlplane import ControlPlane
+from testenv.controlplane import ControlPlane, kubeconfig_yaml
 
 # -- Prometheus' text format
 
@@ -115,6 +115,23 @@ AUDIT_POLICY = {
     "omitStages": ["RequestReceived", "ResponseStarted"],
     "rules": [{"level": "Metadata", "users": [AGGREGATOR_USER]}, {"level": "None"}],
 }
+
+
+def audit_args(policy: Path, log: Path, user: str = AGGREGATOR_USER) -> list[str]:
+    """kube-apiserver's arguments for an audit log of ``user``'s requests at ``log`` (the
+    policy written to ``policy``)."""
+    policy.write_text(json.dumps(AUDIT_POLICY).replace(AGGREGATOR_USER, user))
+    return [f"--audit-policy-file={policy}", f"--audit-log-path={log}"]
+
+
+def audited_kubeconfig(plane: ControlPlane, path: Path) -> Path:
+    """A kubeconfig at ``path`` with a certificate of its own for AGGREGATOR_USER (in
+    system:masters), so that the audit policy can single out its requests."""
+    assert plane.ca is not None
+    cert = plane.ca.issue("aggregator", AGGREGATOR_USER, organizations=["system:masters"])
+    user = {"client-certificate": str(cert.cert), "client-key": str(cert.key)}
+    path.write_text(kubeconfig_yaml(plane.url, plane.ca_file, user))
+    return path
 
 
 def audit_key(line: bytes | str) -> str | None:

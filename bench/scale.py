@@ -45,11 +45,11 @@ from aggregator.settings import Decider, Provisioning
 from aggregator.watcher import Observed
 from bench.fleet import ZONES, Fleet, FleetThread
 from bench.kapi_metrics import (
-    AGGREGATOR_USER,
-    AUDIT_POLICY,
     Audit,
     Kapi,
     Series,
+    audit_args,
+    audited_kubeconfig,
     histogram_quantile,
     requests,
 )
@@ -58,7 +58,7 @@ from bench.stats import estimate, hypergeom_pmf, p_down_spread, p_down_zoned
 from bench.table import print_table
 from core.durations import format_duration
 from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView
-from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
+from testenv.controlplane import ControlPlane, free_port
 from testenv.standins import CONTROLLERS, LoggedProcess, eventually, wait_for
 from tests.integration.shoot import Sampler, Shoot
 
@@ -424,21 +424,6 @@ def no_budget(run: Run, sampler: Sampler, window_s: float) -> dict[str, Any]:
     return out
 
 
-def _aggregator_kubeconfig(plane: ControlPlane, tmp: Path, n: int) -> Path:
-    """Its own certificate, so the audit policy can single out its requests."""
-    assert plane.ca is not None
-    cert = plane.ca.issue("aggregator", AGGREGATOR_USER, organizations=["system:masters"])
-    kubeconfig = tmp / f"aggregator-{n}.kubeconfig"
-    kubeconfig.write_text(
-        kubeconfig_yaml(
-            plane.url,
-            plane.ca_file,
-            user={"client-certificate": str(cert.cert), "client-key": str(cert.key)},
-        )
-    )
-    return kubeconfig
-
-
 def _settle(result: dict[str, Any], pacing: budget.Pacing) -> None:
     """Slow nodes renew first at start, next half to one and a half intervals later
     (core.lease.next_renewal_in_s): from half an interval on the rate is steady. A slow
@@ -493,14 +478,10 @@ def measure(
     """Fills ``result`` as it goes: a run that fails half-way keeps what it measured."""
     namespace = f"shoot--scale--n{n}"
     result["nodes"] = n
-    policy = tmp / f"audit-policy-{n}.yaml"
-    policy.write_text(json.dumps(AUDIT_POLICY))
     audit_log = tmp / f"audit-{n}.log"
-    plane = ControlPlane(
-        extra_apiserver_args=[f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}"]
-    )
+    plane = ControlPlane(extra_apiserver_args=audit_args(tmp / f"audit-policy-{n}.yaml", audit_log))
     with plane.running():
-        kubeconfig = _aggregator_kubeconfig(plane, tmp, n)
+        kubeconfig = audited_kubeconfig(plane, tmp / f"aggregator-{n}.kubeconfig")
         shoot = Shoot(plane, seed, namespace, tmp)
         shoot.setup(nodes=0)
         admin = plane.admin
