@@ -22,6 +22,15 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+def nearest_rank(values: Sequence[float], q: float) -> float:
+    """The value at rank ``int(q * len)`` of the sorted values (the last for q = 1); 0 for no
+    values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def estimate(cut: Iterable[str], sample: Collection[str], zones: Mapping[str, str]) -> float:
     """The stale fraction the aggregator reports while ``cut`` is silent, computed here on its
     own: each zone's stale share of its ``sample`` members, weighted by the zone's size."""

@@ -7,7 +7,15 @@ import math
 
 import pytest
 
-from bench.stats import estimate, hypergeom_pmf, log_comb, p_down_spread, p_down_zoned, quantile
+from bench.stats import (
+    estimate,
+    hypergeom_pmf,
+    log_comb,
+    nearest_rank,
+    p_down_spread,
+    p_down_zoned,
+    quantile,
+)
 
 
 def test_quantile_of_no_values_is_nan_and_of_one_is_that_value() -> None:
@@ -26,6 +34,19 @@ def test_quantile_interpolates_linearly_between_ranks() -> None:
     assert quantile(values, 1.0) == 4.0
     assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0  # the median of an odd count
     assert values == [4.0, 1.0, 3.0, 2.0]  # not sorted in place
+
+
+def test_nearest_rank_takes_a_measured_value() -> None:
+    assert nearest_rank([], 0.5) == 0.0
+    assert nearest_rank([7.0], 0.99) == 7.0
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert nearest_rank(values, 0.0) == 1.0
+    assert nearest_rank(values, 0.5) == 3.0  # rank int(0.5 * 4) = 2 of 0..3
+    assert nearest_rank(values, 0.49) == 2.0
+    assert nearest_rank(values, 0.99) == 4.0
+    assert nearest_rank(values, 1.0) == 4.0
+    assert nearest_rank(list(range(100)), 0.99) == 99
+    assert nearest_rank(list(range(1000)), 0.99) == 990
 
 
 ZONES = {"a1": "a", "a2": "a", "b1": "b", "b2": "b", "b3": "b", "b4": "b"}
