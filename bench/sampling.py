@@ -21,10 +21,11 @@ def cpu_s(pid: int) -> float:
     return cpu_ticks(pid) / CLK_TCK
 
 
-def rss_mib(pid: int) -> float:
-    """VmRSS of ``pid`` in MiB (0 for a process without one, a zombie)."""
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    """VmRSS (or another ``field`` of /proc/<pid>/status in kB: RssAnon, RssFile, VmHWM) of
+    ``pid`` in MiB; 0 for a process without it (a zombie)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
 

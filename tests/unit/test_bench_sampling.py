@@ -41,6 +41,15 @@ def test_rss_grows_with_memory_touched() -> None:
         del block
 
 
+def test_rss_fields_add_up() -> None:
+    pid = os.getpid()
+    anon, file, shmem = (rss_mib(pid, f) for f in ("RssAnon", "RssFile", "RssShmem"))
+    assert anon > 0
+    # VmRSS is their sum, in kB: read apart, the process may have grown a little in between.
+    assert abs(rss_mib(pid) - (anon + file + shmem)) < 4
+    assert rss_mib(pid, "NoSuchField") == 0.0
+
+
 def test_a_zombie_has_no_rss() -> None:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     stat = Path(f"/proc/{child.pid}/stat")
