@@ -43,7 +43,6 @@ import gc
 import hashlib
 import json
 import os
-import re
 import signal
 import ssl
 import statistics
@@ -67,7 +66,7 @@ from aggregator.settings import Decider, Provisioning, Watching
 from aggregator.watcher import Informer, Observed
 from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletLeases, KubeletObs, micro_time
 from bench import kubelet_writer
-from bench.kapi_metrics import REQUESTS, parse_metrics, requests
+from bench.kapi_metrics import REQUESTS, parse_metrics, requests, resource_total
 from bench.sampling import CLK_TCK, bytes_read, cpu_ticks, load_average
 from bench.stats import quantile
 from bench.table import print_table
@@ -863,18 +862,15 @@ def served_from(before: str, after: str, resource: str, lists: int) -> str:
     """Objects per LIST that the watch cache and etcd gave between two scrapes of /metrics (a
     consistent LIST from the cache first reads etcd's revision: one LIST of limit 1)."""
 
-    def count(text: str, name: str) -> float:
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name + "{") and re.search(rf'="/?{resource}[".]', line):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+    cache_name = "apiserver_cache_list_returned_objects_total"
+    etcd_name = "apiserver_storage_list_fetched_objects_total"
+    s0, s1 = parse_metrics(before, [cache_name, etcd_name]), parse_metrics(after, [cache_name, etcd_name])
 
     def per_list(name: str) -> float:
-        return (count(after, name) - count(before, name)) / lists
+        return (resource_total(s1, name, resource) - resource_total(s0, name, resource)) / lists
 
-    cache = per_list("apiserver_cache_list_returned_objects_total")
-    etcd = per_list("apiserver_storage_list_fetched_objects_total")
+    cache = per_list(cache_name)
+    etcd = per_list(etcd_name)
     return f"objects per LIST from the watch cache {cache:g}, from etcd {etcd:g}"
 
 
