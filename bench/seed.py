@@ -55,6 +55,7 @@ from bench.fleet import Fleet, FleetThread
 from bench.kapi_metrics import Audit, audit_args, audited_kubeconfig
 from bench.sampling import cpu_s, rss_mib
 from bench.seedwatch import DeploymentWatch
+from bench.stats import min_median_max
 from bench.table import print_table
 from core.lease import DEFAULT_LEASE_NAMESPACE
 from testenv.apply import RESOURCES, apply, load_docs
@@ -169,13 +170,6 @@ def aggregators(
 
 def namespace(i: int) -> str:
     return f"shoot--bench--s{i:03d}"
-
-
-def summary(xs: list[float]) -> str:
-    if not xs:
-        return "-"
-    xs = sorted(xs)
-    return f"{xs[0]:.1f} / {statistics.median(xs):.1f} / {xs[-1]:.1f} s"
 
 
 class Sampler:
@@ -360,7 +354,7 @@ def _outage(rig: Rig, out: dict[str, Any], sampler: Sampler) -> None:
     out["burst_cpu"].append({name: cpu_down[name] - cpu_cut[name] for name in cpu_down})
     out["lag_outage"].append(rig.lag())
     out["down"] += times
-    out["down_runs"].append(summary(times))
+    out["down_runs"].append(min_median_max(times))
     t_heal = time.monotonic()
     rig.fleet.resume()
     up = {name: (replicas, False) for name, replicas in CONTROLLERS.items()}
@@ -427,9 +421,9 @@ def _healthy_row(n: int, m: dict[str, Any]) -> list[object]:
 def _outage_row(n: int, m: dict[str, Any], outages: int) -> list[object]:
     return [
         n,
-        f"{summary(m['down'])}" + _never(m["down"], n * outages),
+        f"{min_median_max(m['down'])}" + _never(m["down"], n * outages),
         "; ".join(m["down_runs"]),
-        f"{summary(m['restored'])}" + _never(m["restored"], n * outages),
+        f"{min_median_max(m['restored'])}" + _never(m["restored"], n * outages),
         f"{m['cpu_outage']:.1f} %",
         f"{m['rss_outage']:.0f} MiB",
         " / ".join(_lag(lag) for lag in m["lag_outage"]),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import itertools
 import math
+import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 
@@ -20,6 +21,14 @@ def quantile(values: Sequence[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def min_median_max(xs: Iterable[float], unit: str = "s") -> str:
+    """ "min / median / max unit", to one decimal; "-" for no values."""
+    ordered = sorted(xs)
+    if not ordered:
+        return "-"
+    return f"{ordered[0]:.1f} / {statistics.median(ordered):.1f} / {ordered[-1]:.1f} {unit}"
 
 
 def nearest_rank(values: Sequence[float], q: float) -> float:

@@ -11,6 +11,7 @@ from bench.stats import (
     estimate,
     hypergeom_pmf,
     log_comb,
+    min_median_max,
     nearest_rank,
     p_down_spread,
     p_down_zoned,
@@ -34,6 +35,13 @@ def test_quantile_interpolates_linearly_between_ranks() -> None:
     assert quantile(values, 1.0) == 4.0
     assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0  # the median of an odd count
     assert values == [4.0, 1.0, 3.0, 2.0]  # not sorted in place
+
+
+def test_min_median_max() -> None:
+    assert min_median_max([]) == "-"
+    assert min_median_max([2.25]) == "2.2 / 2.2 / 2.2 s"  # round half to even, as format does
+    assert min_median_max([3.0, 1.0, 10.04, 2.0]) == "1.0 / 2.5 / 10.0 s"
+    assert min_median_max(iter([5.0, 4.0, 6.0]), "ms") == "4.0 / 5.0 / 6.0 ms"
 
 
 def test_nearest_rank_takes_a_measured_value() -> None:
