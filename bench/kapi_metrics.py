@@ -116,6 +116,9 @@ class Kapi:
 # -- the audit log
 
 AGGREGATOR_USER = "dwd-lease-aggregator"
+# The API server's counters do not say who sent a request, and another client's count cannot
+# be subtracted exactly (requests in flight at either scrape). The audit log can: it records
+# the aggregator's user alone, every request once, when it completes.
 AUDIT_POLICY = {
     "apiVersion": "audit.k8s.io/v1",
     "kind": "Policy",
