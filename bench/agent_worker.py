@@ -12,18 +12,14 @@ import os
 import resource
 import sys
 import time
-from pathlib import Path
 
 import uvloop
 
 from agent.client import LeaseClient
 from agent.renewer import Renewer
 from agent.settings import Settings
+from bench.sampling import rss_mib
 from core import logs
-
-
-def rss_mib() -> float:
-    return float(Path("/proc/self/status").read_text().split("VmRSS:")[1].split()[0]) / 1024
 
 
 def cpu_s() -> float:
@@ -37,7 +33,7 @@ async def main(n: int) -> dict[str, float]:
     client = LeaseClient.for_settings(settings)
     renewer = Renewer(settings, client)
     await renewer.renew_once()  # warm: connection, imports, first TLS handshake
-    rss_start, cpu0, wall0 = rss_mib(), cpu_s(), time.perf_counter()
+    rss_start, cpu0, wall0 = rss_mib(os.getpid()), cpu_s(), time.perf_counter()
     for _ in range(n):
         await renewer.renew_once()
     cpu1, wall1 = cpu_s(), time.perf_counter()
@@ -45,7 +41,7 @@ async def main(n: int) -> dict[str, float]:
     return {
         "renewals": renewer.metrics.renewals.get(),
         "rss_start_mib": rss_start,
-        "rss_end_mib": rss_mib(),
+        "rss_end_mib": rss_mib(os.getpid()),
         "cpu_ms_per_renewal": (cpu1 - cpu0) * 1000 / n,
         "latency_ms": (wall1 - wall0) * 1000 / n,
         "connections": client.connections_opened,

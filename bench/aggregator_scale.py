@@ -9,16 +9,20 @@ from __future__ import annotations
 import json
 import resource
 import time
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
 from aggregator import budget
 from aggregator.decider import Memory, Phase, decide
 from aggregator.objects import NodeView
-from aggregator.settings import Decider
+from aggregator.settings import Decider, Provisioning
 from aggregator.watcher import Observed
 from bench.table import print_table
-from core.lease import LeaseView, format_micro_time
+from core.durations import format_duration
+from core.lease import RENEW_INTERVAL, LeaseView, format_micro_time
+
+DECIDER = Decider()
 
 
 def _rss_mib() -> float:
@@ -30,14 +34,18 @@ def _lease(name: str, renew: str) -> dict[str, Any]:
         "metadata": {
             "name": name,
             "resourceVersion": "1",
-            "annotations": {"dependency-watchdog.gardener.cloud/renew-interval": "2s"},
+            "annotations": {RENEW_INTERVAL: format_duration(DECIDER.fast_interval_s)},
         },
-        "spec": {"holderIdentity": name, "renewTime": renew, "leaseDurationSeconds": 8},
+        "spec": {
+            "holderIdentity": name,
+            "renewTime": renew,
+            "leaseDurationSeconds": round(DECIDER.lease_duration_s),
+        },
     }
 
 
-def run(n: int = 5000) -> None:
-    clock = [1000.0]
+def _observed(n: int, clock: list[float]) -> tuple[Observed, float]:
+    """n nodes and their leases listed; the max RSS growth that cost, MiB."""
     observed = Observed(clock=lambda: clock[0])
     created = "2026-01-01T00:00:00Z"
     rss0 = _rss_mib()
@@ -52,9 +60,10 @@ def run(n: int = 5000) -> None:
     observed.leases_listed(
         [LeaseView.from_object(_lease(f"node-{i}", format_micro_time(datetime.now(UTC)))) for i in range(n)]
     )
-    rss1 = _rss_mib()
+    return observed, _rss_mib() - rss0
 
-    events = 50_000
+
+def _per_event_us(observed: Observed, n: int, clock: list[float], events: int = 50_000) -> float:
     lines = [
         json.dumps(
             {"type": "MODIFIED", "object": _lease(f"node-{i % n}", f"2026-01-01T00:00:{i % 60:02d}.{i:06d}Z")}
@@ -66,41 +75,46 @@ def run(n: int = 5000) -> None:
         clock[0] += 0.0004
         event = json.loads(line)  # what the watch loop does with each line, then hands it on
         observed.lease_event(event["type"], LeaseView.from_object(event["object"]))
-    per_event_us = (time.perf_counter() - t0) / events * 1e6
+    return (time.perf_counter() - t0) / events * 1e6
 
-    t0 = time.perf_counter()
-    pacing = budget.plan(observed.nodes, 2.0, 100.0)
-    plan_ms = (time.perf_counter() - t0) * 1000
 
+def _decision_ms(observed: Observed, now: float, sample: Collection[str] | None, ticks: int = 200) -> float:
+    """One decision on ``sample`` (all nodes, if None) with a view current since long before:
+    every tick is judged, as in steady state."""
     params = Decider(node_grace_s=0)
-    ticks = 200
-    # A view current since long before: every tick is judged, as in steady state.
     t0 = time.perf_counter()
     for _ in range(ticks):
         decide(
             observed.nodes,
             observed.leases,
-            clock[0],
+            now,
             params,
             Memory(Phase.HEALTHY, 0),
             view_since=0.0,
-            sample=pacing.fast,
+            sample=sample,
         )
-    sample_ms = (time.perf_counter() - t0) / ticks * 1000
-    t0 = time.perf_counter()
-    for _ in range(ticks):
-        decide(observed.nodes, observed.leases, clock[0], params, Memory(Phase.HEALTHY, 0), view_since=0.0)
-    all_ms = (time.perf_counter() - t0) / ticks * 1000
+    return (time.perf_counter() - t0) / ticks * 1000
 
+
+def run(n: int = 5000) -> None:
+    clock = [1000.0]
+    observed, rss_mib = _observed(n, clock)
+    per_event_us = _per_event_us(observed, n, clock)
+    budget_per_s = Provisioning().write_budget
+    t0 = time.perf_counter()
+    pacing = budget.plan(observed.nodes, DECIDER.fast_interval_s, budget_per_s)
+    plan_ms = (time.perf_counter() - t0) * 1000
+    sample_ms = _decision_ms(observed, clock[0], pacing.fast)
+    all_ms = _decision_ms(observed, clock[0], None)
     print_table(
         f"Aggregator cost per target at {n} nodes (in-process, plain data)",
         ["measure", "value"],
         [
-            ["memory for the observed nodes and leases, MiB (max RSS growth)", f"{rss1 - rss0:.1f}"],
+            ["memory for the observed nodes and leases, MiB (max RSS growth)", f"{rss_mib:.1f}"],
             ["one watch event: JSON line parsed and observed, µs", f"{per_event_us:.1f}"],
             ["events/s one core could take", f"{1e6 / per_event_us:,.0f}"],
             ["pacing plan (who renews fast), ms", f"{plan_ms:.1f}"],
-            ["fast sample at a 100 writes/s budget", f"{len(pacing.fast)} nodes"],
+            [f"fast sample at a {budget_per_s:g} writes/s budget", f"{len(pacing.fast)} nodes"],
             ["one decision on the sample, ms", f"{sample_ms:.2f}"],
             ["one decision on all nodes, ms", f"{all_ms:.2f}"],
         ],

@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import json
 import math
 import random
@@ -61,6 +62,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from agent import renewer
+from agent import settings as agent_settings
 from core.durations import parse_duration
 from core.lease import (
     DEFAULT_LEASE_NAMESPACE,
@@ -74,12 +77,14 @@ from core.lease import (
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 ZONE_LABEL = "topology.kubernetes.io/zone"
-# The agent's bounds on an interval it is handed (agent/settings.py).
-MIN_INTERVAL_S = 0.2
-MAX_INTERVAL_S = 300.0
-DEFAULT_INTERVAL_S = 2.0
+# The agent's bounds on an interval it is handed, and its default one (agent/settings.py).
+MIN_INTERVAL_S = agent_settings.MIN_INTERVAL_S
+MAX_INTERVAL_S = agent_settings.MAX_INTERVAL_S
+_DEFAULT = {f.name: f.default for f in dataclasses.fields(agent_settings.Settings)}["renew_interval_s"]
+assert isinstance(_DEFAULT, float)
+DEFAULT_INTERVAL_S = _DEFAULT
 # The agent gives a renewal twice its interval, at most kubelet's 10 s (agent/renewer.py).
-MAX_WINDOW_S = 10.0
+MAX_WINDOW_S = renewer.MAX_WINDOW_S
 
 T = TypeVar("T")
 

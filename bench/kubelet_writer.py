@@ -26,11 +26,12 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 import uvloop
 
+from bench.stats import nearest_rank
 from core.lease import format_micro_time, lease_path, leases_path
 
 NAMESPACE = "kube-node-lease"
@@ -66,13 +67,6 @@ def kubelet_lease(name: str) -> dict[str, Any]:
             "renewTime": format_micro_time(datetime.now(UTC)),
         },
     }
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class Writer:
@@ -130,6 +124,63 @@ class Writer:
             self.waiting -= 1
             self.in_flight.discard(name)
 
+    def _issue(
+        self, session: aiohttp.ClientSession, names: list[str], issued: int, due: int
+    ) -> list[asyncio.Task[None]]:
+        """Renewals ``issued`` to ``due`` (of ``names``, round and round), but none for a
+        node whose last one is still in flight: like kubelet, it waits for that to end."""
+        started = []
+        for k in range(issued, due):
+            name = names[k % self.nodes]
+            if name in self.in_flight:
+                self.skipped += 1
+                continue
+            self.in_flight.add(name)
+            started.append(asyncio.create_task(self.renew(session, name)))
+        return started
+
+    def _report(self, out: IO[str], t: float) -> None:
+        """The last second's counts, as a line of ``out``; the counts start again."""
+        line = {
+            "t": round(t, 2),
+            "ok": self.ok,
+            "errors": self.errors,
+            "waiting": self.waiting,
+            "skipped": self.skipped,
+            "p50_ms": round(nearest_rank(self.latencies, 0.5) * 1000, 1),
+            "p99_ms": round(nearest_rank(self.latencies, 0.99) * 1000, 1),
+        }
+        out.write(json.dumps(line) + "\n")
+        out.flush()
+        self.ok, self.errors, self.skipped, self.latencies = 0, 0, 0, []
+
+    async def _write(self, session: aiohttp.ClientSession, out: IO[str], stop: asyncio.Event) -> None:
+        names = [node_name(i) for i in range(self.nodes)]
+        rate = self.nodes / self.interval_s
+        tasks: set[asyncio.Task[None]] = set()
+        start = time.monotonic()
+        issued = 0
+        second = start
+        while not stop.is_set():
+            now = time.monotonic()
+            due = int((now - start) * rate)
+            if due - issued > rate:
+                # More than a second behind (stopped, or starved of CPU): kubelet would
+                # not catch up with renewals it missed either.
+                self.skipped += due - issued - int(rate)
+                issued = due - int(rate)
+            for task in self._issue(session, names, issued, due):
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            issued = max(issued, due)
+            if now - second >= 1.0:
+                self._report(out, now - start)
+                second += 1.0
+            await asyncio.sleep(0.01)
+        for task in list(tasks):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     async def run(self, stats: Path, stop: asyncio.Event) -> None:
         connector = aiohttp.TCPConnector(ssl=self.tls, limit=self.connections)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -137,56 +188,10 @@ class Writer:
             connector=connector, headers=headers, trust_env=False, timeout=aiohttp.ClientTimeout(total=30)
         ) as session:
             await self.ensure(session)
-            names = [node_name(i) for i in range(self.nodes)]
-            rate = self.nodes / self.interval_s
-            tasks: set[asyncio.Task[None]] = set()
-            start = time.monotonic()
-            issued = 0
-            second = start
             with stats.open("a") as out:
                 out.write(json.dumps({"ready": True, "leases": len(self.leases)}) + "\n")
                 out.flush()
-                while not stop.is_set():
-                    now = time.monotonic()
-                    due = int((now - start) * rate)
-                    if due - issued > rate:
-                        # More than a second behind (stopped, or starved of CPU): kubelet would
-                        # not catch up with renewals it missed either.
-                        self.skipped += due - issued - int(rate)
-                        issued = due - int(rate)
-                    for k in range(issued, due):
-                        name = names[k % self.nodes]
-                        if name in self.in_flight:
-                            # Like kubelet: the next renewal waits for the last one to end.
-                            self.skipped += 1
-                            continue
-                        self.in_flight.add(name)
-                        task = asyncio.create_task(self.renew(session, name))
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
-                    issued = max(issued, due)
-                    if now - second >= 1.0:
-                        out.write(
-                            json.dumps(
-                                {
-                                    "t": round(now - start, 2),
-                                    "ok": self.ok,
-                                    "errors": self.errors,
-                                    "waiting": self.waiting,
-                                    "skipped": self.skipped,
-                                    "p50_ms": round(_quantile(self.latencies, 0.5) * 1000, 1),
-                                    "p99_ms": round(_quantile(self.latencies, 0.99) * 1000, 1),
-                                }
-                            )
-                            + "\n"
-                        )
-                        out.flush()
-                        self.ok, self.errors, self.skipped, self.latencies = 0, 0, 0, []
-                        second += 1.0
-                    await asyncio.sleep(0.01)
-                for task in list(tasks):
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await self._write(session, out, stop)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

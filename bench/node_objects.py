@@ -66,34 +66,70 @@ def _conditions(when: str) -> list[dict[str, str]]:
     ]
 
 
+NODE_INFO = {
+    "kernelVersion": "6.6.0-gardenlinux-cloud-amd64",
+    "osImage": "Garden Linux 1592.3",
+    "containerRuntimeVersion": "containerd://1.7.20",
+    "kubeletVersion": "v1.35.4",
+    "kubeProxyVersion": "v1.35.4",
+    "operatingSystem": "linux",
+    "architecture": "amd64",
+}
+IMAGES = [
+    {
+        "names": [
+            f"europe-docker.pkg.dev/gardener-project/releases/component-{j}@sha256:{j:064x}",
+            f"europe-docker.pkg.dev/gardener-project/releases/component-{j}:v1.{j}.0",
+        ],
+        "sizeBytes": 10_000_000 + j,
+    }
+    for j in range(30)
+]
+
+
+def _labels(name: str, i: int) -> dict[str, str]:
+    return {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": "m5.large",
+        "topology.kubernetes.io/region": "eu-west-1",
+        "topology.kubernetes.io/zone": f"eu-west-1{'abc'[i % 3]}",
+        "worker.gardener.cloud/pool": "worker-a",
+        "worker.garden.sapcloud.io/group": "worker-a",
+        "node.kubernetes.io/role": "node",
+    }
+
+
+def _status(name: str, i: int) -> dict[str, Any]:
+    return {
+        "capacity": {"cpu": "2", "memory": "8000000Ki", "pods": "110", "ephemeral-storage": "50000000Ki"},
+        "allocatable": {
+            "cpu": "1920m",
+            "memory": "6800000Ki",
+            "pods": "110",
+            "ephemeral-storage": "48000000Ki",
+        },
+        "conditions": _conditions("2026-12-01T00:00:00Z"),
+        "addresses": [
+            {"type": "InternalIP", "address": f"10.250.{i // 256 % 256}.{i % 256}"},
+            {"type": "Hostname", "address": name},
+            {"type": "InternalDNS", "address": f"{name}.eu-west-1.compute.internal"},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {"machineID": f"{i:032x}", "systemUUID": f"{i:032x}", "bootID": f"{i:032x}", **NODE_INFO},
+        "images": [dict(x) for x in IMAGES],
+    }
+
+
 def node(i: int) -> dict[str, Any]:
     name = f"node-{i:05d}"
-    images = [
-        {
-            "names": [
-                f"europe-docker.pkg.dev/gardener-project/releases/component-{j}@sha256:{j:064x}",
-                f"europe-docker.pkg.dev/gardener-project/releases/component-{j}:v1.{j}.0",
-            ],
-            "sizeBytes": 10_000_000 + j,
-        }
-        for j in range(30)
-    ]
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": "amd64",
-                "node.kubernetes.io/instance-type": "m5.large",
-                "topology.kubernetes.io/region": "eu-west-1",
-                "topology.kubernetes.io/zone": f"eu-west-1{'abc'[i % 3]}",
-                "worker.gardener.cloud/pool": "worker-a",
-                "worker.garden.sapcloud.io/group": "worker-a",
-                "node.kubernetes.io/role": "node",
-            },
+            "labels": _labels(name, i),
             "annotations": {
                 "node.alpha.kubernetes.io/ttl": "0",
                 "volumes.kubernetes.io/controller-managed-attach-detach": "true",
@@ -104,35 +140,7 @@ def node(i: int) -> dict[str, Any]:
             "podCIDR": f"100.{64 + i // 256 % 64}.{i % 256}.0/24",
             "providerID": f"aws:///eu-west-1a/i-{i:017x}",
         },
-        "status": {
-            "capacity": {"cpu": "2", "memory": "8000000Ki", "pods": "110", "ephemeral-storage": "50000000Ki"},
-            "allocatable": {
-                "cpu": "1920m",
-                "memory": "6800000Ki",
-                "pods": "110",
-                "ephemeral-storage": "48000000Ki",
-            },
-            "conditions": _conditions("2026-12-01T00:00:00Z"),
-            "addresses": [
-                {"type": "InternalIP", "address": f"10.250.{i // 256 % 256}.{i % 256}"},
-                {"type": "Hostname", "address": name},
-                {"type": "InternalDNS", "address": f"{name}.eu-west-1.compute.internal"},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": f"{i:032x}",
-                "systemUUID": f"{i:032x}",
-                "bootID": f"{i:032x}",
-                "kernelVersion": "6.6.0-gardenlinux-cloud-amd64",
-                "osImage": "Garden Linux 1592.3",
-                "containerRuntimeVersion": "containerd://1.7.20",
-                "kubeletVersion": "v1.35.4",
-                "kubeProxyVersion": "v1.35.4",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-            "images": images,
-        },
+        "status": _status(name, i),
     }
 
 
@@ -228,6 +236,71 @@ def _per_event_us(lines: list[bytes]) -> float:
     return (time.perf_counter() - t0) / len(lines) * 1e6
 
 
+def _list_rows(c: Client, n: int) -> tuple[list[list[object]], str]:
+    """Three LISTs each way, and one of full nodes in the aggregator's pages; the full LIST's
+    resourceVersion for the watches."""
+    rows: list[list[object]] = []
+    lists = {}
+    for label, accept in (("full", FULL), ("metadata only", METADATA_LIST)):
+        runs = [_list(c, accept) for _ in range(3)]
+        lists[label] = runs[-1][3]
+        rows.append(
+            [
+                f"LIST of {n} nodes, {label}",
+                f"{len(runs[-1][0]) / 2**20:.1f} MiB",
+                f"{statistics.median(r[1] for r in runs) * 1000:.0f} ms",
+                f"{statistics.median(r[2] for r in runs) * 1000:.0f} ms, "
+                f"peak {_peak_mib([runs[-1][0]]):.0f} MiB",
+            ]
+        )
+    paged = [_paged(c, NODE_PAGE) for _ in range(3)]
+    rows.append(
+        [
+            f"LIST of {n} nodes, full, in pages of {NODE_PAGE} (the aggregator's)",
+            f"{sum(map(len, paged[-1][0])) / 2**20:.1f} MiB in {len(paged[-1][0])} pages",
+            f"{statistics.median(p[1] for p in paged) * 1000:.0f} ms",
+            f"{statistics.median(p[2] for p in paged) * 1000:.0f} ms, peak {_peak_mib(paged[-1][0]):.0f} MiB",
+        ]
+    )
+    return rows, lists["full"]
+
+
+def _watch_rows(clients: list[Client], n: int, rv: str) -> tuple[list[list[object]], float]:
+    """A watch each way from ``rv`` while every node's status is updated once; the rows and
+    the seconds the updates took."""
+    watches = {
+        "full": _Watch(clients[THREADS], FULL, rv, n),
+        "metadata only": _Watch(clients[THREADS + 1], METADATA_ONLY, rv, n),
+    }
+    for w in watches.values():
+        w.start()
+        w.open.wait(10)
+    when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    t0 = time.perf_counter()
+    _each(
+        clients,
+        n,
+        lambda c, i: c.merge_patch(
+            f"{NODES}/node-{i:05d}/status", {"status": {"conditions": _conditions(when)}}
+        ),
+    )
+    updates_s = time.perf_counter() - t0
+    for w in watches.values():
+        w.join(120)
+    rows: list[list[object]] = []
+    for label, w in watches.items():
+        got, total = len(w.lines), sum(map(len, w.lines))
+        rows.append(
+            [
+                f"watch, {got} status updates, {label}",
+                f"{total / 2**20:.1f} MiB ({total / max(got, 1) / 1024:.1f} KiB an event)",
+                "",
+                f"{_per_event_us(w.lines):.0f} µs an event",
+            ]
+        )
+    return rows, updates_s
+
+
 def run(n: int = 5000) -> None:
     with ControlPlane().running() as cp:
         clients = _clients(cp)
@@ -235,62 +308,8 @@ def run(n: int = 5000) -> None:
         _each(clients, n, lambda c, i: c.create(NODES, node(i)))
         created_s = time.perf_counter() - t0
         size = len(json.dumps(node(0)))
-
-        rows = []
-        lists = {}
-        for label, accept in (("full", FULL), ("metadata only", METADATA_LIST)):
-            runs = [_list(clients[0], accept) for _ in range(3)]
-            lists[label] = runs[-1][3]
-            rows.append(
-                [
-                    f"LIST of {n} nodes, {label}",
-                    f"{len(runs[-1][0]) / 2**20:.1f} MiB",
-                    f"{statistics.median(r[1] for r in runs) * 1000:.0f} ms",
-                    f"{statistics.median(r[2] for r in runs) * 1000:.0f} ms, "
-                    f"peak {_peak_mib([runs[-1][0]]):.0f} MiB",
-                ]
-            )
-        paged = [_paged(clients[0], NODE_PAGE) for _ in range(3)]
-        rows.append(
-            [
-                f"LIST of {n} nodes, full, in pages of {NODE_PAGE} (the aggregator's)",
-                f"{sum(map(len, paged[-1][0])) / 2**20:.1f} MiB in {len(paged[-1][0])} pages",
-                f"{statistics.median(p[1] for p in paged) * 1000:.0f} ms",
-                f"{statistics.median(p[2] for p in paged) * 1000:.0f} ms, "
-                f"peak {_peak_mib(paged[-1][0]):.0f} MiB",
-            ]
-        )
-
-        rv = lists["full"]
-        watches = {
-            "full": _Watch(clients[THREADS], FULL, rv, n),
-            "metadata only": _Watch(clients[THREADS + 1], METADATA_ONLY, rv, n),
-        }
-        for w in watches.values():
-            w.start()
-            w.open.wait(10)
-        when = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        t0 = time.perf_counter()
-        _each(
-            clients,
-            n,
-            lambda c, i: c.merge_patch(
-                f"{NODES}/node-{i:05d}/status", {"status": {"conditions": _conditions(when)}}
-            ),
-        )
-        updates_s = time.perf_counter() - t0
-        for w in watches.values():
-            w.join(120)
-        for label, w in watches.items():
-            got, total = len(w.lines), sum(map(len, w.lines))
-            rows.append(
-                [
-                    f"watch, {got} status updates, {label}",
-                    f"{total / 2**20:.1f} MiB ({total / max(got, 1) / 1024:.1f} KiB an event)",
-                    "",
-                    f"{_per_event_us(w.lines):.0f} µs an event",
-                ]
-            )
+        rows, rv = _list_rows(clients[0], n)
+        watched, updates_s = _watch_rows(clients, n, rv)
         for c in clients:
             c.close()
 
@@ -298,7 +317,7 @@ def run(n: int = 5000) -> None:
         f"Nodes in full or as metadata only, {n} nodes of {size / 1024:.1f} KiB "
         f"(created in {created_s:.0f} s, updated in {updates_s:.0f} s)",
         ["read", "bytes", "to the last byte", "aggregator's parse"],
-        rows,
+        rows + watched,
     )
 
 

@@ -14,16 +14,11 @@ after the cut falls, not the program (which, run for real in this world, stopped
 from __future__ import annotations
 
 import argparse
-import statistics
-from collections.abc import Sequence
 
 from bench.dwdrule import Outcome, over_phases
+from bench.stats import min_median_max
 from bench.table import print_table
 from demo import scenario
-
-
-def spread(xs: Sequence[float]) -> str:
-    return f"{min(xs):.1f} / {statistics.median(xs):.1f} / {max(xs):.1f} s"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -74,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
             "margin",
             "model of DWD's rule, every run and phase",
         ],
-        [[spread(first), spread(kcm), spread(margin), spread(model)]],
+        [[min_median_max(first), min_median_max(kcm), min_median_max(margin), min_median_max(model)]],
     )
 
 

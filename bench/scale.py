@@ -23,18 +23,14 @@ run. Tables are printed; the raw numbers go to --out (JSON).
 from __future__ import annotations
 
 import argparse
-import collections
-import itertools
 import json
 import math
 import os
 import random
-import re
-import ssl
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -45,187 +41,45 @@ from aggregator import budget
 from aggregator.kube import KubeClient
 from aggregator.objects import NodeView
 from aggregator.provisioner import Provisioner
-from aggregator.settings import Provisioning
+from aggregator.settings import Decider, Provisioning
 from aggregator.watcher import Observed
 from bench.fleet import ZONES, Fleet, FleetThread
+from bench.kapi_metrics import (
+    Audit,
+    Kapi,
+    Series,
+    audit_args,
+    audited_kubeconfig,
+    histogram_quantile,
+    requests,
+)
+from bench.sampling import Window
+from bench.stats import estimate, hypergeom_pmf, p_down_spread, p_down_zoned
 from bench.table import print_table
 from core.durations import format_duration
 from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView
-from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
+from testenv.controlplane import ControlPlane, free_port
 from testenv.standins import CONTROLLERS, LoggedProcess, eventually, wait_for
 from tests.integration.shoot import Sampler, Shoot
 
+# The aggregator's own defaults (tests/integration/shoot.py's environment has faster ones),
+# read from its settings' fields.
+DECIDER = Decider()
 DEFAULTS = {
-    "DWD_LEASE_DURATION": "8s",
-    "DWD_RENEW_INTERVAL": "2s",
-    "DWD_CONFIRM_PERIOD": "4s",
-    "DWD_RECOVERY_PERIOD": "10s",
-    "DWD_FAILURE_FRACTION": "0.6",
-    "DWD_RECOVERY_FRACTION": "0.4",
+    "DWD_LEASE_DURATION": format_duration(DECIDER.lease_duration_s),
+    "DWD_RENEW_INTERVAL": format_duration(DECIDER.fast_interval_s),
+    "DWD_CONFIRM_PERIOD": format_duration(DECIDER.confirm_period_s),
+    "DWD_RECOVERY_PERIOD": format_duration(DECIDER.recovery_period_s),
+    "DWD_FAILURE_FRACTION": str(DECIDER.failure_fraction),
+    "DWD_RECOVERY_FRACTION": str(DECIDER.recovery_fraction),
     # Not the default (60 s): see the module docstring.
     "DWD_NODE_GRACE": "0s",
     "DWD_LOG_LEVEL": "warning",
 }
-FAST_S = 2.0
-BUDGET = 100.0
-THRESHOLD = 0.6
+FAST_S = DECIDER.fast_interval_s
+BUDGET = Provisioning().write_budget
+THRESHOLD = DECIDER.failure_fraction
 DOWN = dict.fromkeys(CONTROLLERS, 0)
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-# -- kube-apiserver's /metrics
-
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-Series = list[tuple[str, dict[str, str], float]]
-
-
-def parse_metrics(text: str, names: Iterable[str]) -> Series:
-    wanted = tuple(names)
-    out = []
-    for line in text.splitlines():
-        if not line.startswith(wanted):
-            continue
-        m = _SAMPLE.match(line)
-        if m:
-            out.append((m.group(1), dict(_LABEL.findall(m.group(2) or "")), float(m.group(3))))
-    return out
-
-
-def total(series: Series, name: str, **labels: str) -> float:
-    return sum(v for n, ls, v in series if n == name and all(ls.get(k) == w for k, w in labels.items()))
-
-
-def quantile(before: Series, after: Series, q: float, **labels: str) -> float | None:
-    """The q-quantile of a histogram's observations between two scrapes, interpolated within
-    its bucket as Prometheus' histogram_quantile does."""
-    name = "apiserver_request_duration_seconds_bucket"
-
-    def buckets(series: Series) -> dict[float, float]:
-        out: dict[float, float] = {}
-        for n, ls, v in series:
-            if n == name and all(ls.get(k) == w for k, w in labels.items()):
-                le = float(ls["le"])
-                out[le] = out.get(le, 0.0) + v
-        return out
-
-    b0, b1 = buckets(before), buckets(after)
-    cum = sorted((le, b1[le] - b0.get(le, 0.0)) for le in b1)
-    if not cum or cum[-1][1] <= 0:
-        return None
-    rank = q * cum[-1][1]
-    lower_le, lower_n = 0.0, 0.0
-    for le, n in cum:
-        if n >= rank:
-            if math.isinf(le):
-                return lower_le
-            return lower_le + (le - lower_le) * (rank - lower_n) / max(n - lower_n, 1e-9)
-        lower_le, lower_n = le, n
-    return None
-
-
-class Kapi:
-    """kube-apiserver's /metrics and the CPU and memory of its processes."""
-
-    NAMES = ("apiserver_request_total", "apiserver_request_duration_seconds_bucket")
-
-    def __init__(self, plane: ControlPlane) -> None:
-        tls = ssl.create_default_context(cafile=str(plane.ca_file))
-        tls.load_cert_chain(str(plane.admin.cert), str(plane.admin.key))
-        self.http = httpx.Client(base_url=plane.url, verify=tls, trust_env=False, timeout=30)
-        # _procs: the names matter (etcd, kube-apiserver), pids() has only numbers.
-        self.pids = {p.name: p.popen.pid for p in plane._procs}
-
-    def scrape(self) -> Series:
-        return parse_metrics(self.http.get("/metrics").text, self.NAMES)
-
-    def close(self) -> None:
-        self.http.close()
-
-
-def requests(
-    s: Series, verb: str | None = None, resource: str | None = None, code: str | None = None
-) -> float:
-    labels = {k: v for k, v in (("verb", verb), ("resource", resource), ("code", code)) if v is not None}
-    return total(s, "apiserver_request_total", **labels)
-
-
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-AGGREGATOR_USER = "dwd-lease-aggregator"
-# The API server's counters do not say who sent a request, and the simulator's count cannot
-# be subtracted exactly (requests in flight at either scrape). The audit log can: it records
-# the aggregator's user alone, every request once, when it completes.
-AUDIT_POLICY = {
-    "apiVersion": "audit.k8s.io/v1",
-    "kind": "Policy",
-    "omitStages": ["RequestReceived", "ResponseStarted"],
-    "rules": [{"level": "Metadata", "users": [AGGREGATOR_USER]}, {"level": "None"}],
-}
-
-
-class Audit:
-    """The aggregator's requests, read from the shoot API server's audit log."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def mark(self) -> int:
-        return self.path.stat().st_size if self.path.exists() else 0
-
-    def since(self, mark: int) -> dict[str, int]:
-        """Requests since ``mark``, by "verb resource" (nonResourceURLs by path)."""
-        counts: dict[str, int] = {}
-        with open(self.path, "rb") as f:
-            f.seek(mark)
-            for line in f:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue  # a line being written
-                ref = event.get("objectRef") or {}
-                key = (
-                    f"{event.get('verb')} {ref.get('resource') or event.get('requestURI', '').split('?')[0]}"
-                )
-                counts[key] = counts.get(key, 0) + 1
-        return counts
-
-
-@dataclass
-class Window:
-    """CPU of some processes over a stretch of time, and their RSS at its end."""
-
-    pids: dict[str, int]
-    t0: float = 0.0
-    ticks0: dict[str, int] | None = None
-
-    def start(self) -> Window:
-        self.t0 = time.monotonic()
-        self.ticks0 = {k: cpu_ticks(p) for k, p in self.pids.items()}
-        return self
-
-    def stop(self) -> dict[str, dict[str, float]]:
-        dt = time.monotonic() - self.t0
-        t0 = self.ticks0 or {}
-        return {
-            k: {
-                "cpu_pct": round((cpu_ticks(p) - t0[k]) / CLK_TCK / dt * 100, 1),
-                "rss_mib": round(rss_mib(p), 1),
-            }
-            for k, p in self.pids.items()
-        }
-
-
 # -- the aggregator's /status
 
 
@@ -435,8 +289,8 @@ def steady(run: Run, window_s: float) -> dict[str, Any]:
         "aggregator_requests": mine,
         "renewals_max_10s_per_s": max(tens, default=None),
         "renewals_max_1s": max(landed, default=None),
-        "patch_p50_ms": _ms(quantile(before, after, 0.5, verb="PATCH", resource="leases")),
-        "patch_p99_ms": _ms(quantile(before, after, 0.99, verb="PATCH", resource="leases")),
+        "patch_p50_ms": _ms(histogram_quantile(before, after, 0.5, verb="PATCH", resource="leases")),
+        "patch_p99_ms": _ms(histogram_quantile(before, after, 0.99, verb="PATCH", resource="leases")),
         "processes": procs,
         "intervals": {str(k): v for k, v in sorted(run.fleet.fleet.intervals().items())},
     }
@@ -509,8 +363,9 @@ def sampled_verdicts(run: Run, fraction: float, trials: int) -> list[dict[str, A
         cut = run.fleet.fleet.random.sample(run.names, round(fraction * len(run.names)))
         expected = run.expected(cut)
         run.fleet.silence(cut)
-        # 8 s lease duration + the last renewal's up to 2 s + a tick; before 8 + 4 s of confirm.
-        time.sleep(10.5)
+        # The lease duration (8 s) + the last renewal's up to one interval (2 s) + a tick;
+        # before 8 + 4 s of confirm.
+        time.sleep(DECIDER.lease_duration_s + FAST_S + 0.5)
         s = status(run.port)
         run.fleet.resume()
         out.append(
@@ -563,10 +418,58 @@ def no_budget(run: Run, sampler: Sampler, window_s: float) -> dict[str, Any]:
     out["scaled_down"] = (
         sampler.first(lambda x: any(v == 0 for v in x.replicas.values()), after=t1) is not None
     )
-    out["renewed_within_8s"] = len(run.fleet.fleet.renewed_within(8.0))
+    out["renewed_within_8s"] = len(run.fleet.fleet.renewed_within(DECIDER.lease_duration_s))
     out["rewrite_s"] = round(rewrite_s, 1)
     out["wanted_patches_per_s"] = len(run.names) / FAST_S
     return out
+
+
+def _settle(result: dict[str, Any], pacing: budget.Pacing) -> None:
+    """Slow nodes renew first at start, next half to one and a half intervals later
+    (core.lease.next_renewal_in_s): from half an interval on the rate is steady. A slow
+    node's first renewal may wait out a 404 first (up to MISSING_MAX_WAIT_S)."""
+    since = time.monotonic() - result["startup"]["provisioned_at"]
+    settle = MISSING_MAX_WAIT_S + pacing.slow_interval_s / 2 + 5 - since
+    if pacing.slow_interval_s > FAST_S and settle > 0:
+        time.sleep(settle)
+
+
+def _healthy_phases(run: Run, result: dict[str, Any]) -> None:
+    """Start-up, churn and the steady window."""
+    n = run.n
+    print(f"[{n}] {n} nodes in {result['create_nodes_s']} s; starting the aggregator", file=sys.stderr)
+    result["startup"] = startup(run)
+    print(f"[{n}] provisioned: {result['startup']}", file=sys.stderr)
+    pacing = run.planned()
+    result["sample"] = len(pacing.fast)
+    result["slow_interval_s"] = pacing.slow_interval_s
+    result["churn"] = churn(run)
+    print(f"[{n}] churn: {result['churn']}", file=sys.stderr)
+    _settle(result, pacing)
+    result["steady"] = steady(run, 30.0 if n <= 100 else 40.0)
+    print(f"[{n}] steady: {result['steady']}", file=sys.stderr)
+
+
+def _outages(run: Run, result: dict[str, Any], *, no_budget_run: bool, trials: int) -> None:
+    """Cuts that must not scale down, cuts that must, random ones, and no budget."""
+    n, fleet = run.n, run.fleet
+    sampler = run.shoot.sampler(0.1)
+    rng = random.Random(n)
+    result["spread_30"] = must_not_scale(run, sampler, rng.sample(run.names, round(0.3 * len(run.names))), 30)
+    result["zone_a"] = must_not_scale(run, sampler, fleet.fleet.in_zones(["zone-a"]), 30)
+    print(f"[{n}] no scale-down: {result['spread_30']} {result['zone_a']}", file=sys.stderr)
+    result["spread_70"] = must_scale(run, sampler, rng.sample(run.names, round(0.7 * len(run.names))))
+    two = fleet.fleet.in_zones(ZONES[1:])
+    rest = [x for x in run.names if x not in set(two)]
+    more = rng.sample(rest, max(0, round(0.7 * len(run.names)) - len(two)))
+    result["zones_bc_plus"] = must_scale(run, sampler, two + more)
+    print(f"[{n}] scale-down: {result['spread_70']} {result['zones_bc_plus']}", file=sys.stderr)
+    if trials:
+        result["trials"] = sampled_verdicts(run, 0.5, trials) + sampled_verdicts(run, 0.7, trials)
+    if no_budget_run:
+        result["no_budget"] = no_budget(run, sampler, 30.0)
+        print(f"[{n}] no budget: {result['no_budget']}", file=sys.stderr)
+    result["simulator_requests"] = {" ".join(k): v for k, v in sorted(fleet.requests().items())}
 
 
 def measure(
@@ -575,24 +478,10 @@ def measure(
     """Fills ``result`` as it goes: a run that fails half-way keeps what it measured."""
     namespace = f"shoot--scale--n{n}"
     result["nodes"] = n
-    policy = tmp / f"audit-policy-{n}.yaml"
-    policy.write_text(json.dumps(AUDIT_POLICY))
     audit_log = tmp / f"audit-{n}.log"
-    plane = ControlPlane(
-        extra_apiserver_args=[f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}"]
-    )
+    plane = ControlPlane(extra_apiserver_args=audit_args(tmp / f"audit-policy-{n}.yaml", audit_log))
     with plane.running():
-        assert plane.ca is not None
-        # Its own certificate, so the audit policy can single out its requests.
-        cert = plane.ca.issue("aggregator", AGGREGATOR_USER, organizations=["system:masters"])
-        kubeconfig = tmp / f"aggregator-{n}.kubeconfig"
-        kubeconfig.write_text(
-            kubeconfig_yaml(
-                plane.url,
-                plane.ca_file,
-                user={"client-certificate": str(cert.cert), "client-key": str(cert.key)},
-            )
-        )
+        kubeconfig = audited_kubeconfig(plane, tmp / f"aggregator-{n}.kubeconfig")
         shoot = Shoot(plane, seed, namespace, tmp)
         shoot.setup(nodes=0)
         admin = plane.admin
@@ -603,45 +492,8 @@ def measure(
             names = fleet.add(n)
             result["create_nodes_s"] = round(time.monotonic() - t0, 1)
             run = Run(n, shoot, fleet, kapi, names, Audit(audit_log), kubeconfig)
-            print(
-                f"[{n}] {n} nodes in {result['create_nodes_s']} s; starting the aggregator", file=sys.stderr
-            )
-            result["startup"] = startup(run)
-            print(f"[{n}] provisioned: {result['startup']}", file=sys.stderr)
-            pacing = run.planned()
-            result["sample"] = len(pacing.fast)
-            result["slow_interval_s"] = pacing.slow_interval_s
-            result["churn"] = churn(run)
-            print(f"[{n}] churn: {result['churn']}", file=sys.stderr)
-            # Slow nodes renew first at start, next half to one and a half intervals later
-            # (core.lease.next_renewal_in_s): from half an interval on the rate is steady.
-            # A slow node's first renewal may wait out a 404 first (up to MISSING_MAX_WAIT_S).
-            since = time.monotonic() - result["startup"]["provisioned_at"]
-            settle = MISSING_MAX_WAIT_S + pacing.slow_interval_s / 2 + 5 - since
-            if pacing.slow_interval_s > FAST_S and settle > 0:
-                time.sleep(settle)
-            result["steady"] = steady(run, 30.0 if n <= 100 else 40.0)
-            print(f"[{n}] steady: {result['steady']}", file=sys.stderr)
-
-            sampler = shoot.sampler(0.1)
-            rng = random.Random(n)
-            result["spread_30"] = must_not_scale(
-                run, sampler, rng.sample(run.names, round(0.3 * len(run.names))), 30
-            )
-            result["zone_a"] = must_not_scale(run, sampler, fleet.fleet.in_zones(["zone-a"]), 30)
-            print(f"[{n}] no scale-down: {result['spread_30']} {result['zone_a']}", file=sys.stderr)
-            result["spread_70"] = must_scale(run, sampler, rng.sample(run.names, round(0.7 * len(run.names))))
-            two = fleet.fleet.in_zones(ZONES[1:])
-            rest = [x for x in run.names if x not in set(two)]
-            more = rng.sample(rest, max(0, round(0.7 * len(run.names)) - len(two)))
-            result["zones_bc_plus"] = must_scale(run, sampler, two + more)
-            print(f"[{n}] scale-down: {result['spread_70']} {result['zones_bc_plus']}", file=sys.stderr)
-            if trials:
-                result["trials"] = sampled_verdicts(run, 0.5, trials) + sampled_verdicts(run, 0.7, trials)
-            if no_budget_run:
-                result["no_budget"] = no_budget(run, sampler, 30.0)
-                print(f"[{n}] no budget: {result['no_budget']}", file=sys.stderr)
-            result["simulator_requests"] = {" ".join(k): v for k, v in sorted(fleet.requests().items())}
+            _healthy_phases(run, result)
+            _outages(run, result, no_budget_run=no_budget_run, trials=trials)
         finally:
             fleet.close()
             kapi.close()
@@ -651,61 +503,66 @@ def measure(
 # -- the sampled estimate, on paper and by Monte Carlo on the real sample
 
 
-def estimate(cut: Iterable[str], sample: Collection[str], zones: Mapping[str, str]) -> float:
-    """The stale fraction the aggregator reports while ``cut`` is silent, computed here on its
-    own: each zone's stale share of its ``sample`` members, weighted by the zone's size."""
-    silent = set(cut)
-    size = collections.Counter(zones.values())
-    members = collections.Counter(zones[x] for x in sample)
-    stale = collections.Counter(zones[x] for x in sample if x in silent)
-    covered = sum(size[z] for z in members)
-    return sum(size[z] / covered * stale[z] / members[z] for z in members) if covered else 0.0
+# Whole zones silenced, and a share of each other zone at random.
+ZONE_SHAPES = [
+    ("zone-a", {"zone-a": 1.0}),
+    ("zone-a + 25 % of b, c", {"zone-a": 1.0, "zone-b": 0.25, "zone-c": 0.25}),
+    ("zones b, c", {"zone-b": 1.0, "zone-c": 1.0}),
+    ("zones b, c + 10 % of a", {"zone-b": 1.0, "zone-c": 1.0, "zone-a": 0.1}),
+]
 
 
-def _log_comb(n: int, k: int) -> float:
-    if k < 0 or k > n:
-        return -math.inf
-    return math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
+class _Paper:
+    """The simulator's node names and zones at ``n`` nodes, the aggregator's sample of them,
+    and the cuts drawn against it (one random generator, drawn from in the rows' order)."""
 
+    def __init__(self, n: int, trials: int) -> None:
+        self.n, self.trials = n, trials
+        self.zones = {f"fleet-node-{i:05d}": ZONES[i % len(ZONES)] for i in range(n)}
+        self.names = list(self.zones)
+        self.fast = budget.plan(self.names, FAST_S, BUDGET, self.zones).fast
+        self.size = [sum(1 for z in self.zones.values() if z == zone) for zone in ZONES]
+        self.members = [sum(1 for x in self.fast if self.zones[x] == zone) for zone in ZONES]
+        self.k = sum(self.members)
+        self.rng = random.Random(5000)
+        self.by_zone = {zone: [x for x in self.names if self.zones[x] == zone] for zone in ZONES}
 
-def hypergeom_pmf(population: int, stale: int, sample: int) -> list[float]:
-    """P(X = x) for x stale members in a sample drawn without replacement, x = 0..sample."""
-    denom = _log_comb(population, sample)
-    return [
-        math.exp(_log_comb(stale, x) + _log_comb(population - stale, sample - x) - denom)
-        for x in range(sample + 1)
-    ]
+    def row(
+        self, shape: str, true: float, exact: tuple[float, float], draw: Callable[[], list[str]]
+    ) -> dict[str, Any]:
+        hits = sum(estimate(draw(), self.fast, self.zones) >= THRESHOLD for _ in range(self.trials))
+        return {
+            "nodes": self.n,
+            "sample": self.k,
+            "per_zone": self.members,
+            "cut": shape,
+            "true_fraction": round(true, 3),
+            "p_down": exact[0],
+            "p_up": exact[1],
+            "p_down_monte_carlo": hits / self.trials,
+            "trials": self.trials,
+        }
 
+    def spread(self, f: float) -> dict[str, Any]:
+        """``f`` of the nodes silenced at random; beside it, the plain sample's chances."""
+        cut = round(f * self.n)
+        exact = p_down_spread(self.size, self.members, cut, THRESHOLD)
+        r = self.row("spread", cut / self.n, exact, lambda: self.rng.sample(self.names, cut))
+        plain = hypergeom_pmf(self.n, cut, self.k)
+        need = math.ceil(THRESHOLD * self.k - 1e-9)
+        r["p_down_plain"], r["p_up_plain"] = sum(plain[need:]), sum(plain[:need])
+        return r
 
-def _down(weights: Sequence[float], members: Sequence[int], stale: Sequence[int]) -> bool:
-    return sum(w * x / k for w, x, k in zip(weights, stale, members, strict=True)) >= THRESHOLD
+    def zoned(self, shape: str, share: Mapping[str, float]) -> dict[str, Any]:
+        cuts = [round(share.get(zone, 0.0) * len(self.by_zone[zone])) for zone in ZONES]
 
+        def draw() -> list[str]:
+            return [
+                x for zone, c in zip(ZONES, cuts, strict=True) for x in self.rng.sample(self.by_zone[zone], c)
+            ]
 
-def p_down_spread(size: Sequence[int], members: Sequence[int], cut: int) -> tuple[float, float]:
-    """Exact P(scale-down verdict) for ``cut`` nodes silenced at random over the cluster: the
-    stale members of each zone's slice of the sample are jointly multivariate hypergeometric
-    (the slices, and everything outside the sample, are the categories). With P(no scale-down),
-    summed on its own so that a tail near 1 keeps its complement."""
-    n, k = sum(size), sum(members)
-    weights = [z / n for z in size]
-    denom = _log_comb(n, cut)
-    total = [0.0, 0.0]
-    for stale in itertools.product(*(range(m + 1) for m in members)):
-        log_p = sum(_log_comb(m, x) for m, x in zip(members, stale, strict=True))
-        total[_down(weights, members, stale)] += math.exp(log_p + _log_comb(n - k, cut - sum(stale)) - denom)
-    return total[1], total[0]
-
-
-def p_down_zoned(size: Sequence[int], members: Sequence[int], cut: Sequence[int]) -> tuple[float, float]:
-    """Exact P(scale-down verdict) for ``cut[z]`` nodes silenced at random within each zone:
-    independent hypergeometrics, one per zone. With P(no scale-down), as above."""
-    n = sum(size)
-    weights = [z / n for z in size]
-    pmfs = [hypergeom_pmf(z, c, m) for z, c, m in zip(size, cut, members, strict=True)]
-    total = [0.0, 0.0]
-    for stale in itertools.product(*(range(m + 1) for m in members)):
-        total[_down(weights, members, stale)] += math.prod(pmf[x] for pmf, x in zip(pmfs, stale, strict=True))
-    return total[1], total[0]
+        exact = p_down_zoned(self.size, self.members, cuts, THRESHOLD)
+        return self.row(shape, sum(cuts) / self.n, exact, draw)
 
 
 def error_analysis(
@@ -717,58 +574,8 @@ def error_analysis(
     against that sample. Spread cuts are random over the cluster; zone-shaped ones silence
     whole zones and a random part of the others. Beside them, a sample of the same size drawn
     without zones and counted plainly (hypergeometric), as before the sample was per zone."""
-    zones = {f"fleet-node-{i:05d}": ZONES[i % len(ZONES)] for i in range(n)}
-    names = list(zones)
-    fast = budget.plan(names, FAST_S, BUDGET, zones).fast
-    size = [sum(1 for z in zones.values() if z == zone) for zone in ZONES]
-    members = [sum(1 for x in fast if zones[x] == zone) for zone in ZONES]
-    k = sum(members)
-    need = math.ceil(THRESHOLD * k - 1e-9)
-    rng = random.Random(5000)
-    by_zone = {zone: [x for x in names if zones[x] == zone] for zone in ZONES}
-
-    def row(
-        shape: str, true: float, exact: tuple[float, float], draw: Callable[[], list[str]]
-    ) -> dict[str, Any]:
-        hits = sum(estimate(draw(), fast, zones) >= THRESHOLD for _ in range(trials))
-        return {
-            "nodes": n,
-            "sample": k,
-            "per_zone": members,
-            "cut": shape,
-            "true_fraction": round(true, 3),
-            "p_down": exact[0],
-            "p_up": exact[1],
-            "p_down_monte_carlo": hits / trials,
-            "trials": trials,
-        }
-
-    rows = []
-    for f in fractions:
-        cut = round(f * n)
-
-        def spread(c: int = cut) -> list[str]:
-            return rng.sample(names, c)
-
-        r = row("spread", cut / n, p_down_spread(size, members, cut), spread)
-        plain = hypergeom_pmf(n, cut, k)
-        r["p_down_plain"], r["p_up_plain"] = sum(plain[need:]), sum(plain[:need])
-        rows.append(r)
-    # Whole zones silenced, and a share of each other zone at random.
-    shapes = [
-        ("zone-a", {"zone-a": 1.0}),
-        ("zone-a + 25 % of b, c", {"zone-a": 1.0, "zone-b": 0.25, "zone-c": 0.25}),
-        ("zones b, c", {"zone-b": 1.0, "zone-c": 1.0}),
-        ("zones b, c + 10 % of a", {"zone-b": 1.0, "zone-c": 1.0, "zone-a": 0.1}),
-    ]
-    for shape, share in shapes:
-        cuts = [round(share.get(zone, 0.0) * len(by_zone[zone])) for zone in ZONES]
-
-        def draw(cuts: list[int] = cuts) -> list[str]:
-            return [x for zone, c in zip(ZONES, cuts, strict=True) for x in rng.sample(by_zone[zone], c)]
-
-        rows.append(row(shape, sum(cuts) / n, p_down_zoned(size, members, cuts), draw))
-    return rows
+    paper = _Paper(n, trials)
+    return [paper.spread(f) for f in fractions] + [paper.zoned(shape, share) for shape, share in ZONE_SHAPES]
 
 
 def print_uneven(n: int, shares: Sequence[float] = (0.6, 0.3, 0.1)) -> None:
@@ -781,7 +588,7 @@ def print_uneven(n: int, shares: Sequence[float] = (0.6, 0.3, 0.1)) -> None:
     members = [allocated[str(z)] for z in range(len(size))]
     rows = []
     for f in (0.4, 0.5, 0.6, 2 / 3, 0.7, 0.8):
-        down, up = p_down_spread(size, members, round(f * n))
+        down, up = p_down_spread(size, members, round(f * n), THRESHOLD)
         rows.append([f"{f:.3g}", f"{down:.3g}", f"{up:.3g}"])
     zones, sample = "/".join(map(str, size)), "/".join(map(str, members))
     print_table(
@@ -806,7 +613,9 @@ def plan_cost_ms(n: int, rounds: int = 50) -> float:
             for x in nodes
         ]
     )
-    provisioner = Provisioner(cast(KubeClient, None), observed, Provisioning(), lease_duration_s=8.0)
+    provisioner = Provisioner(
+        cast(KubeClient, None), observed, Provisioning(), lease_duration_s=DECIDER.lease_duration_s
+    )
     leases = []
     for x in nodes:
         want = provisioner.desired(x, pacing)
@@ -835,10 +644,9 @@ def _breakdown(counts: dict[str, int]) -> str:
     return ", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "none"
 
 
-def print_results(r: dict[str, Any]) -> None:
-    n = r["nodes"]
-    st = r["steady"]
-    rows: list[list[object]] = [
+def _heartbeat_rows(r: dict[str, Any]) -> list[list[object]]:
+    n, st = r["nodes"], r["steady"]
+    return [
         ["nodes / fast sample / slow interval", f"{n} / {r['sample']} / {r['slow_interval_s']:g} s"],
         ["fleet intervals (s: nodes)", ", ".join(f"{k}: {v}" for k, v in st["intervals"].items())],
         ["planned heartbeat writes/s (aggregator)", st["planned_writes_per_s"]],
@@ -856,131 +664,195 @@ def print_results(r: dict[str, Any]) -> None:
             f"{st['aggregator_requests_per_s']} ({_breakdown(st['aggregator_requests'])})",
         ],
     ]
-    nb = r.get("no_budget")
-    if nb:
-        rows += [
-            [
-                "no budget: lease PATCHes/s wanted / on KAPI",
-                f"{nb['wanted_patches_per_s']:g} / {nb['lease_patches_per_s']}",
-            ],
-            ["no budget: PATCH lease latency p50 / p99", f"{nb['patch_p50_ms']} / {nb['patch_p99_ms']} ms"],
-            [
-                "no budget: aggregator requests/s",
-                f"{nb['aggregator_requests_per_s']} ({_breakdown(nb['aggregator_requests'])})",
-            ],
-            ["no budget: aggregator's rewrite of the intervals", f"{nb['rewrite_s']} s"],
-            [
-                "no budget: nodes renewed within 8 s / verdict after the window",
-                f"{nb['renewed_within_8s']} / {nb['after']['phase']}, {nb['after']['stale']} of "
-                f"{nb['after']['candidates']} stale, scaled down: {nb['scaled_down']}",
-            ],
-        ]
-    print_table(f"{n} nodes: heartbeat writes", ["what", "value"], rows)
 
-    procs = [
-        ["healthy, idle (steady window)", st["processes"]],
-        ["outage (70 % spread, >= 20 s)", r["spread_70"]["outage_processes"]],
-    ]
-    if nb:
-        procs.append(["no budget, all at 2 s", nb["processes"]])
-    print_table(
-        f"{n} nodes: CPU (% of one core) and RSS (MiB)",
-        ["when", "aggregator", "kube-apiserver", "etcd", "simulator+bench"],
+
+def _no_budget_rows(nb: dict[str, Any]) -> list[list[object]]:
+    return [
         [
-            [
-                when,
-                *(
-                    f"{p[k]['cpu_pct']} % / {p[k]['rss_mib']}"
-                    for k in ("aggregator", "kube-apiserver", "etcd", "simulator+bench")
-                ),
-            ]
-            for when, p in procs
+            "no budget: lease PATCHes/s wanted / on KAPI",
+            f"{nb['wanted_patches_per_s']:g} / {nb['lease_patches_per_s']}",
         ],
-    )
+        ["no budget: PATCH lease latency p50 / p99", f"{nb['patch_p50_ms']} / {nb['patch_p99_ms']} ms"],
+        [
+            "no budget: aggregator requests/s",
+            f"{nb['aggregator_requests_per_s']} ({_breakdown(nb['aggregator_requests'])})",
+        ],
+        ["no budget: aggregator's rewrite of the intervals", f"{nb['rewrite_s']} s"],
+        [
+            "no budget: nodes renewed within 8 s / verdict after the window",
+            f"{nb['renewed_within_8s']} / {nb['after']['phase']}, {nb['after']['stale']} of "
+            f"{nb['after']['candidates']} stale, scaled down: {nb['scaled_down']}",
+        ],
+    ]
 
-    def row(label: str, x: dict[str, Any]) -> list[object]:
+
+PROCESSES = ("aggregator", "kube-apiserver", "etcd", "simulator+bench")
+
+
+def _process_rows(r: dict[str, Any]) -> list[list[object]]:
+    procs = [
+        ("healthy, idle (steady window)", r["steady"]["processes"]),
+        ("outage (70 % spread, >= 20 s)", r["spread_70"]["outage_processes"]),
+    ]
+    if r.get("no_budget"):
+        procs.append(("no budget, all at 2 s", r["no_budget"]["processes"]))
+    return [[when, *(f"{p[k]['cpu_pct']} % / {p[k]['rss_mib']}" for k in PROCESSES)] for when, p in procs]
+
+
+OUTAGES = (
+    ("30 % spread", "spread_30"),
+    ("zone-a (1 of 3)", "zone_a"),
+    ("70 % spread", "spread_70"),
+    ("zones b+c + a few of a", "zones_bc_plus"),
+)
+OUTAGE_HEADER = (
+    "cut",
+    "true frac",
+    "sample frac",
+    "reported max",
+    "MCM+CA at 0",
+    "all at 0",
+    "resume -> all up",
+    "scaled down",
+)
+
+
+def _outage_row(label: str, x: dict[str, Any]) -> list[object]:
+    return [
+        label,
+        x["true_fraction"],
+        x["sample_fraction_expected"],
+        x["max_fraction_reported"],
+        x.get("to_mcm_ca_down_s") or "-",
+        x.get("to_all_down_s") or "-",
+        x.get("resume_to_all_up_s") or "-",
+        "yes" if x["scaled_down"] else f"no ({x.get('watched_s', 45)} s watched)",
+    ]
+
+
+def _startup_rows(r: dict[str, Any]) -> list[list[object]]:
+    su, ch = r["startup"], r["churn"]
+    mine = su["aggregator"]
+
+    def churned(what: str, label: str) -> list[object]:
+        x = ch[what]
         return [
-            label,
-            x["true_fraction"],
-            x["sample_fraction_expected"],
-            x["max_fraction_reported"],
-            x.get("to_mcm_ca_down_s") or "-",
-            x.get("to_all_down_s") or "-",
-            x.get("resume_to_all_up_s") or "-",
-            "yes" if x["scaled_down"] else f"no ({x.get('watched_s', 45)} s watched)",
+            f"{label} {ch['nodes']} nodes (1 %)",
+            "",
+            x["lease_creates"],
+            x["lease_patches"],
+            x["lease_deletes"],
         ]
 
+    return [
+        ["create N Node objects (simulator)", f"{r['create_nodes_s']} s", "-", "-", "-"],
+        [
+            "agents, then aggregator start -> N leases",
+            f"{su['provision_s']} s",
+            *(mine.get(f"{verb} leases", 0) for verb in ("create", "patch", "delete")),
+        ],
+        [
+            "meanwhile: agents' PATCHes answered 404 (per s)",
+            f"{su['missing_404']:g} ({su['missing_404_per_s']}/s)",
+            "-",
+            "-",
+            "-",
+        ],
+        ["aggregator start -> sample judged healthy", f"{su['to_healthy_s']} s", "-", "-", "-"],
+        churned("add", "add"),
+        churned("remove", "remove"),
+    ]
+
+
+def _trial_rows(trials: list[dict[str, Any]]) -> list[list[object]]:
+    return [
+        [
+            t["true"],
+            t["expected_sample_fraction"],
+            t["reported"],
+            f"{t['stale']}/{t['candidates']}",
+            t["verdict_down"],
+        ]
+        for t in trials
+    ]
+
+
+def print_results(r: dict[str, Any]) -> None:
+    n = r["nodes"]
+    rows = _heartbeat_rows(r)
+    if r.get("no_budget"):
+        rows += _no_budget_rows(r["no_budget"])
+    print_table(f"{n} nodes: heartbeat writes", ["what", "value"], rows)
+    print_table(f"{n} nodes: CPU (% of one core) and RSS (MiB)", ["when", *PROCESSES], _process_rows(r))
     print_table(
         f"{n} nodes: outages (seconds from silencing)",
-        [
-            "cut",
-            "true frac",
-            "sample frac",
-            "reported max",
-            "MCM+CA at 0",
-            "all at 0",
-            "resume -> all up",
-            "scaled down",
-        ],
-        [
-            row("30 % spread", r["spread_30"]),
-            row("zone-a (1 of 3)", r["zone_a"]),
-            row("70 % spread", r["spread_70"]),
-            row("zones b+c + a few of a", r["zones_bc_plus"]),
-        ],
+        OUTAGE_HEADER,
+        [_outage_row(label, r[key]) for label, key in OUTAGES],
     )
-    su, ch = r["startup"], r["churn"]
     print_table(
         f"{n} nodes: start-up and churn (lease writes on KAPI)",
         ["what", "time", "creates", "aggregator patches", "deletes"],
-        [
-            ["create N Node objects (simulator)", f"{r['create_nodes_s']} s", "-", "-", "-"],
-            [
-                "agents, then aggregator start -> N leases",
-                f"{su['provision_s']} s",
-                su["aggregator"].get("create leases", 0),
-                su["aggregator"].get("patch leases", 0),
-                su["aggregator"].get("delete leases", 0),
-            ],
-            [
-                "meanwhile: agents' PATCHes answered 404 (per s)",
-                f"{su['missing_404']:g} ({su['missing_404_per_s']}/s)",
-                "-",
-                "-",
-                "-",
-            ],
-            ["aggregator start -> sample judged healthy", f"{su['to_healthy_s']} s", "-", "-", "-"],
-            [
-                f"add {ch['nodes']} nodes (1 %)",
-                "",
-                ch["add"]["lease_creates"],
-                ch["add"]["lease_patches"],
-                ch["add"]["lease_deletes"],
-            ],
-            [
-                f"remove {ch['nodes']} nodes (1 %)",
-                "",
-                ch["remove"]["lease_creates"],
-                ch["remove"]["lease_patches"],
-                ch["remove"]["lease_deletes"],
-            ],
-        ],
+        _startup_rows(r),
     )
     if r.get("trials"):
         print_table(
             f"{n} nodes: random cuts, the fraction the aggregator reports against the sample's",
-            ["true", "sample (predicted)", "reported", "stale/candidates", "verdict >= 0.6"],
-            [
-                [
-                    t["true"],
-                    t["expected_sample_fraction"],
-                    t["reported"],
-                    f"{t['stale']}/{t['candidates']}",
-                    t["verdict_down"],
-                ]
-                for t in r["trials"]
-            ],
+            ["true", "sample (predicted)", "reported", "stale/candidates", f"verdict >= {THRESHOLD:g}"],
+            _trial_rows(r["trials"]),
         )
+
+
+def _print_analysis(n: int) -> None:
+    """--analysis at one size: the provisioner's cost, the sampling error, uneven zones."""
+    cost = plan_cost_ms(n)
+    print(f"\n{n} nodes: the provisioner's plan() takes {cost:.2f} ms", end="")
+    share = f"{cost * BUDGET / 10:.0f} % of a core"
+    print(f" ({share} if run for each of {BUDGET:g} renewals/s, as before 4d2c959)")
+    rows = error_analysis(n)
+    print_table(
+        f"{n} nodes, sample {rows[0]['sample']} ({'/'.join(map(str, rows[0]['per_zone']))} per zone):"
+        f" P(scale-down verdict), estimate >= {THRESHOLD}",
+        [
+            "cut",
+            "true fraction",
+            "P(down) exact",
+            "P(no down) exact",
+            f"P(down) Monte Carlo ({rows[0]['trials']} cuts)",
+            "P(down) / P(no down), plain sample without zones",
+        ],
+        [
+            [
+                r["cut"],
+                f"{r['true_fraction']:.3g}",
+                f"{r['p_down']:.3g}",
+                f"{r['p_up']:.3g}",
+                f"{r['p_down_monte_carlo']:.3g}",
+                f"{r['p_down_plain']:.3g} / {r['p_up_plain']:.3g}" if "p_down_plain" in r else "",
+            ]
+            for r in rows
+        ],
+    )
+    print_uneven(n)
+
+
+def _run_sizes(sizes: list[int], no_budget_sizes: set[int], trials: int, out: Path) -> None:
+    """Each size measured and printed; the raw numbers written to ``out`` after each."""
+    results: list[dict[str, Any]] = []
+    if out.exists():
+        # Sizes run separately land in one file; a size run again replaces its old entry.
+        results = [r for r in json.loads(out.read_text()).get("runs", []) if r.get("nodes") not in sizes]
+    with ControlPlane().running() as seed, tempfile.TemporaryDirectory(prefix="dwd-scale-") as tmp:
+        for n in sizes:
+            r: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            try:
+                measure(n, seed, Path(tmp), r, no_budget_run=n in no_budget_sizes, trials=trials)
+            except Exception as e:
+                r["error"] = f"{type(e).__name__}: {e}"
+                print(f"[{n}] failed: {r['error']}", file=sys.stderr)
+            else:
+                print_results(r)
+            results = [x for x in results if x.get("nodes") != n] + [r]
+            out.write_text(json.dumps({"runs": sorted(results, key=lambda x: x["nodes"])}, indent=1))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -993,58 +865,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--analysis", action="store_true", help="only the sampling error, on paper and by Monte Carlo"
     )
     args = parser.parse_args(argv)
-    if args.analysis:
-        for n in [int(x) for x in args.nodes.split(",") if x]:
-            cost = plan_cost_ms(n)
-            print(f"\n{n} nodes: the provisioner's plan() takes {cost:.2f} ms", end="")
-            share = f"{cost * BUDGET / 10:.0f} % of a core"
-            print(f" ({share} if run for each of {BUDGET:g} renewals/s, as before 4d2c959)")
-            rows = error_analysis(n)
-            print_table(
-                f"{n} nodes, sample {rows[0]['sample']} ({'/'.join(map(str, rows[0]['per_zone']))} per zone):"
-                f" P(scale-down verdict), estimate >= {THRESHOLD}",
-                [
-                    "cut",
-                    "true fraction",
-                    "P(down) exact",
-                    "P(no down) exact",
-                    f"P(down) Monte Carlo ({rows[0]['trials']} cuts)",
-                    "P(down) / P(no down), plain sample without zones",
-                ],
-                [
-                    [
-                        r["cut"],
-                        f"{r['true_fraction']:.3g}",
-                        f"{r['p_down']:.3g}",
-                        f"{r['p_up']:.3g}",
-                        f"{r['p_down_monte_carlo']:.3g}",
-                        f"{r['p_down_plain']:.3g} / {r['p_up_plain']:.3g}" if "p_down_plain" in r else "",
-                    ]
-                    for r in rows
-                ],
-            )
-            print_uneven(n)
-        return
     sizes = [int(x) for x in args.nodes.split(",") if x]
-    no_budget_sizes = {int(x) for x in args.no_budget_at.split(",") if x}
-    results: list[dict[str, Any]] = []
-    out = Path(args.out)
-    if out.exists():
-        # Sizes run separately land in one file; a size run again replaces its old entry.
-        results = [r for r in json.loads(out.read_text()).get("runs", []) if r.get("nodes") not in sizes]
-    with ControlPlane().running() as seed, tempfile.TemporaryDirectory(prefix="dwd-scale-") as tmp:
+    if args.analysis:
         for n in sizes:
-            r: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-            try:
-                measure(n, seed, Path(tmp), r, no_budget_run=n in no_budget_sizes, trials=args.trials)
-            except Exception as e:
-                r["error"] = f"{type(e).__name__}: {e}"
-                print(f"[{n}] failed: {r['error']}", file=sys.stderr)
-            else:
-                print_results(r)
-            results = [x for x in results if x.get("nodes") != n] + [r]
-            out.write_text(json.dumps({"runs": sorted(results, key=lambda x: x["nodes"])}, indent=1))
-    print(f"\nraw numbers: {out}")
+            _print_analysis(n)
+        return
+    no_budget_sizes = {int(x) for x in args.no_budget_at.split(",") if x}
+    _run_sizes(sizes, no_budget_sizes, args.trials, Path(args.out))
+    print(f"\nraw numbers: {Path(args.out)}")
 
 
 if __name__ == "__main__":

@@ -52,13 +52,15 @@ from typing import Any
 import yaml
 
 from bench.fleet import Fleet, FleetThread
-from bench.scale import AGGREGATOR_USER, AUDIT_POLICY, Audit
+from bench.kapi_metrics import Audit, audit_args, audited_kubeconfig
+from bench.sampling import cpu_s, rss_mib
 from bench.seedwatch import DeploymentWatch
+from bench.stats import min_median_max
 from bench.table import print_table
 from core.lease import DEFAULT_LEASE_NAMESPACE
 from testenv.apply import RESOURCES, apply, load_docs
 from testenv.client import Client
-from testenv.controlplane import ControlPlane, ensure_namespace, free_port, kubeconfig_yaml
+from testenv.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.gardener import CLUSTER_CRD, cluster
 from testenv.standins import CONTROLLERS, DEPLOYMENTS, deployment, wait_for
 
@@ -120,18 +122,6 @@ def _served(seed: Client) -> bool:
     return False
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def status(port: int) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as r:
         out: dict[str, Any] = json.load(r)
@@ -182,13 +172,6 @@ def namespace(i: int) -> str:
     return f"shoot--bench--s{i:03d}"
 
 
-def summary(xs: list[float]) -> str:
-    if not xs:
-        return "-"
-    xs = sorted(xs)
-    return f"{xs[0]:.1f} / {statistics.median(xs):.1f} / {xs[-1]:.1f} s"
-
-
 class Sampler:
     """The aggregators' CPU over a stretch (all replicas', summed) and the largest RSS of any,
     sampled while waiting."""
@@ -233,6 +216,20 @@ def wait_all(
     return list(done.values())
 
 
+def _groups(pids: list[int], seed: ControlPlane, shoot: ControlPlane) -> dict[str, list[int]]:
+    """Every process of the rig by what it plays (the aggregators' ``pids``)."""
+    if len(pids) == 1:
+        mine = {"aggregator": pids}
+    else:
+        mine = {f"aggregator {i + 1}": [p] for i, p in enumerate(pids)}
+    return {
+        **mine,
+        "seed API server and etcd": seed.pids(),
+        "shoot API server and etcd": shoot.pids(),
+        "this benchmark (agents, deployment controller)": [os.getpid()],
+    }
+
+
 def measure(
     targets: int,
     nodes: int,
@@ -244,31 +241,15 @@ def measure(
     shards: int = 1,
 ) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="dwd-bench-seed-"))
-    policy, audit_log = tmp / "audit-policy.yaml", tmp / "audit.log"
-    policy.write_text(json.dumps(AUDIT_POLICY))
-    plane = ControlPlane(
-        extra_apiserver_args=[f"--audit-policy-file={policy}", f"--audit-log-path={audit_log}"]
-    )
+    audit_log = tmp / "audit.log"
+    plane = ControlPlane(extra_apiserver_args=audit_args(tmp / "audit-policy.yaml", audit_log))
     # The shoot's audit log has the aggregator's shoot requests (by its service account), to
     # tell the shoot API server's time from the aggregator's when a figure grows.
-    shoot_policy = tmp / "shoot-audit-policy.yaml"
-    shoot_policy.write_text(json.dumps(AUDIT_POLICY).replace(AGGREGATOR_USER, SHOOT_USER))
     shoot_plane = ControlPlane(
-        extra_apiserver_args=[
-            f"--audit-policy-file={shoot_policy}",
-            f"--audit-log-path={tmp / 'shoot-audit.log'}",
-        ]
+        extra_apiserver_args=audit_args(tmp / "shoot-audit-policy.yaml", tmp / "shoot-audit.log", SHOOT_USER)
     )
     with plane.running() as seed, shoot_plane.running() as shoot, seed.admin_client() as admin:
-        assert seed.ca is not None
-        # Its own certificate, so that the audit policy can single out its requests.
-        cert = seed.ca.issue("aggregator", AGGREGATOR_USER, organizations=["system:masters"])
-        kubeconfig = tmp / "aggregator.kubeconfig"
-        kubeconfig.write_text(
-            kubeconfig_yaml(
-                seed.url, seed.ca_file, {"client-certificate": str(cert.cert), "client-key": str(cert.key)}
-            )
-        )
+        kubeconfig = audited_kubeconfig(seed, tmp / "aggregator.kubeconfig")
         populate(admin, targets, access_kubeconfig(shoot))
         ensure_namespace(admin, "garden")  # the shard Leases'
 
@@ -282,17 +263,7 @@ def measure(
                 aggregators(kubeconfig, code, tmp, replicas, shards) as procs,
             ):
                 pids, ports = [p.pid for p, _ in procs], [port for _, port in procs]
-                mine = (
-                    {"aggregator": pids}
-                    if replicas == 1
-                    else {f"aggregator {i + 1}": [p] for i, p in enumerate(pids)}
-                )
-                groups = {
-                    **mine,
-                    "seed API server and etcd": plane.pids(),
-                    "shoot API server and etcd": shoot_plane.pids(),
-                    "this benchmark (agents, deployment controller)": [os.getpid()],
-                }
+                groups = _groups(pids, plane, shoot_plane)
                 rig = Rig(targets, names, fleet, deps, audit, pids, ports, groups, outages, shards)
                 return _phases(rig, window_s)
         finally:
@@ -383,7 +354,7 @@ def _outage(rig: Rig, out: dict[str, Any], sampler: Sampler) -> None:
     out["burst_cpu"].append({name: cpu_down[name] - cpu_cut[name] for name in cpu_down})
     out["lag_outage"].append(rig.lag())
     out["down"] += times
-    out["down_runs"].append(summary(times))
+    out["down_runs"].append(min_median_max(times))
     t_heal = time.monotonic()
     rig.fleet.resume()
     up = {name: (replicas, False) for name, replicas in CONTROLLERS.items()}
@@ -397,6 +368,66 @@ def _never(times: list[float], wanted: int) -> str:
 def _lag(lags: list[dict[str, Any]]) -> str:
     """The loop lag p99 of each replica."""
     return ", ".join(f"{lag['p99_s'] * 1000:.0f} ms" if lag.get("p99_s") is not None else "-" for lag in lags)
+
+
+HEALTHY_HEADER = (
+    "targets",
+    "start -> all judging",
+    "CPU",
+    "RSS",
+    "seed req/s",
+    "by verb and resource",
+    "loop lag p99",
+    "false scale-downs",
+)
+OUTAGE_HEADER = (
+    "targets",
+    "cut -> all three at 0 (min / median / max, every cut)",
+    "each cut",
+    "heal -> restored",
+    "CPU cut -> restored",
+    "RSS max",
+    "loop lag p99 (each cut)",
+)
+
+
+def _work_row(n: int, m: dict[str, Any]) -> list[object]:
+    """Each outage's span and CPU, averaged: one cut is one draw of where the agents' renewals
+    and the periodic reads happen to fall."""
+    span_s = statistics.mean(m["burst_s"])
+    cpu = {k: statistics.mean(c[k] for c in m["burst_cpu"]) for k in m["burst_cpu"][0]}
+    at_rest = {name: rate * span_s for name, rate in m["healthy_cpu"].items()}
+    return (
+        [n, f"{span_s:.1f} s"]
+        + [f"{v:.2f} ({at_rest[k]:.2f})" for k, v in cpu.items()]
+        + [f"{sum(cpu.values()):.2f} ({sum(at_rest.values()):.2f})"]
+    )
+
+
+def _healthy_row(n: int, m: dict[str, Any]) -> list[object]:
+    by_kind = ", ".join(f"{k} {rate:.2f}/s" for k, rate in sorted(m["rates"].items()) if rate >= 0.005)
+    return [
+        n,
+        f"{m['ready_s']:.0f} s",
+        f"{m['cpu_healthy']:.1f} %",
+        f"{m['rss_healthy']:.0f} MiB",
+        f"{sum(m['rates'].values()):.2f}",
+        by_kind or "none",
+        _lag(m["lag_healthy"]),
+        m["false"],
+    ]
+
+
+def _outage_row(n: int, m: dict[str, Any], outages: int) -> list[object]:
+    return [
+        n,
+        f"{min_median_max(m['down'])}" + _never(m["down"], n * outages),
+        "; ".join(m["down_runs"]),
+        f"{min_median_max(m['restored'])}" + _never(m["restored"], n * outages),
+        f"{m['cpu_outage']:.1f} %",
+        f"{m['rss_outage']:.0f} MiB",
+        " / ".join(_lag(lag) for lag in m["lag_outage"]),
+    ]
 
 
 def run(
@@ -416,66 +447,16 @@ def run(
     for n in sizes:
         m = measure(n, nodes, code, window_s, outages=outages, replicas=replicas, shards=shards)
         groups = list(m["burst_cpu"][0])
-        # Each outage's span and CPU, averaged: one cut is one draw of where the agents' renewals
-        # and the periodic reads happen to fall.
-        span_s = statistics.mean(m["burst_s"])
-        cpu = {k: statistics.mean(c[k] for c in m["burst_cpu"]) for k in m["burst_cpu"][0]}
-        at_rest = {name: rate * span_s for name, rate in m["healthy_cpu"].items()}
-        work.append(
-            [n, f"{span_s:.1f} s"]
-            + [f"{v:.2f} ({at_rest[k]:.2f})" for k, v in cpu.items()]
-            + [f"{sum(cpu.values()):.2f} ({sum(at_rest.values()):.2f})"]
-        )
-        by_kind = ", ".join(f"{k} {rate:.2f}/s" for k, rate in sorted(m["rates"].items()) if rate >= 0.005)
-        healthy.append(
-            [
-                n,
-                f"{m['ready_s']:.0f} s",
-                f"{m['cpu_healthy']:.1f} %",
-                f"{m['rss_healthy']:.0f} MiB",
-                f"{sum(m['rates'].values()):.2f}",
-                by_kind or "none",
-                _lag(m["lag_healthy"]),
-                m["false"],
-            ]
-        )
-        outage.append(
-            [
-                n,
-                f"{summary(m['down'])}" + _never(m["down"], n * outages),
-                "; ".join(m["down_runs"]),
-                f"{summary(m['restored'])}" + _never(m["restored"], n * outages),
-                f"{m['cpu_outage']:.1f} %",
-                f"{m['rss_outage']:.0f} MiB",
-                " / ".join(_lag(lag) for lag in m["lag_outage"]),
-            ]
-        )
+        work.append(_work_row(n, m))
+        healthy.append(_healthy_row(n, m))
+        outage.append(_outage_row(n, m, outages))
     print_table(
         f"{who}, a seed of targets, healthy ({label}; {nodes} nodes a shoot, {window_s:.0f} s)",
-        [
-            "targets",
-            "start -> all judging",
-            "CPU",
-            "RSS",
-            "seed req/s",
-            "by verb and resource",
-            "loop lag p99",
-            "false scale-downs",
-        ],
+        HEALTHY_HEADER,
         healthy,
     )
     print_table(
-        f"The same, every shoot cut at once, then healed, {outages} times ({label})",
-        [
-            "targets",
-            "cut -> all three at 0 (min / median / max, every cut)",
-            "each cut",
-            "heal -> restored",
-            "CPU cut -> restored",
-            "RSS max",
-            "loop lag p99 (each cut)",
-        ],
-        outage,
+        f"The same, every shoot cut at once, then healed, {outages} times ({label})", OUTAGE_HEADER, outage
     )
     print_table(
         f"The outage's work: CPU seconds from the cut until every target's three were at 0 (the "

@@ -43,7 +43,6 @@ import gc
 import hashlib
 import json
 import os
-import re
 import signal
 import ssl
 import statistics
@@ -52,8 +51,8 @@ import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -67,12 +66,15 @@ from aggregator.settings import Decider, Provisioning, Watching
 from aggregator.watcher import Informer, Observed
 from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletLeases, KubeletObs, micro_time
 from bench import kubelet_writer
+from bench.kapi_metrics import REQUESTS, parse_metrics, requests, resource_total
+from bench.sampling import CLK_TCK, bytes_read, cpu_ticks, load_average
+from bench.stats import quantile
 from bench.table import print_table
+from core.durations import format_duration
 from core.errors import ApiError
 from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, LeaseView, lease_path, leases_path
 from testenv.controlplane import ControlPlane
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 T = TypeVar("T")
 # The aggregator's defaults this page is about.
 WITNESS_EVERY_S = Decider().witness_every_s
@@ -82,17 +84,6 @@ ZONES = ("zone-a", "zone-b", "zone-c")
 
 
 # -- pure pieces (tests/unit/test_witness_cost.py)
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """The q-quantile by linear interpolation between the closest ranks (numpy's default)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 @dataclass(frozen=True)
@@ -141,23 +132,6 @@ def excess_cpu_s(ticks: int, span_s: float, idle_rate_per_s: float) -> float:
 
 
 # -- processes
-
-
-def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime
-
-
-def bytes_read() -> int:
-    """Bytes this process has read through read()/recv() (sockets included), /proc/self/io."""
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("rchar:"):
-            return int(line.split()[1])
-    return 0
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 class Ticks:
@@ -251,7 +225,7 @@ def agent_lease(name: str, fast: bool) -> dict[str, Any]:
     return {
         "metadata": {
             "name": name,
-            "annotations": {RENEW_INTERVAL: "2s" if fast else "2m"},
+            "annotations": {RENEW_INTERVAL: format_duration(FAST_S) if fast else "2m"},
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": f"uid-{name}"}],
         },
         "spec": {
@@ -286,34 +260,72 @@ IMAGES = (
 )
 
 
-def node_object(i: int) -> dict[str, Any]:
-    """A Node as a kubelet on a cloud VM registers and reports it: Gardener's labels, 5
-    conditions, 3 addresses, capacity and allocatable, nodeInfo, 20 images."""
-    name = kubelet_writer.node_name(i)
-    zone = ZONES[i % len(ZONES)]
-    ip = f"10.250.{i // 250}.{i % 250 + 1}"
-    instance = "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
-    beat = "2026-12-01T12:00:00Z"
+NODE_RESOURCES = {
+    "cpu": "4",
+    "ephemeral-storage": "50620216Ki",
+    "hugepages-1Gi": "0",
+    "hugepages-2Mi": "0",
+    "memory": "16110404Ki",
+    "pods": "110",
+}
+# (type, status, reason, message), as kubelet and Calico report them.
+NODE_CONDITIONS = (
+    ("NetworkUnavailable", "False", "CalicoIsUp", "Calico is running on this node"),
+    ("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+    ("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+    ("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
+)
+NODE_INFO = {
+    "kernelVersion": "6.6.62-cloud-amd64",
+    "osImage": "Garden Linux 1592.4",
+    "containerRuntimeVersion": "containerd://1.7.24",
+    "kubeletVersion": "v1.31.4",
+    "kubeProxyVersion": "",
+    "operatingSystem": "linux",
+    "architecture": "amd64",
+}
 
-    def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
-        return {
-            "type": kind,
-            "status": status,
-            "lastHeartbeatTime": beat,
-            "lastTransitionTime": "2026-11-28T08:14:03Z",
-            "reason": reason,
-            "message": message,
-        }
 
-    resources = {
-        "cpu": "4",
-        "ephemeral-storage": "50620216Ki",
-        "hugepages-1Gi": "0",
-        "hugepages-2Mi": "0",
-        "memory": "16110404Ki",
-        "pods": "110",
+def _node_labels(name: str, zone: str, hostname: str) -> dict[str, str]:
+    return {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/instance-type": "m5.xlarge",
+        "beta.kubernetes.io/os": "linux",
+        "failure-domain.beta.kubernetes.io/region": "eu-west-1",
+        "failure-domain.beta.kubernetes.io/zone": zone,
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": hostname,
+        "kubernetes.io/os": "linux",
+        "networking.gardener.cloud/node-local-dns-enabled": "true",
+        "node.kubernetes.io/instance-type": "m5.xlarge",
+        "node.kubernetes.io/role": "node",
+        "topology.ebs.csi.aws.com/zone": zone,
+        "topology.kubernetes.io/region": "eu-west-1",
+        "topology.kubernetes.io/zone": zone,
+        "worker.gardener.cloud/kubernetes-version": "1.31.4",
+        "worker.gardener.cloud/pool": "worker-a",
+        "worker.gardener.cloud/system-components": "true",
+        "worker.garden.sapcloud.io/group": "worker-a",
+        "node.gardener.cloud/machine-name": f"shoot--dev--bench-worker-a-z1-5f6d8-{name}",
     }
-    images = [
+
+
+def _node_annotations(instance: str) -> dict[str, str]:
+    applied = {
+        "metadata": {"labels": {"node.kubernetes.io/role": "node", "worker.gardener.cloud/pool": "worker-a"}}
+    }
+    return {
+        "csi.volume.kubernetes.io/nodeid": json.dumps({"ebs.csi.aws.com": instance}),
+        "node.alpha.kubernetes.io/ttl": "0",
+        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "checksum/cloud-config-data": hashlib.sha256(b"cloud-config").hexdigest(),
+        "node.machine.sapcloud.io/last-applied-anno-labels-taints": json.dumps(applied),
+    }
+
+
+def _node_images() -> list[dict[str, Any]]:
+    return [
         {
             "names": [
                 f"europe-docker.pkg.dev/gardener-project/releases/{image}@sha256:"
@@ -324,93 +336,63 @@ def node_object(i: int) -> dict[str, Any]:
         }
         for j, image in enumerate(IMAGES)
     ]
+
+
+def _node_status(name: str, ip: str, hostname: str, instance: str) -> dict[str, Any]:
+    beat = "2026-12-01T12:00:00Z"
+    conditions = [
+        {
+            "type": kind,
+            "status": status,
+            "lastHeartbeatTime": beat,
+            "lastTransitionTime": "2026-11-28T08:14:03Z",
+            "reason": reason,
+            "message": message,
+        }
+        for kind, status, reason, message in NODE_CONDITIONS
+    ]
+    return {
+        "capacity": dict(NODE_RESOURCES),
+        "allocatable": {**NODE_RESOURCES, "cpu": "3920m", "memory": "14941956Ki"},
+        "conditions": conditions,
+        "addresses": [
+            {"type": "InternalIP", "address": ip},
+            {"type": "InternalDNS", "address": hostname},
+            {"type": "Hostname", "address": hostname},
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            "machineID": hashlib.md5(name.encode(), usedforsecurity=False).hexdigest(),
+            "systemUUID": "ec2" + hashlib.md5(instance.encode(), usedforsecurity=False).hexdigest()[3:],
+            "bootID": hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:32],
+            **NODE_INFO,
+        },
+        "images": _node_images(),
+    }
+
+
+def node_object(i: int) -> dict[str, Any]:
+    """A Node as a kubelet on a cloud VM registers and reports it: Gardener's labels, 5
+    conditions, 3 addresses, capacity and allocatable, nodeInfo, 20 images."""
+    name = kubelet_writer.node_name(i)
+    zone = ZONES[i % len(ZONES)]
+    ip = f"10.250.{i // 250}.{i % 250 + 1}"
+    hostname = f"ip-{ip.replace('.', '-')}.eu-west-1.compute.internal"
+    instance = "i-0" + hashlib.sha256(name.encode()).hexdigest()[:16]
     return {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
             "name": name,
-            "labels": {
-                "beta.kubernetes.io/arch": "amd64",
-                "beta.kubernetes.io/instance-type": "m5.xlarge",
-                "beta.kubernetes.io/os": "linux",
-                "failure-domain.beta.kubernetes.io/region": "eu-west-1",
-                "failure-domain.beta.kubernetes.io/zone": zone,
-                "kubernetes.io/arch": "amd64",
-                "kubernetes.io/hostname": f"ip-{ip.replace('.', '-')}.eu-west-1.compute.internal",
-                "kubernetes.io/os": "linux",
-                "networking.gardener.cloud/node-local-dns-enabled": "true",
-                "node.kubernetes.io/instance-type": "m5.xlarge",
-                "node.kubernetes.io/role": "node",
-                "topology.ebs.csi.aws.com/zone": zone,
-                "topology.kubernetes.io/region": "eu-west-1",
-                "topology.kubernetes.io/zone": zone,
-                "worker.gardener.cloud/kubernetes-version": "1.31.4",
-                "worker.gardener.cloud/pool": "worker-a",
-                "worker.gardener.cloud/system-components": "true",
-                "worker.garden.sapcloud.io/group": "worker-a",
-                "node.gardener.cloud/machine-name": f"shoot--dev--bench-worker-a-z1-5f6d8-{name}",
-            },
-            "annotations": {
-                "csi.volume.kubernetes.io/nodeid": json.dumps({"ebs.csi.aws.com": instance}),
-                "node.alpha.kubernetes.io/ttl": "0",
-                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-                "checksum/cloud-config-data": hashlib.sha256(b"cloud-config").hexdigest(),
-                "node.machine.sapcloud.io/last-applied-anno-labels-taints": json.dumps(
-                    {
-                        "metadata": {
-                            "labels": {
-                                "node.kubernetes.io/role": "node",
-                                "worker.gardener.cloud/pool": "worker-a",
-                            }
-                        }
-                    }
-                ),
-            },
+            "labels": _node_labels(name, zone, hostname),
+            "annotations": _node_annotations(instance),
         },
         "spec": {
             "podCIDR": f"100.96.{i % 256}.0/24",
             "podCIDRs": [f"100.96.{i % 256}.0/24"],
             "providerID": f"aws:///eu-west-1{zone[-1]}/{instance}",
         },
-        "status": {
-            "capacity": resources,
-            "allocatable": {**resources, "cpu": "3920m", "memory": "14941956Ki"},
-            "conditions": [
-                condition("NetworkUnavailable", "False", "CalicoIsUp", "Calico is running on this node"),
-                condition(
-                    "MemoryPressure",
-                    "False",
-                    "KubeletHasSufficientMemory",
-                    "kubelet has sufficient memory available",
-                ),
-                condition(
-                    "DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"
-                ),
-                condition(
-                    "PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"
-                ),
-                condition("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": ip},
-                {"type": "InternalDNS", "address": f"ip-{ip.replace('.', '-')}.eu-west-1.compute.internal"},
-                {"type": "Hostname", "address": f"ip-{ip.replace('.', '-')}.eu-west-1.compute.internal"},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-            "nodeInfo": {
-                "machineID": hashlib.md5(name.encode(), usedforsecurity=False).hexdigest(),
-                "systemUUID": "ec2" + hashlib.md5(instance.encode(), usedforsecurity=False).hexdigest()[3:],
-                "bootID": hashlib.sha1(name.encode(), usedforsecurity=False).hexdigest()[:32],
-                "kernelVersion": "6.6.62-cloud-amd64",
-                "osImage": "Garden Linux 1592.4",
-                "containerRuntimeVersion": "containerd://1.7.24",
-                "kubeletVersion": "v1.31.4",
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-            "images": images,
-        },
+        "status": _node_status(name, ip, hostname, instance),
     }
 
 
@@ -425,6 +407,102 @@ async def gather_limited(calls: Sequence[Callable[[], Awaitable[T]]], limit: int
             return await call()
 
     return await asyncio.gather(*(one(c) for c in calls))
+
+
+# One block of the watch bench: elapsed s, CPU ticks by process, this process's CPU s,
+# events, bytes read, lease PUTs served.
+Block = tuple[float, dict[str, int], float, int, int, float]
+
+
+@dataclass
+class Spent:
+    """The blocks of one kind (with the watch, or without it) added up."""
+
+    span_s: float = 0.0
+    own_s: float = 0.0
+    events: int = 0
+    wire: int = 0
+    puts: float = 0.0
+    ticks: dict[str, int] = field(default_factory=dict)
+
+    def add(self, block: Block) -> None:
+        dt, by, own, events, wire, puts = block
+        self.span_s += dt
+        self.own_s += own
+        self.events += events
+        self.wire += wire
+        self.puts += puts
+        for k, v in by.items():
+            self.ticks[k] = self.ticks.get(k, 0) + v
+
+    def pct(self, process: str) -> float:
+        return round(self.ticks[process] / CLK_TCK / self.span_s * 100, 1)
+
+    def ms_per_write(self, process: str) -> float:
+        return round(self.ticks[process] / CLK_TCK / max(self.puts, 1) * 1000, 3)
+
+
+def watch_figures(
+    w: Spent, wo: Spent, *, blocks: int, watchers: int, encoding: str, pids: Iterable[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The watch's figures (per watcher), and those of the spans without it (the idle rates
+    every other figure is measured against)."""
+    dt, base_dt = w.span_s, wo.span_s
+    watch: dict[str, Any] = {
+        "span_s": round(dt, 1),
+        "blocks": blocks,
+        "watchers": watchers,
+        # Per watcher from here on.
+        "events_per_s": round(w.events / dt / watchers, 1),
+        "wire_bytes_per_s": round(w.wire / dt / watchers),
+        "bytes_per_event": round(w.wire / max(w.events, 1)),
+        "aggregator_cpu_pct": round(w.own_s / dt * 100 / watchers, 2),
+        "aggregator_cpu_pct_without": round(wo.own_s / base_dt * 100 / watchers, 2),
+        "aggregator_us_per_event": round((w.own_s - wo.own_s / base_dt * dt) / max(w.events, 1) * 1e6),
+        "watch_encoding": encoding,
+        "writes_per_s_with": round(w.puts / dt, 1),
+        "writes_per_s_without": round(wo.puts / base_dt, 1),
+    }
+    # Per write, because on a saturated machine the write rate itself moves with the load:
+    # kube-apiserver's CPU per lease PUT served, with a watcher and without one.
+    for process in ("kube-apiserver", "etcd"):
+        watch[f"{process}_ms_per_write_with"] = w.ms_per_write(process)
+        watch[f"{process}_ms_per_write_without"] = wo.ms_per_write(process)
+    for process in pids:
+        watch[f"{process}_cpu_pct"] = w.pct(process)
+        watch[f"{process}_cpu_pct_without"] = wo.pct(process)
+    without = {
+        "span_s": round(base_dt, 1),
+        "idle": {k: v / CLK_TCK / base_dt for k, v in wo.ticks.items()},
+        **{f"{k}_cpu_pct": wo.pct(k) for k in pids},
+    }
+    return watch, without
+
+
+class KubeletSeen:
+    """What an Informer of the kubelet leases keeps, and the events it has had."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, KubeletObs] = {}
+        self.events = 0
+
+    @staticmethod
+    def parse(obj: Mapping[str, Any]) -> tuple[str, KubeletObs]:
+        # What KubeletLeases.read does with each item, done per event instead.
+        name = metadata(obj).get("name")
+        if not isinstance(name, str):
+            raise ValueError("no name")
+        return name, KubeletObs(micro_time(section(obj, "spec").get("renewTime")), time.monotonic())
+
+    def on_list(self, views: list[tuple[str, KubeletObs]]) -> None:
+        self.seen.update(views)
+
+    def on_event(self, kind: str, view: tuple[str, KubeletObs]) -> None:
+        self.events += 1
+        if kind == "DELETED":
+            self.seen.pop(view[0], None)
+        else:
+            self.seen[view[0]] = view[1]
 
 
 class Bench:
@@ -560,94 +638,31 @@ class Bench:
         against)."""
         blocks = max(1, round(self.args.watch_s / 20))
         block_s = self.args.watch_s / blocks
-        spent: dict[str, dict[str, float]] = {
-            "with": {"span_s": 0.0, "own_s": 0.0, "events": 0, "wire": 0, "puts": 0},
-            "without": {"span_s": 0.0, "own_s": 0.0, "events": 0, "wire": 0, "puts": 0},
-        }
-        ticks: dict[str, dict[str, int]] = {"with": {}, "without": {}}
-
-        def add(which: str, *block: Any) -> None:
-            dt, by, own, events, wire, puts = block
-            sp = spent[which]
-            sp["span_s"] += dt
-            sp["own_s"] += own
-            sp["events"] += events
-            sp["wire"] += wire
-            sp["puts"] += puts
-            for k, v in by.items():
-                ticks[which][k] = ticks[which].get(k, 0) + v
-
+        w, wo = Spent(), Spent()
         for _ in range(blocks):
-            m0 = await self.metrics()
-            b0, t = bytes_read(), Ticks(self.pids)
-            await asyncio.sleep(block_s)
-            dt, by, own = t.stop()
-            wire = bytes_read() - b0
-            puts = request_count(await self.metrics(), "PUT", "leases") - request_count(m0, "PUT", "leases")
-            add("without", dt, by, own, 0, wire, puts)
-            add("with", *await self._watch_block(block_s))
-        w, wo = spent["with"], spent["without"]
-        dt, base_dt = w["span_s"], wo["span_s"]
+            wo.add(await self._idle_block(block_s))
+            w.add(await self._watch_block(block_s))
+        encoding = await self.watch_encoding()
+        return watch_figures(
+            w, wo, blocks=blocks, watchers=self.args.watchers, encoding=encoding, pids=self.pids
+        )
 
-        def pct(which: str, process: str) -> float:
-            return round(ticks[which][process] / CLK_TCK / spent[which]["span_s"] * 100, 1)
+    async def _puts_since(self, m0: str) -> float:
+        return request_count(await self.metrics(), "PUT", "leases") - request_count(m0, "PUT", "leases")
 
-        watch = {
-            "span_s": round(dt, 1),
-            "blocks": blocks,
-            "watchers": self.args.watchers,
-            # Per watcher from here on.
-            "events_per_s": round(w["events"] / dt / self.args.watchers, 1),
-            "wire_bytes_per_s": round(w["wire"] / dt / self.args.watchers),
-            "bytes_per_event": round(w["wire"] / max(w["events"], 1)),
-            "aggregator_cpu_pct": round(w["own_s"] / dt * 100 / self.args.watchers, 2),
-            "aggregator_cpu_pct_without": round(wo["own_s"] / base_dt * 100 / self.args.watchers, 2),
-            "aggregator_us_per_event": round(
-                (w["own_s"] - wo["own_s"] / base_dt * dt) / max(w["events"], 1) * 1e6
-            ),
-            "watch_encoding": await self.watch_encoding(),
-            "writes_per_s_with": round(w["puts"] / dt, 1),
-            "writes_per_s_without": round(wo["puts"] / base_dt, 1),
-        }
-        # Per write, because on a saturated machine the write rate itself moves with the load:
-        # kube-apiserver's CPU per lease PUT served, with a watcher and without one.
-        for process in ("kube-apiserver", "etcd"):
-            for which in ("with", "without"):
-                per = ticks[which][process] / CLK_TCK / max(spent[which]["puts"], 1)
-                watch[f"{process}_ms_per_write_{which}"] = round(per * 1000, 3)
-        for process in self.pids:
-            watch[f"{process}_cpu_pct"] = pct("with", process)
-            watch[f"{process}_cpu_pct_without"] = pct("without", process)
-        without = {
-            "span_s": round(base_dt, 1),
-            "idle": {k: v / CLK_TCK / base_dt for k, v in ticks["without"].items()},
-            **{f"{k}_cpu_pct": pct("without", k) for k in self.pids},
-        }
-        return watch, without
+    async def _idle_block(self, span_s: float) -> Block:
+        """``span_s`` without the watch."""
+        m0 = await self.metrics()
+        b0, t = bytes_read(), Ticks(self.pids)
+        await asyncio.sleep(span_s)
+        dt, by, own = t.stop()
+        wire = bytes_read() - b0
+        return dt, by, own, 0, wire, await self._puts_since(m0)
 
-    async def _watch_block(self, span_s: float) -> tuple[float, dict[str, int], float, int, int, float]:
+    async def _watch_block(self, span_s: float) -> Block:
         """One watch through the aggregator's Informer for ``span_s`` after its LIST: elapsed
         s, CPU ticks, this process's CPU s, events, bytes read."""
-        seen: dict[str, KubeletObs] = {}
-        events = [0]
-
-        def parse(obj: Mapping[str, Any]) -> tuple[str, KubeletObs]:
-            # What KubeletLeases.read does with each item, done per event instead.
-            name = metadata(obj).get("name")
-            if not isinstance(name, str):
-                raise ValueError("no name")
-            return name, KubeletObs(micro_time(section(obj, "spec").get("renewTime")), time.monotonic())
-
-        def on_list(views: list[tuple[str, KubeletObs]]) -> None:
-            seen.update(views)
-
-        def on_event(kind: str, view: tuple[str, KubeletObs]) -> None:
-            events[0] += 1
-            if kind == "DELETED":
-                seen.pop(view[0], None)
-            else:
-                seen[view[0]] = view[1]
-
+        seen = KubeletSeen()
         # Several watchers, when asked: kube-apiserver's cost per watcher is then that many times
         # larger than the noise a shared machine puts on its rate.
         informers = [
@@ -655,9 +670,9 @@ class Bench:
                 self.client,
                 leases_path(NODE_LEASE_NAMESPACE),
                 name="kubelet-leases",
-                parse=parse,
-                on_list=on_list,
-                on_event=on_event,
+                parse=seen.parse,
+                on_list=seen.on_list,
+                on_event=seen.on_event,
             )
             for _ in range(self.args.watchers)
         ]
@@ -667,12 +682,12 @@ class Bench:
                 await asyncio.wait_for(informer.synced.wait(), 60)
             await asyncio.sleep(1)  # past the initial LIST's parse: the watch alone from here
             m0 = await self.metrics()
-            events[0] = 0
+            seen.events = 0
             b0, t = bytes_read(), Ticks(self.pids)
             await asyncio.sleep(span_s)
             dt, by, own = t.stop()
-            got, wire = events[0], bytes_read() - b0
-            puts = request_count(await self.metrics(), "PUT", "leases") - request_count(m0, "PUT", "leases")
+            got, wire = seen.events, bytes_read() - b0
+            puts = await self._puts_since(m0)
         finally:
             for task in tasks:
                 task.cancel()
@@ -840,33 +855,22 @@ class Bench:
 
 def request_count(text: str, verb: str, resource: str) -> float:
     """apiserver_request_total for one verb and resource, summed over its other labels."""
-    total = 0.0
-    for line in text.splitlines():
-        if (
-            line.startswith("apiserver_request_total{")
-            and f'verb="{verb}"' in line
-            and f'resource="{resource}"' in line
-        ):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return requests(parse_metrics(text, [REQUESTS]), verb, resource)
 
 
 def served_from(before: str, after: str, resource: str, lists: int) -> str:
     """Objects per LIST that the watch cache and etcd gave between two scrapes of /metrics (a
     consistent LIST from the cache first reads etcd's revision: one LIST of limit 1)."""
 
-    def count(text: str, name: str) -> float:
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name + "{") and re.search(rf'="/?{resource}[".]', line):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+    cache_name = "apiserver_cache_list_returned_objects_total"
+    etcd_name = "apiserver_storage_list_fetched_objects_total"
+    s0, s1 = parse_metrics(before, [cache_name, etcd_name]), parse_metrics(after, [cache_name, etcd_name])
 
     def per_list(name: str) -> float:
-        return (count(after, name) - count(before, name)) / lists
+        return (resource_total(s1, name, resource) - resource_total(s0, name, resource)) / lists
 
-    cache = per_list("apiserver_cache_list_returned_objects_total")
-    etcd = per_list("apiserver_storage_list_fetched_objects_total")
+    cache = per_list(cache_name)
+    etcd = per_list(etcd_name)
     return f"objects per LIST from the watch cache {cache:g}, from etcd {etcd:g}"
 
 
@@ -947,9 +951,8 @@ def _writes(label: str, x: Mapping[str, Any]) -> list[object]:
     return [label, x["writes_per_s"], x["errors"], x["skipped"], x["max_waiting"], f"{x['max_p99_ms']} ms"]
 
 
-def print_results(r: Mapping[str, Any]) -> None:
-    n, wo, w, li, s = r["nodes"], r["without_reads"], r["watch"], r["list"], r["sample"]
-    lists = r["args"]["lists"]
+def _print_writes(r: Mapping[str, Any]) -> None:
+    n, w, li = r["nodes"], r["watch"], r["list"]
     print(
         f"\n{n} kubelet leases renewed by PUT every {r['args']['interval_s']:g} s "
         f"(wanted {n / r['args']['interval_s']:g}/s). Load average "
@@ -971,36 +974,44 @@ def print_results(r: Mapping[str, Any]) -> None:
             _writes("the LISTs, GETs and interlocks", li),
         ],
     )
+
+
+READ_HEADER = (
+    "read",
+    "p50 / p99 under writes",
+    "p50 writes paused",
+    "read from the socket",
+    "aggregator CPU",
+    "kube-apiserver CPU",
+    "etcd CPU",
+)
+
+
+def _read_row(label: str, x: Mapping[str, Any], wire: str) -> list[object]:
+    return [
+        label,
+        f"{x['p50_ms']} / {x['p99_ms']} ms",
+        f"{x['paused']['p50_ms']} ms",
+        wire,
+        f"{x['aggregator_cpu_ms']} ms",
+        f"{x['paused']['kapi_cpu_ms']} ms",
+        f"{x['paused']['etcd_cpu_ms']} ms",
+    ]
+
+
+def _print_reads(r: Mapping[str, Any]) -> None:
+    n, li, s = r["nodes"], r["list"], r["sample"]
     print_table(
-        f"One read of the kubelet leases at {n} ({lists} each; kube-apiserver and etcd CPU above an equal "
-        "span without reads, with the writes paused)",
+        f"One read of the kubelet leases at {n} ({r['args']['lists']} each; kube-apiserver and etcd CPU "
+        "above an equal span without reads, with the writes paused)",
+        READ_HEADER,
         [
-            "read",
-            "p50 / p99 under writes",
-            "p50 writes paused",
-            "read from the socket",
-            "aggregator CPU",
-            "kube-apiserver CPU",
-            "etcd CPU",
-        ],
-        [
-            [
-                label,
-                f"{x['p50_ms']} / {x['p99_ms']} ms",
-                f"{x['paused']['p50_ms']} ms",
-                wire,
-                f"{x['aggregator_cpu_ms']} ms",
-                f"{x['paused']['kapi_cpu_ms']} ms",
-                f"{x['paused']['etcd_cpu_ms']} ms",
-            ]
-            for label, x, wire in (
-                (
-                    f"LIST kube-node-lease, {li['items']} items",
-                    li,
-                    f"{_kib(li['wire_bytes'])} ({li['encoding'] or 'no'} encoding)",
-                ),
-                (f"GET the sample's {s['k']} by name, 16 at a time", s, _kib(s["wire_bytes"])),
-            )
+            _read_row(
+                f"LIST kube-node-lease, {li['items']} items",
+                li,
+                f"{_kib(li['wire_bytes'])} ({li['encoding'] or 'no'} encoding)",
+            ),
+            _read_row(f"GET the sample's {s['k']} by name, 16 at a time", s, _kib(s["wire_bytes"])),
         ],
     )
     print(
@@ -1013,38 +1024,45 @@ def print_results(r: Mapping[str, Any]) -> None:
         ["selector", "answer"],
         [[k, v] for k, v in s["field_selector"].items()],
     )
+
+
+def _watch_rows(w: Mapping[str, Any]) -> list[list[object]]:
+    return [
+        ["events/s received per watcher", w["events_per_s"], "-"],
+        [
+            "bytes/s read from the socket per watcher",
+            f"{w['wire_bytes_per_s']:,} ({w['bytes_per_event']} per event; encoding {w['watch_encoding']})",
+            "-",
+        ],
+        [
+            "aggregator CPU per watcher",
+            f"{w['aggregator_cpu_pct']} % ({w['aggregator_us_per_event']} µs per event)",
+            f"{w['aggregator_cpu_pct_without']} %",
+        ],
+        ["lease PUTs/s served", w["writes_per_s_with"], w["writes_per_s_without"]],
+        *[
+            [f"{p} CPU", f"{w[p + '_cpu_pct']} %", f"{w[p + '_cpu_pct_without']} %"]
+            for p in ("kube-apiserver", "etcd", "writer")
+        ],
+        *[
+            [
+                f"{p} CPU per lease PUT",
+                f"{w[p + '_ms_per_write_with']} ms",
+                f"{w[p + '_ms_per_write_without']} ms",
+            ]
+            for p in ("kube-apiserver", "etcd")
+        ],
+    ]
+
+
+def _print_watch(r: Mapping[str, Any]) -> None:
+    n, wo, w = r["nodes"], r["without_reads"], r["watch"]
     print_table(
         f"{w['watchers']} watch(es) of kube-node-lease at {w['writes_per_s']} writes/s: "
         f"{w['span_s']} s with, "
         f"{wo['span_s']} s without (Informer, 10 s re-watch; {w['blocks']} alternating blocks)",
         ["measure", "with the watch", "without"],
-        [
-            ["events/s received per watcher", w["events_per_s"], "-"],
-            [
-                "bytes/s read from the socket per watcher",
-                f"{w['wire_bytes_per_s']:,} ({w['bytes_per_event']} per event; "
-                f"encoding {w['watch_encoding']})",
-                "-",
-            ],
-            [
-                "aggregator CPU per watcher",
-                f"{w['aggregator_cpu_pct']} % ({w['aggregator_us_per_event']} µs per event)",
-                f"{w['aggregator_cpu_pct_without']} %",
-            ],
-            ["lease PUTs/s served", w["writes_per_s_with"], w["writes_per_s_without"]],
-            *[
-                [f"{p} CPU", f"{w[p + '_cpu_pct']} %", f"{w[p + '_cpu_pct_without']} %"]
-                for p in ("kube-apiserver", "etcd", "writer")
-            ],
-            *[
-                [
-                    f"{p} CPU per lease PUT",
-                    f"{w[p + '_ms_per_write_with']} ms",
-                    f"{w[p + '_ms_per_write_without']} ms",
-                ]
-                for p in ("kube-apiserver", "etcd")
-            ],
-        ],
+        _watch_rows(w),
     )
     real = n / kubelet_writer.KUBELET_RENEW_INTERVAL_S
     print(
@@ -1059,11 +1077,14 @@ def print_results(r: Mapping[str, Any]) -> None:
             f"{k * (w['aggregator_cpu_pct'] - w['aggregator_cpu_pct_without']):.1f} %. "
             "The watch row below is scaled so."
         )
+
+
+def _print_hourly(r: Mapping[str, Any]) -> None:
     h = hourly(r)
     rows = []
     for label, cost, healthy in (
         ("LIST every 10 s while not healthy (today)", h["list"], "0"),
-        (f"GET the sample's {s['k']} every 10 s while not healthy", h["sample"], "0"),
+        (f"GET the sample's {r['sample']['k']} every 10 s while not healthy", h["sample"], "0"),
         ("watch always", h["watch"], None),
     ):
         line = (
@@ -1072,13 +1093,16 @@ def print_results(r: Mapping[str, Any]) -> None:
         )
         rows.append([label, healthy if healthy is not None else line, line])
     print_table(
-        f"Cost per hour at {n} nodes (CPU in core-seconds, from the figures above)",
+        f"Cost per hour at {r['nodes']} nodes (CPU in core-seconds, from the figures above)",
         ["way", "hour healthy", "hour not healthy (confirming, scaled down)"],
         rows,
     )
-    it = r["interlock"]
+
+
+def _print_interlock(r: Mapping[str, Any]) -> None:
+    n, it = r["nodes"], r["interlock"]
     print_table(
-        f"The interlock's reads right before a scale-down at {n} nodes ({lists} each)",
+        f"The interlock's reads right before a scale-down at {n} nodes ({r['args']['lists']} each)",
         ["reads", "p50", "p99"],
         [
             [f"probe + LIST {n} agent leases{extra}", f"{v['p50_ms']} ms", f"{v['p99_ms']} ms"]
@@ -1089,41 +1113,56 @@ def print_results(r: Mapping[str, Any]) -> None:
             )
         ],
     )
+
+
+NODE_LIST_HEADER = (
+    "as",
+    "p50",
+    "p99",
+    "read from the socket",
+    "JSON",
+    "aggregator CPU",
+    "kube-apiserver CPU",
+    "items held as parsed JSON",
+    "NodeViews held",
+)
+
+
+def _print_node_lists(r: Mapping[str, Any]) -> None:
+    n, no, nl = r["nodes"], r["node_objects"], r["node_lists"]
+    print(
+        f"\n{n} Node objects of {no['node_json_bytes']:,} bytes of JSON each ({no['conditions']} "
+        f"conditions, {no['images']} images; managedFields {no['managed_fields_bytes']:,} bytes), "
+        f"created in {no['create_s']} s. The kubelet writer stopped."
+    )
+    print_table(
+        f"LIST {n} Nodes into NodeView ({r['args']['node_lists']} each)",
+        NODE_LIST_HEADER,
+        [
+            [
+                label,
+                f"{v['p50_ms']} ms",
+                f"{v['p99_ms']} ms",
+                f"{_kib(v['wire_bytes'])} ({v['encoding'] or 'no'} encoding)",
+                _kib(v["json_bytes"]),
+                f"{v['aggregator_cpu_ms']} ms",
+                f"{v['kapi_cpu_ms']} ms",
+                f"{v['raw_mib']} MiB",
+                f"{v['views_mib']} MiB",
+            ]
+            for label, v in nl.items()
+        ],
+    )
+
+
+def print_results(r: Mapping[str, Any]) -> None:
+    _print_writes(r)
+    _print_reads(r)
+    _print_watch(r)
+    _print_hourly(r)
+    _print_interlock(r)
     if "node_objects" in r:
-        no, nl = r["node_objects"], r["node_lists"]
-        print(
-            f"\n{n} Node objects of {no['node_json_bytes']:,} bytes of JSON each ({no['conditions']} "
-            f"conditions, {no['images']} images; managedFields {no['managed_fields_bytes']:,} bytes), "
-            f"created in {no['create_s']} s. The kubelet writer stopped."
-        )
-        print_table(
-            f"LIST {n} Nodes into NodeView ({r['args']['node_lists']} each)",
-            [
-                "as",
-                "p50",
-                "p99",
-                "read from the socket",
-                "JSON",
-                "aggregator CPU",
-                "kube-apiserver CPU",
-                "items held as parsed JSON",
-                "NodeViews held",
-            ],
-            [
-                [
-                    label,
-                    f"{v['p50_ms']} ms",
-                    f"{v['p99_ms']} ms",
-                    f"{_kib(v['wire_bytes'])} ({v['encoding'] or 'no'} encoding)",
-                    _kib(v["json_bytes"]),
-                    f"{v['aggregator_cpu_ms']} ms",
-                    f"{v['kapi_cpu_ms']} ms",
-                    f"{v['raw_mib']} MiB",
-                    f"{v['views_mib']} MiB",
-                ]
-                for label, v in nl.items()
-            ],
-        )
+        _print_node_lists(r)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -9,13 +9,13 @@ import math
 import pytest
 
 from aggregator.objects import NodeView
+from bench.sampling import CLK_TCK
+from bench.stats import quantile
 from bench.witness_cost import (
-    CLK_TCK,
     excess_cpu_s,
     node_object,
     per_hour_polled,
     per_hour_watched,
-    quantile,
     scale_to,
     served_from,
 )

@@ -1,0 +1,119 @@
+"""bench/stats.py: quantiles of measured values and the exact distribution of the
+aggregator's sampled estimate, on inputs small enough to count by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.stats import (
+    estimate,
+    hypergeom_pmf,
+    log_comb,
+    min_median_max,
+    nearest_rank,
+    p_down_spread,
+    p_down_zoned,
+    quantile,
+)
+
+
+def test_quantile_of_no_values_is_nan_and_of_one_is_that_value() -> None:
+    assert math.isnan(quantile([], 0.5))
+    assert quantile([7.0], 0.0) == 7.0
+    assert quantile([7.0], 0.5) == 7.0
+    assert quantile([7.0], 1.0) == 7.0
+
+
+def test_quantile_interpolates_linearly_between_ranks() -> None:
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert quantile(values, 0.0) == 1.0
+    assert quantile(values, 0.25) == 1.75
+    assert quantile(values, 0.5) == 2.5  # the median of an even count
+    assert quantile(values, 0.75) == 3.25
+    assert quantile(values, 1.0) == 4.0
+    assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0  # the median of an odd count
+    assert values == [4.0, 1.0, 3.0, 2.0]  # not sorted in place
+
+
+def test_min_median_max() -> None:
+    assert min_median_max([]) == "-"
+    assert min_median_max([2.25]) == "2.2 / 2.2 / 2.2 s"  # round half to even, as format does
+    assert min_median_max([3.0, 1.0, 10.04, 2.0]) == "1.0 / 2.5 / 10.0 s"
+    assert min_median_max(iter([5.0, 4.0, 6.0]), "ms") == "4.0 / 5.0 / 6.0 ms"
+
+
+def test_nearest_rank_takes_a_measured_value() -> None:
+    assert nearest_rank([], 0.5) == 0.0
+    assert nearest_rank([7.0], 0.99) == 7.0
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert nearest_rank(values, 0.0) == 1.0
+    assert nearest_rank(values, 0.5) == 3.0  # rank int(0.5 * 4) = 2 of 0..3
+    assert nearest_rank(values, 0.49) == 2.0
+    assert nearest_rank(values, 0.99) == 4.0
+    assert nearest_rank(values, 1.0) == 4.0
+    assert nearest_rank(list(range(100)), 0.99) == 99
+    assert nearest_rank(list(range(1000)), 0.99) == 990
+
+
+ZONES = {"a1": "a", "a2": "a", "b1": "b", "b2": "b", "b3": "b", "b4": "b"}
+
+
+def test_estimate_weighs_each_zones_stale_share_by_its_size() -> None:
+    # a: 1 of 1 member stale, weight 2/6; b: 1 of 2, weight 4/6.
+    assert estimate(["a1", "b1"], {"a1", "b1", "b2"}, ZONES) == pytest.approx(2 / 3)
+    assert estimate([], {"a1", "b1", "b2"}, ZONES) == 0.0
+    assert estimate(ZONES, {"a1", "b1", "b2"}, ZONES) == pytest.approx(1.0)
+    # Nodes outside the sample do not count.
+    assert estimate(["a2", "b3", "b4"], {"a1", "b1", "b2"}, ZONES) == 0.0
+
+
+def test_estimate_covers_only_the_zones_with_members() -> None:
+    assert estimate(["b1", "a1"], {"b1", "b2"}, ZONES) == 0.5
+    assert estimate(["a1"], set(), ZONES) == 0.0
+
+
+def test_log_comb() -> None:
+    assert math.exp(log_comb(5, 2)) == pytest.approx(10)
+    assert log_comb(4, 0) == 0.0
+    assert log_comb(4, 4) == 0.0
+    assert log_comb(3, 4) == -math.inf
+    assert log_comb(3, -1) == -math.inf
+
+
+def test_hypergeom_pmf_counts_by_hand() -> None:
+    # 5 nodes, 2 stale, a sample of 2: C(3,2), C(2,1)C(3,1), C(2,2) of C(5,2) = 10.
+    assert hypergeom_pmf(5, 2, 2) == pytest.approx([0.3, 0.6, 0.1])
+    assert hypergeom_pmf(3, 0, 2) == pytest.approx([1.0, 0.0, 0.0])
+    assert hypergeom_pmf(3, 3, 2) == pytest.approx([0.0, 0.0, 1.0])
+    assert hypergeom_pmf(4, 1, 0) == pytest.approx([1.0])
+    assert sum(hypergeom_pmf(100, 37, 20)) == pytest.approx(1.0)
+
+
+def test_p_down_spread_two_zones_of_two() -> None:
+    # One member per zone, 2 of the 4 nodes silenced: neither member stale 1/6, one of them
+    # 4/6 (estimate 0.5), both 1/6 (estimate 1).
+    down, up = p_down_spread([2, 2], [1, 1], 2, threshold=0.5)
+    assert (down, up) == (pytest.approx(5 / 6), pytest.approx(1 / 6))
+    down, up = p_down_spread([2, 2], [1, 1], 2, threshold=0.6)
+    assert (down, up) == (pytest.approx(1 / 6), pytest.approx(5 / 6))
+    assert p_down_spread([2, 2], [1, 1], 0, threshold=0.5) == (0.0, pytest.approx(1.0))
+    assert p_down_spread([2, 2], [1, 1], 4, threshold=0.5) == (pytest.approx(1.0), 0.0)
+
+
+def test_p_down_zoned_one_cut_per_zone() -> None:
+    # Zone 0 wholly silent: its member is stale, the estimate is 0.5 for certain.
+    assert p_down_zoned([2, 2], [1, 1], [2, 0], threshold=0.5) == (pytest.approx(1.0), 0.0)
+    assert p_down_zoned([2, 2], [1, 1], [2, 0], threshold=0.6) == (0.0, pytest.approx(1.0))
+    # Half of each zone: each member stale with 1/2, independently.
+    assert p_down_zoned([2, 2], [1, 1], [1, 1], threshold=0.5) == (pytest.approx(0.75), pytest.approx(0.25))
+    assert p_down_zoned([2, 2], [1, 1], [1, 1], threshold=1.0) == (pytest.approx(0.25), pytest.approx(0.75))
+
+
+def test_spread_and_zoned_agree_where_a_spread_cut_is_one_zone_shape() -> None:
+    # With a single zone both are the plain hypergeometric tail.
+    down, up = p_down_spread([10], [4], 5, threshold=0.5)
+    pmf = hypergeom_pmf(10, 5, 4)
+    assert (down, up) == (pytest.approx(sum(pmf[2:])), pytest.approx(sum(pmf[:2])))
+    assert p_down_zoned([10], [4], [5], threshold=0.5) == (pytest.approx(down), pytest.approx(up))
