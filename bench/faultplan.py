@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from bench.faultrig import KCM, MCM, NODES, Rig
+from testenv.controllers import CONTROLLERS
 from testenv.dwd import DependencyWatchdog
-from testenv.standins import CONTROLLERS
 
 KINDS = ("outage", "minority", "kapi-restart")
 EXTRAS = ("kill", "seed-fault", "handover", "dwd", "operator-scale", "window-kill")

@@ -18,7 +18,8 @@ from typing import Any
 from bench.faultplan import EXTRAS, KINDS, Plan, Tally
 from bench.faultrig import Sample
 from bench.table import print_table
-from testenv.standins import CONTROLLERS, json_log
+from testenv.controllers import CONTROLLERS
+from testenv.standins import json_log
 
 SHOWN_EVENTS = {
     "aggregator_started",

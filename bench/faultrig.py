@@ -32,10 +32,11 @@ import yaml
 from aggregator.records import RECORD
 from core.errors import KubeError
 from core.lease import PREFIX, leases_path
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
 from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
 from testenv.faultproxy import FaultProxy
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, LoggedProcess, NodeLeaseDriver, eventually
+from testenv.standins import DEPLOYMENTS, LoggedProcess, NodeLeaseDriver, eventually
 from tests.integration.shoot import FAST_DEPENDENTS, Shoot, shoot_for
 
 NAMESPACE = "shoot--faults--suite"

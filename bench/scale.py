@@ -51,8 +51,9 @@ from bench.fleet import ZONES, Fleet, FleetThread
 from bench.table import print_table
 from core.durations import format_duration
 from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
-from testenv.standins import CONTROLLERS, LoggedProcess, eventually, wait_for
+from testenv.standins import LoggedProcess, eventually, wait_for
 from tests.integration.shoot import Sampler, Shoot
 
 DEFAULTS = {

@@ -38,12 +38,12 @@ from aggregator.records import RECORD
 from bench.table import print_table
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from demo import scenario
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, json_log, wait_for
+from testenv.controllers import CONTROLLERS, DOWN
+from testenv.standins import DEPLOYMENTS, json_log, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 # The first parent of the merge that brought the witness (8687c0a "Merge branch 'witness'").
 PRE_WITNESS = "525dc0b82c56e63e735c6f3ab805bf02b1cf7d30"
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 TREES = ("today", "before")
 
 

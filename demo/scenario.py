@@ -39,10 +39,11 @@ from aggregator.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.witness import NODE_LEASE_NAMESPACE
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv import workload
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.kcm import KcmDeploymentController, KcmReplicas
 from testenv.kubelet import Kubelet, node_credentials, write_kubeconfig
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, LoggedProcess, deployment, grant_agent_rbac, json_log
+from testenv.standins import DEPLOYMENTS, LoggedProcess, deployment, grant_agent_rbac, json_log
 from testenv.tcpproxy import TcpProxy
 
 # KCM's node-monitor grace period as Gardener sets it, and how long the demo holds the cut

@@ -27,7 +27,6 @@ from testenv.kubelet import LEASE_DURATION_S, NODE_LEASE_NAMESPACE
 
 AGENT_SA = "dwd-lease-agent"
 
-CONTROLLERS = {"kube-controller-manager": 3, "machine-controller-manager": 2, "cluster-autoscaler": 1}
 DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
 
 

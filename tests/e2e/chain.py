@@ -36,8 +36,9 @@ import httpx
 
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv.apply import kustomize_build
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
-from testenv.standins import CONTROLLERS, LoggedProcess, grant_agent_rbac, wait_for
+from testenv.standins import LoggedProcess, grant_agent_rbac, wait_for
 from testenv.tcpproxy import TcpProxy
 from tests.e2e.world import Node, World
 from tests.integration.shoot import Sampler, Shoot, shoot_for

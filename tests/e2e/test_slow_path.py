@@ -28,8 +28,9 @@ from pathlib import Path
 
 import pytest
 
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane
-from testenv.standins import CONTROLLERS, wait_for
+from testenv.standins import wait_for
 from tests.e2e.chain import (
     LEASE_DURATION_S,
     STATUS_EVERY_S,

@@ -15,9 +15,7 @@ from testenv.standins import DEPLOYMENTS, NodeLeaseDriver
 from tests.integration.agents import wait_for
 from tests.integration.shoot import FAST_DEPENDENTS, Shoot
 
-KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
 NODES = [f"node-{i}" for i in range(10)]
-DOWN = {KCM: 0, MCM: 0, CA: 0}
 # Short clocks, DWD's rules: a lease is expired 1.5 s after its renewal.
 FAST: dict[str, Any] = {
     "dependents": FAST_DEPENDENTS,

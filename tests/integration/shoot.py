@@ -20,17 +20,10 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv import containers
 from testenv.apply import apply, load_docs
 from testenv.client import Client
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.faultproxy import FaultProxy
-from testenv.standins import (
-    CONTROLLERS,
-    DEPLOYMENTS,
-    DeploymentController,
-    LeaseDriver,
-    LoggedProcess,
-    Loop,
-    deployment,
-)
+from testenv.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, LoggedProcess, Loop, deployment
 from tests.integration.agents import wait_for
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"

@@ -7,12 +7,11 @@ import time
 import pytest
 
 from aggregator.records import IGNORE_SCALING, MELTDOWN, REPLICAS
+from testenv.controllers import CONTROLLERS, DOWN
 from tests.integration.agents import wait_for
-from tests.integration.shoot import CONTROLLERS, Shoot
+from tests.integration.shoot import Shoot
 
 pytestmark = pytest.mark.integration
-
-DOWN = {"kube-controller-manager": 0, "machine-controller-manager": 0, "cluster-autoscaler": 0}
 
 
 def test_quorum_lost_scales_down_in_order_and_back_up_exactly(shoot: Shoot) -> None:

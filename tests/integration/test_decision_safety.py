@@ -12,10 +12,11 @@ import time
 
 import pytest
 
+from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from testenv.faultproxy import FaultProxy
 from testenv.standins import eventually
 from tests.integration.agents import wait_for
-from tests.integration.shoot import CONTROLLERS, Sample, Shoot
+from tests.integration.shoot import Sample, Shoot
 
 pytestmark = pytest.mark.integration
 
@@ -25,8 +26,6 @@ RECORD = "dwd-lease.gardener.cloud/scaled-down"
 REPLICAS = "dependency-watchdog.gardener.cloud/replicas"
 MELTDOWN = "dependency-watchdog.gardener.cloud/meltdown-protection-active"
 
-KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 SEVEN = {f"node-{i}" for i in range(7)}
 
 # With FAST_ENV: lease duration 2 s + confirm period 1 s, then the levels; recovery period 2 s.

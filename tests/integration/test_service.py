@@ -12,17 +12,16 @@ import yaml
 
 from aggregator.records import MELTDOWN, REPLICAS
 from testenv.apply import apply
+from testenv.controllers import CONTROLLERS, DOWN, KCM
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.gardener import CLUSTER_CRD
 from testenv.standins import LoggedProcess
 from tests.integration.agents import wait_for
-from tests.integration.shoot import CONTROLLERS, Shoot, shoot_for
+from tests.integration.shoot import Shoot, shoot_for
 
 pytestmark = pytest.mark.integration
 
-KCM = "kube-controller-manager"
 
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
 
 

@@ -14,12 +14,12 @@ import yaml
 
 from aggregator.records import MELTDOWN
 from aggregator.shards import ROLE, shard_of
+from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import ensure_namespace
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, DeploymentController, LoggedProcess, deployment
+from testenv.standins import DEPLOYMENTS, DeploymentController, LoggedProcess, deployment
 from tests.integration.agents import wait_for
 from tests.integration.shoot import ACCESS_SECRET, Shoot
 
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
 SHARDS = 4
 
