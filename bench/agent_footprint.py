@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from bench.table import print_table
+from testenv.agents import agents_for
 from testenv.controlplane import ControlPlane
-from tests.integration.agents import agents_for, wait_for
+from testenv.standins import wait_for
 
 
 def proc_rss_mib(pid: int, field: str = "VmRSS") -> float:

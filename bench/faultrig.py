@@ -36,8 +36,8 @@ from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
 from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
 from testenv.faultproxy import FaultProxy
+from testenv.shoot import FAST_DEPENDENTS, Shoot, shoot_for
 from testenv.standins import DEPLOYMENTS, LoggedProcess, NodeLeaseDriver, eventually
-from tests.integration.shoot import FAST_DEPENDENTS, Shoot, shoot_for
 
 NAMESPACE = "shoot--faults--suite"
 NODES = [f"node-{i}" for i in range(10)]

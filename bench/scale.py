@@ -53,8 +53,8 @@ from core.durations import format_duration
 from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
+from testenv.shoot import Sampler, Shoot
 from testenv.standins import LoggedProcess, eventually, wait_for
-from tests.integration.shoot import Sampler, Shoot
 
 DEFAULTS = {
     "DWD_LEASE_DURATION": "8s",

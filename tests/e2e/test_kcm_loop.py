@@ -21,10 +21,10 @@ from testenv import workload
 from testenv.controlplane import ControlPlane
 from testenv.kcm import KCM_DEPLOYMENT, KcmDeploymentController, KcmReplicas
 from testenv.kubelet import node_credentials
+from testenv.networld import API, Node, World
 from testenv.pytest_plugin import EXTERNAL_NAMES
+from testenv.shoot import Shoot, shoot_for
 from testenv.standins import grant_agent_rbac, json_log, wait_for
-from tests.e2e.world import API, Node, World
-from tests.integration.shoot import Shoot, shoot_for
 
 pytestmark = pytest.mark.e2e
 

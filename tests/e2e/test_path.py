@@ -14,8 +14,8 @@ from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, LAST_OUTAGE, RENEW_INTERVAL, Outage, lease_path, leases_path
 from testenv.controlplane import ControlPlane, ensure_node
 from testenv.kubelet import write_kubeconfig
+from testenv.networld import API, INTERNAL_API, Node, World
 from testenv.standins import grant_agent_rbac, wait_for
-from tests.e2e.world import API, INTERNAL_API, Node, World
 
 pytestmark = pytest.mark.e2e
 
@@ -170,7 +170,7 @@ def test_a_broken_path_for_most_nodes_protects_the_shoot(seed_plane: ControlPlan
     are dropped), KAPI itself stays up: the controllers go down, and come back when it heals."""
     from testenv.controllers import CONTROLLERS
     from testenv.pytest_plugin import EXTERNAL_NAMES
-    from tests.integration.shoot import shoot_for
+    from testenv.shoot import shoot_for
 
     with shoot_for(seed_plane, "shoot--e2e--chain", tmp_path / "shoot", EXTERNAL_NAMES) as shoot:
         (tmp_path / "shoot").mkdir(exist_ok=True)

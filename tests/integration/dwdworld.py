@@ -11,9 +11,8 @@ from typing import Any
 from core.lease import leases_path
 from testenv.client import Client
 from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
-from testenv.standins import DEPLOYMENTS, NodeLeaseDriver
-from tests.integration.agents import wait_for
-from tests.integration.shoot import FAST_DEPENDENTS, Shoot
+from testenv.shoot import FAST_DEPENDENTS, Shoot
+from testenv.standins import DEPLOYMENTS, NodeLeaseDriver, wait_for
 
 NODES = [f"node-{i}" for i in range(10)]
 # Short clocks, DWD's rules: a lease is expired 1.5 s after its renewal.

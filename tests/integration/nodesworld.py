@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from core.lease import DEFAULT_LEASE_NAMESPACE, parse_micro_time
+from testenv.agents import Agents, agents_for
 from testenv.controllers import DOWN
 from testenv.kubelet import Kubelet, node_credentials
-from testenv.standins import AGENT_SA, LoggedProcess
+from testenv.shoot import FAST_ENV, Shoot
+from testenv.standins import AGENT_SA, LoggedProcess, wait_for
 from testenv.tcpproxy import TcpProxy
 from testenv.webhook import FailingWebhook
-from tests.integration.agents import Agents, agents_for, wait_for
 from tests.integration.dwdworld import NODES
-from tests.integration.shoot import FAST_ENV, Shoot
 
 # The test clock's lease duration is 2 s and the witness margin 1.5 s (the agents' 500 ms and a
 # second): at kubelet's 10 s a working path would be proven only after the confirm period. In

@@ -13,9 +13,10 @@ import pytest
 
 from core.errors import Unauthorized
 from core.lease import LAST_OUTAGE, RELEASED, RENEW_INTERVAL, Outage, lease_path
+from testenv.agents import NS, Agents
 from testenv.client import Client
+from testenv.standins import wait_for
 from testenv.tcpproxy import TcpProxy
-from tests.integration.agents import NS, Agents, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from core.lease import LAST_OUTAGE, RENEW_INTERVAL, Outage
+from testenv.agents import Agents
+from testenv.standins import LoggedProcess, wait_for
 from testenv.tcpproxy import TcpProxy
-from tests.integration.agents import Agents, LoggedProcess, wait_for
 
 pytestmark = pytest.mark.integration
 

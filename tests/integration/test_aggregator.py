@@ -8,8 +8,8 @@ import pytest
 
 from aggregator.records import IGNORE_SCALING, MELTDOWN, REPLICAS
 from testenv.controllers import CONTROLLERS, DOWN
-from tests.integration.agents import wait_for
-from tests.integration.shoot import Shoot
+from testenv.shoot import Shoot
+from testenv.standins import wait_for
 
 pytestmark = pytest.mark.integration
 

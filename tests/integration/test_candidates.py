@@ -13,8 +13,8 @@ from testenv.client import Client
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import free_port
 from testenv.gardener import MACHINE_CRD
-from tests.integration.agents import wait_for
-from tests.integration.shoot import Shoot
+from testenv.shoot import Shoot
+from testenv.standins import wait_for
 from tests.integration.test_service import target
 
 pytestmark = pytest.mark.integration

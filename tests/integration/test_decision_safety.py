@@ -14,9 +14,8 @@ import pytest
 
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from testenv.faultproxy import FaultProxy
-from testenv.standins import eventually
-from tests.integration.agents import wait_for
-from tests.integration.shoot import Sample, Shoot
+from testenv.shoot import Sample, Shoot
+from testenv.standins import eventually, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -35,10 +35,9 @@ from testenv.dwd import (
     scale_flows,
     target_replicas,
 )
-from testenv.standins import DEPLOYMENTS
-from tests.integration.agents import wait_for
+from testenv.shoot import FAST_DEPENDENTS, Shoot
+from testenv.standins import DEPLOYMENTS, wait_for
 from tests.integration.dwdworld import FAST, NODES, DwdWorld
-from tests.integration.shoot import FAST_DEPENDENTS, Shoot
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from bench.fleet import ZONE_LABEL, ZONES, Fleet, FleetThread
 from core.durations import parse_duration
 from core.lease import RENEW_INTERVAL
 from testenv.controllers import CONTROLLERS, DOWN
-from tests.integration.agents import wait_for
-from tests.integration.shoot import FAST_ENV, Shoot
+from testenv.shoot import FAST_ENV, Shoot
+from testenv.standins import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,9 @@ import yaml
 from aggregator.records import MELTDOWN, RECORD, REPLICAS
 from testenv.controllers import CONTROLLERS, DOWN, KCM, MCM
 from testenv.controlplane import ensure_namespace
-from testenv.standins import DEPLOYMENTS, deployment, eventually
-from tests.integration.agents import wait_for
+from testenv.shoot import FAST_DEPENDENTS, Sample, Shoot
+from testenv.standins import DEPLOYMENTS, deployment, eventually, wait_for
 from tests.integration.dwdworld import NODES, DwdWorld
-from tests.integration.shoot import FAST_DEPENDENTS, Sample, Shoot
 
 pytestmark = pytest.mark.integration
 

@@ -15,9 +15,8 @@ from testenv.apply import apply
 from testenv.controllers import CONTROLLERS, DOWN, KCM
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.gardener import CLUSTER_CRD
-from testenv.standins import LoggedProcess
-from tests.integration.agents import wait_for
-from tests.integration.shoot import Shoot, shoot_for
+from testenv.shoot import Shoot, shoot_for
+from testenv.standins import LoggedProcess, wait_for
 
 pytestmark = pytest.mark.integration
 

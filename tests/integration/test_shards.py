@@ -16,9 +16,8 @@ from aggregator.records import MELTDOWN
 from aggregator.shards import ROLE, shard_of
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import ensure_namespace
-from testenv.standins import DEPLOYMENTS, DeploymentController, LoggedProcess, deployment
-from tests.integration.agents import wait_for
-from tests.integration.shoot import ACCESS_SECRET, Shoot
+from testenv.shoot import ACCESS_SECRET, Shoot
+from testenv.standins import DEPLOYMENTS, DeploymentController, LoggedProcess, deployment, wait_for
 
 FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
 SHARDS = 4

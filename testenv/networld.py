@@ -153,7 +153,7 @@ class World:
         node.log = self.tmp / f"agent-{node.name}.log"
         full_env = {
             "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
             "DWD_APISERVER_URL": f"https://{API}",
             "NODE_NAME": node.name,
             "DWD_TOKEN_FILE": str(token),

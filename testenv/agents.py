@@ -16,7 +16,7 @@ from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, lease_path, leases_path
 from testenv.client import Client
 from testenv.controlplane import ControlPlane
-from testenv.standins import LoggedProcess, grant_agent_rbac, wait_for
+from testenv.standins import LoggedProcess, grant_agent_rbac
 
 NS = DEFAULT_LEASE_NAMESPACE
 
@@ -97,6 +97,3 @@ def agents_for(cp: ControlPlane, tmp: Path) -> Iterator[Agents]:
             yield agents
         finally:
             agents.close()
-
-
-__all__ = ["NS", "Agents", "LoggedProcess", "agents_for", "wait_for"]

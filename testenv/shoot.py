@@ -23,11 +23,18 @@ from testenv.client import Client
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.faultproxy import FaultProxy
-from testenv.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, LoggedProcess, Loop, deployment
-from tests.integration.agents import wait_for
+from testenv.standins import (
+    DEPLOYMENTS,
+    DeploymentController,
+    LeaseDriver,
+    LoggedProcess,
+    Loop,
+    deployment,
+    wait_for,
+)
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
-AGGREGATOR_RBAC = Path(__file__).resolve().parents[2] / "manifests" / "shoot-access" / "rbac.yaml"
+AGGREGATOR_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "shoot-access" / "rbac.yaml"
 
 # Fast but faithful: the same rules as the defaults, on a shorter clock.
 FAST_ENV = {

@@ -38,10 +38,11 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv.apply import kustomize_build
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
+from testenv.networld import Node, World
+from testenv.pytest_plugin import EXTERNAL_NAMES
+from testenv.shoot import Sampler, Shoot, shoot_for
 from testenv.standins import LoggedProcess, grant_agent_rbac, wait_for
 from testenv.tcpproxy import TcpProxy
-from tests.e2e.world import Node, World
-from tests.integration.shoot import Sampler, Shoot, shoot_for
 
 # The aggregator's defaults for everything a path is judged by (FAST_ENV shortens them).
 AGGREGATOR_DEFAULTS = {
@@ -57,7 +58,7 @@ TICK_S = 1.0  # the aggregator judges every min(1 s, lease duration / 4)
 STATUS_EVERY_S = 0.2
 LEASES_EVERY_S = 0.1
 AGENT_METRICS_PORT = 9100
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 
 
 def epoch(iso: str) -> float:
@@ -295,8 +296,6 @@ def chain(
 ) -> Iterator[Chain]:
     """``images``: run the agents and the aggregator from these (testenv.containers.images()),
     the agents as the example overlay's DaemonSet runs them."""
-    from testenv.pytest_plugin import EXTERNAL_NAMES
-
     with shoot_for(seed, namespace, tmp / "shoot", EXTERNAL_NAMES) as shoot:
         (tmp / "shoot").mkdir(parents=True, exist_ok=True)
         shoot.setup(nodes=nodes)
