@@ -19,7 +19,7 @@ from bench.faultplan import EXTRAS, KINDS, Plan, Tally
 from bench.faultrig import Sample
 from bench.table import print_table
 from testenv.controllers import CONTROLLERS
-from testenv.standins import json_log
+from testenv.process import json_log
 
 SHOWN_EVENTS = {
     "aggregator_started",

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -36,8 +34,9 @@ from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
 from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
 from testenv.faultproxy import FaultProxy
+from testenv.process import Process, spawn_python
 from testenv.shoot import FAST_DEPENDENTS, Shoot, shoot_for
-from testenv.standins import DEPLOYMENTS, LoggedProcess, NodeLeaseDriver, eventually
+from testenv.standins import DEPLOYMENTS, NodeLeaseDriver, eventually
 
 NAMESPACE = "shoot--faults--suite"
 NODES = [f"node-{i}" for i in range(10)]
@@ -194,7 +193,7 @@ class Replica:
     proxy: FaultProxy
     kubeconfig: Path
     port: int = field(default_factory=free_port)
-    process: LoggedProcess | None = None
+    process: Process | None = None
     starts: int = 0
     _identity: str = ""
 
@@ -203,7 +202,7 @@ class Replica:
         return f"aggregator-{self.slot}"
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.popen.poll() is None
+        return self.process is not None and self.process.alive()
 
     def identity(self) -> str:
         """Its leader-election identity, from its start-up log line."""
@@ -296,18 +295,14 @@ class Rig:
                 DWD_METRICS_ADDR=f"127.0.0.1:{r.port}",
                 DWD_DEPENDENTS_FILE=str(self.workdir / DEPENDENTS_FILE),
             )
-            with open(log_path, "wb") as log:
-                popen = subprocess.Popen(
-                    [sys.executable, "-m", "aggregator"], env=env, stdout=log, stderr=log
-                )
-            r.process, r._identity = LoggedProcess(popen, log_path), ""
-            self.journal(f"started {r.name} (pid {popen.pid}, log {log_path.name})")
+            r.process, r._identity = spawn_python(r.name, "aggregator", log_path=log_path, env=env), ""
+            self.journal(f"started {r.name} (pid {r.process.pid}, log {log_path.name})")
 
     def kill(self, r: Replica) -> None:
         with self._lock:
             if r.process is not None and r.alive():
                 r.process.kill()
-                self.journal(f"SIGKILLed {r.name} (pid {r.process.popen.pid})")
+                self.journal(f"SIGKILLed {r.name} (pid {r.process.pid})")
 
     def leader(self) -> Replica | None:
         """The live replica that holds the leader lease in the seed."""

@@ -53,8 +53,9 @@ from core.durations import format_duration
 from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
+from testenv.process import Process as LoggedProcess
 from testenv.shoot import Sampler, Shoot
-from testenv.standins import LoggedProcess, eventually, wait_for
+from testenv.standins import eventually, wait_for
 
 DEFAULTS = {
     "DWD_LEASE_DURATION": "8s",

@@ -25,7 +25,6 @@ import contextlib
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +42,8 @@ from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.kcm import KcmDeploymentController, KcmReplicas
 from testenv.kubelet import Kubelet, node_credentials, write_kubeconfig
-from testenv.standins import DEPLOYMENTS, LoggedProcess, deployment, grant_agent_rbac, json_log
+from testenv.process import Process, json_log, spawn_python, stop_all
+from testenv.standins import DEPLOYMENTS, deployment, grant_agent_rbac
 from testenv.tcpproxy import TcpProxy
 
 # KCM's node-monitor grace period as Gardener sets it, and how long the demo holds the cut
@@ -128,7 +128,7 @@ def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
         shoot_admin, seed_admin = shoot.admin_client(), seed.admin_client()
         kcm = KcmReplicas(shoot, tmp / "kcm")
         controller = KcmDeploymentController(seed.admin_client(), NAMESPACE, kcm)
-        procs: list[subprocess.Popen[bytes]] = []
+        procs: list[Process] = []
         names = [f"node-{i}" for i in range(nodes)]
         # The kubelets go through the load balancer too: the cut silences them as it does the agents.
         kubelets = [
@@ -159,13 +159,7 @@ def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
                 "seed_admin": seed_admin,
             }
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(5)
-                if p.poll() is None:
-                    p.kill()
+            stop_all(procs, 5)
             for k in kubelets:
                 k.stop()
             controller.stop()
@@ -191,10 +185,7 @@ def start_agents(w: dict[str, Any], tmp: Path, env_base: dict[str, str]) -> None
             "DWD_TOKEN_FILE": str(token),
             "DWD_LOG_FORMAT": "json",
         }
-        with open(tmp / f"agent-{node}.log", "wb") as log:
-            w["procs"].append(
-                subprocess.Popen([sys.executable, "-m", "agent"], env=env, stdout=log, stderr=log)
-            )
+        w["procs"].append(spawn_python(f"agent-{node}", "agent", log_path=tmp / f"agent-{node}.log", env=env))
 
 
 def start_aggregator(
@@ -214,10 +205,7 @@ def start_aggregator(
         "DWD_LOG_FORMAT": "json",
         **overrides,
     }
-    with open(log_path, "wb") as log:
-        w["procs"].append(
-            subprocess.Popen([sys.executable, "-m", "aggregator"], env=env, stdout=log, stderr=log)
-        )
+    w["procs"].append(spawn_python(log_path.stem, "aggregator", log_path=log_path, env=env))
     return log_path
 
 
@@ -362,10 +350,8 @@ def _aggregator(stage: Stage, tmp: Path, env_base: dict[str, str], env: dict[str
 def _stop_aggregator(stage: Stage) -> None:
     """The act's aggregator, the last process started, stopped (killed if it lingers)."""
     assert stage.tail is not None
-    aggregator = LoggedProcess(stage.w["procs"].pop(), stage.tail.path)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        aggregator.terminate(15)
-    aggregator.kill()
+    aggregator: Process = stage.w["procs"].pop()
+    aggregator.stop(15)
     stage.tail = None
 
 

@@ -39,9 +39,10 @@ from testenv.apply import kustomize_build
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
 from testenv.networld import Node, World
+from testenv.process import Process
 from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.shoot import Sampler, Shoot, shoot_for
-from testenv.standins import LoggedProcess, grant_agent_rbac, wait_for
+from testenv.standins import grant_agent_rbac, wait_for
 from testenv.tcpproxy import TcpProxy
 
 # The aggregator's defaults for everything a path is judged by (FAST_ENV shortens them).
@@ -250,7 +251,7 @@ class Chain:
     shoot: Shoot
     world: World
     nodes: list[Node]
-    aggregator: LoggedProcess
+    aggregator: Process
     view: AggregatorView
     leases: LeaseLog
     replicas: Sampler

@@ -1,7 +1,7 @@
 """A kubelet stand-in: what kube-controller-manager needs to see from a node, and nothing more.
 
 One thread per node; one process may host many (``python -m testenv.kubelet``, e.g. inside a
-node's network namespace via ``NetNs.popen``, reaching KAPI through the URL it is given, such as
+node's network namespace via ``spawn(..., ns.argv(...))``, reaching KAPI through the URL it is given, such as
 the node's DNS name of the load balancer).
 
 Faithful to the real kubelet:

@@ -6,8 +6,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -23,15 +21,8 @@ from testenv.client import Client
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.faultproxy import FaultProxy
-from testenv.standins import (
-    DEPLOYMENTS,
-    DeploymentController,
-    LeaseDriver,
-    LoggedProcess,
-    Loop,
-    deployment,
-    wait_for,
-)
+from testenv.process import Process, spawn_python
+from testenv.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, Loop, deployment, wait_for
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
 AGGREGATOR_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "shoot-access" / "rbac.yaml"
@@ -115,7 +106,7 @@ class Shoot:
     seed_admin: Client = field(init=False)
     driver: LeaseDriver = field(init=False)
     controller: DeploymentController = field(init=False)
-    aggregators: list[LoggedProcess] = field(default_factory=list)
+    aggregators: list[Process] = field(default_factory=list)
     proxies: list[FaultProxy] = field(default_factory=list)
     samplers: list[Sampler] = field(default_factory=list)
     # Aggregators run from the image: killing ``podman run`` leaves the container running.
@@ -186,7 +177,7 @@ class Shoot:
 
     def start_aggregator(
         self, *, seed: FaultProxy | None = None, image: str | None = None, **overrides: str
-    ) -> LoggedProcess:
+    ) -> Process:
         """The aggregator as a process, or from its ``image`` (the host's network, its files
         mounted read-only, kubeconfigs carrying their credentials as a Secret's would)."""
         if seed is not None:
@@ -209,11 +200,7 @@ class Shoot:
             )
             self.aggregators.append(agg)
             return agg
-        with open(log_path, "wb") as log:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "aggregator"], env=self.env(**overrides), stdout=log, stderr=log
-            )
-        agg = LoggedProcess(popen, log_path)
+        agg = spawn_python(log_path.stem, "aggregator", log_path=log_path, env=self.env(**overrides))
         self.aggregators.append(agg)
         return agg
 

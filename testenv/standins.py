@@ -6,15 +6,10 @@ Used by the integration tests, the demo and the benchmarks.
 from __future__ import annotations
 
 import contextlib
-import json
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -205,38 +200,3 @@ def grant_agent_rbac(c: Client, namespace: str = DEFAULT_LEASE_NAMESPACE) -> Non
             "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA, "namespace": namespace}],
         },
     )
-
-
-@dataclass
-class LoggedProcess:
-    """A program started by a test, with its JSON log: what it did is read from there."""
-
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    def events(self) -> list[dict[str, Any]]:
-        return json_log(self.log_path)
-
-    def names(self) -> list[str]:
-        return [e["event"] for e in self.events()]
-
-    def terminate(self, timeout_s: float = 5) -> int:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-        return self.popen.wait(timeout_s)
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-            self.popen.wait()
-
-
-def json_log(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of a process's log (structlog's json format); other lines are skipped."""
-    out = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                with contextlib.suppress(ValueError):
-                    out.append(json.loads(line))
-    return out

@@ -161,7 +161,7 @@ def test_each_fault_on_the_path_is_classified(world: World) -> None:
 
     o = outage_then_recovery(world, node, "tls", tamper, lambda: world.tampered.discard(node.name))
     assert o.failure_class == "tls"
-    assert node.agent is not None and node.agent.poll() is None
+    assert node.agent is not None and node.agent.alive()
 
 
 def test_a_broken_path_for_most_nodes_protects_the_shoot(seed_plane: ControlPlane, tmp_path: Path) -> None:

@@ -19,8 +19,9 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, parse_micro_time
 from testenv.agents import Agents, agents_for
 from testenv.controllers import DOWN
 from testenv.kubelet import Kubelet, node_credentials
+from testenv.process import Process
 from testenv.shoot import FAST_ENV, Shoot
-from testenv.standins import AGENT_SA, LoggedProcess, wait_for
+from testenv.standins import AGENT_SA, wait_for
 from testenv.tcpproxy import TcpProxy
 from testenv.webhook import FailingWebhook
 from tests.integration.dwdworld import NODES
@@ -50,8 +51,8 @@ class NodesWorld:
     lb: TcpProxy
     kubelets: list[Kubelet]
     webhook: FailingWebhook
-    procs: list[LoggedProcess] = field(default_factory=list)
-    aggregator: LoggedProcess | None = None
+    procs: list[Process] = field(default_factory=list)
+    aggregator: Process | None = None
 
     def start(self) -> NodesWorld:
         """Agents and aggregator started; returns once the aggregator judged every node healthy."""

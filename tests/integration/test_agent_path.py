@@ -15,7 +15,8 @@ import pytest
 
 from core.lease import LAST_OUTAGE, RENEW_INTERVAL, Outage
 from testenv.agents import Agents
-from testenv.standins import LoggedProcess, wait_for
+from testenv.process import Process
+from testenv.standins import wait_for
 from testenv.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.integration
@@ -31,7 +32,7 @@ def lb(agents: Agents) -> Iterator[TcpProxy]:
     proxy.shutdown()
 
 
-def start_behind(agents: Agents, lb: TcpProxy, node: str, interval: str = "2s") -> LoggedProcess:
+def start_behind(agents: Agents, lb: TcpProxy, node: str, interval: str = "2s") -> Process:
     # The interval as the aggregator hands it out: through the lease's annotation.
     agents.create_lease(node, **{RENEW_INTERVAL: interval})
     agent = agents.start(agents.env(node, DWD_APISERVER_URL=f"https://localhost:{lb.port}"))

@@ -218,7 +218,7 @@ def _exists(c: Client, path: str) -> bool:
 def test_a_dead_kcm_is_restarted_and_status_follows(loop: KcmLoop) -> None:
     path = f"{DEPLOYMENTS.format(ns=loop.namespace)}/{KCM_DEPLOYMENT}"
     first = loop.kcm.procs[0]
-    first.process.popen.kill()
+    first.popen.kill()
     killed = time.monotonic()
     wait_for(lambda: loop.kcm.started == 2 and loop.kcm.ready() == 1, 30, "a new KCM healthy", every_s=0.1)
     print(f"\nKCM restarted and healthy {time.monotonic() - killed:.1f} s after a SIGKILL")

@@ -15,8 +15,9 @@ from testenv.apply import apply
 from testenv.controllers import CONTROLLERS, DOWN, KCM
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.gardener import CLUSTER_CRD
+from testenv.process import Process
 from testenv.shoot import Shoot, shoot_for
-from testenv.standins import LoggedProcess, wait_for
+from testenv.standins import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -201,7 +202,7 @@ def test_rotated_kubeconfig_secret_keeps_working(shoot: Shoot, tmp_path: Path) -
     assert target(port, shoot.namespace)["error"] == ""
 
 
-def _leader(aggs: list[LoggedProcess]) -> LoggedProcess | None:
+def _leader(aggs: list[Process]) -> Process | None:
     for a in aggs:
         changes = [e for e in a.events() if e["event"] == "leader_changed"]
         if changes and changes[-1]["leader"]:

@@ -14,6 +14,8 @@ import pytest
 from core.errors import BadRequest, Conflict, Forbidden, Gone
 from testenv import binaries
 from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.process import spawn
+from testenv.standins import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -184,18 +186,18 @@ def test_run_command_exit_code_and_cleanup_on_interrupt(tmp_path: Path) -> None:
     assert not Path(kubeconfig).exists(), "the control plane's directory outlived the run"
 
     # Interrupted while its command runs: everything it started goes away.
-    proc = subprocess.Popen(
+    proc = spawn(
+        "testenv-run",
         [sys.executable, "-m", "testenv", "run", "--", "sh", "-c", f"echo $TESTENV_URL > {out}.2; sleep 60"],
+        log_path=tmp_path / "run.log",
     )
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "env.2").exists():
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
+    wait_for(lambda: (tmp_path / "env.2").exists() or not proc.alive(), 60, "the command started", 0.1)
+    assert (tmp_path / "env.2").exists(), f"testenv run exited early:\n{proc.tail()}"
     children = subprocess.run(
         ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=False
     ).stdout.split()
     assert len(children) >= 2  # etcd, kube-apiserver (and the command)
-    proc.send_signal(signal.SIGINT)
+    proc.popen.send_signal(signal.SIGINT)
     assert proc.wait(30) == 130
     time.sleep(0.2)
     assert not any(_alive(int(p)) for p in children)
