@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import itertools
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from testenv.apply import kustomize_build
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
 from testenv.networld import Node, World
+from testenv.poller import Poller
 from testenv.process import Process
 from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.shoot import Sampler, Shoot, shoot_for
@@ -69,29 +69,9 @@ def epoch(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-class Poller(threading.Thread):
-    """Calls ``step`` every ``every_s`` until stopped; a failed step is counted, not fatal."""
-
-    def __init__(self, name: str, every_s: float) -> None:
-        super().__init__(name=name, daemon=True)
-        self.every_s = every_s
-        self.halt = threading.Event()
-        self.errors = 0
-
-    def step(self) -> None:
-        raise NotImplementedError
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            try:
-                self.step()
-            except (httpx.HTTPError, OSError, ValueError, KeyError):
-                self.errors += 1
-            self.halt.wait(self.every_s)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(10)
+# Beside a failed request: an answer cut short or without a key, from an aggregator or a KAPI
+# the faults are hitting. Counted; the record goes on.
+ERRORS: tuple[type[BaseException], ...] = (httpx.HTTPError, OSError, ValueError, KeyError)
 
 
 @dataclass(frozen=True)
@@ -108,7 +88,7 @@ class View:
 
 class AggregatorView(Poller):
     def __init__(self, url: str) -> None:
-        super().__init__("aggregator-view", STATUS_EVERY_S)
+        super().__init__("aggregator-view", STATUS_EVERY_S, errors=ERRORS)
         self.http = httpx.Client(base_url=url, timeout=2.0, trust_env=False)
         self.views: list[View] = []
 
@@ -127,8 +107,7 @@ class AggregatorView(Poller):
                 )
             )
 
-    def stop(self) -> None:
-        super().stop()
+    def close(self) -> None:
         self.http.close()
 
     def between(self, t0: float, t1: float = float("inf")) -> list[View]:
@@ -156,7 +135,7 @@ class LeaseLog(Poller):
     """Every renewTime each lease carried, read straight from the shoot KAPI."""
 
     def __init__(self, cp: ControlPlane) -> None:
-        super().__init__("lease-log", LEASES_EVERY_S)
+        super().__init__("lease-log", LEASES_EVERY_S, errors=ERRORS)
         self.client = cp.admin_client()
         self.renewals: dict[str, list[float]] = {}
         self.regressions = 0
@@ -174,8 +153,7 @@ class LeaseLog(Poller):
                         self.regressions += 1
                     seen.append(t)
 
-    def stop(self) -> None:
-        super().stop()
+    def close(self) -> None:
         self.client.close()
 
     def between(self, node: str, t0: float, t1: float) -> list[float]:
@@ -286,7 +264,7 @@ class Chain:
     def scaled_down_since(self, t0: float) -> bool:
         """Whether any controller was below its replicas in any 100 ms sample since ``t0``."""
         after = time.monotonic() - (time.time() - t0)  # the sampler keeps monotonic time
-        samples = [s for s in list(self.replicas.samples) if s.t >= after]
+        samples = self.replicas.between(after)
         assert samples, "no sample of the controllers: the seed was not read"
         return any(s.replicas != CONTROLLERS for s in samples)
 

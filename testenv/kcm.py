@@ -157,6 +157,6 @@ class KcmDeploymentController(DeploymentController):
                     },
                 )
 
-    def stop(self) -> None:
-        super().stop()
+    def close(self) -> None:
+        super().close()
         self.kcm.stop()

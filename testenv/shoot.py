@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,8 +22,9 @@ from testenv.client import Client
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.faultproxy import FaultProxy
+from testenv.poller import Poller
 from testenv.process import Process, spawn_python
-from testenv.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, Loop, deployment, wait_for
+from testenv.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, deployment, wait_for
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
 AGGREGATOR_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "shoot-access" / "rbac.yaml"
@@ -64,34 +66,50 @@ FAST_DEPENDENTS = {
 
 @dataclass(frozen=True)
 class Sample:
-    t: float  # time.monotonic()
+    t: float  # time.monotonic() when the read began
     replicas: dict[str, int]
     annotations: dict[str, dict[str, str]]
+    labels: dict[str, dict[str, str]]
 
 
-class Sampler(Loop):
-    """The controllers' spec.replicas and annotations every ``every_s``, from a thread: a scale
-    that came and went between two checks of a test is still in the record."""
+class Sampler(Poller):
+    """The controllers' spec.replicas, annotations and labels every ``every_s``, from a thread:
+    a scale that came and went between two checks of a test is still in the record."""
 
     def __init__(self, client: Client, namespace: str, every_s: float = 0.1) -> None:
-        super().__init__("sampler", every_s)
+        # At a fixed rate: the record is read as a time series.
+        super().__init__("sampler", every_s, fixed_rate=True)
         self.client = client
         self.namespace = namespace
         self.samples: list[Sample] = []
+        self._lock = threading.Lock()
 
     def step(self) -> None:
+        started = time.monotonic()
         items = self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]
-        self.samples.append(
-            Sample(
-                time.monotonic(),
-                {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items},
-                {d["metadata"]["name"]: dict(d["metadata"].get("annotations") or {}) for d in items},
-            )
+        sample = Sample(
+            started,
+            {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items},
+            {d["metadata"]["name"]: dict(d["metadata"].get("annotations") or {}) for d in items},
+            {d["metadata"]["name"]: dict(d["metadata"].get("labels") or {}) for d in items},
         )
+        with self._lock:
+            self.samples.append(sample)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def between(self, t0: float, t1: float = float("inf")) -> list[Sample]:
+        with self._lock:
+            return [s for s in self.samples if t0 <= s.t <= t1]
+
+    def latest(self) -> Sample | None:
+        with self._lock:
+            return self.samples[-1] if self.samples else None
 
     def first(self, bad: Callable[[Sample], bool], after: float = float("-inf")) -> Sample | None:
         """The first sample taken after ``after`` for which ``bad`` holds."""
-        return next((s for s in list(self.samples) if s.t >= after and bad(s)), None)
+        return next((s for s in self.between(after) if bad(s)), None)
 
 
 @dataclass

@@ -6,7 +6,6 @@ Used by the integration tests, the demo and the benchmarks.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -19,6 +18,7 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, format_micro_time, lease_path, l
 from testenv.client import Client
 from testenv.controlplane import ensure_namespace
 from testenv.kubelet import LEASE_DURATION_S, NODE_LEASE_NAMESPACE
+from testenv.poller import Poller
 
 AGENT_SA = "dwd-lease-agent"
 
@@ -40,38 +40,16 @@ def deployment(name: str, replicas: int) -> dict[str, Any]:
     }
 
 
-class Loop(threading.Thread):
-    """A background loop that calls ``step`` every ``every_s`` until stopped."""
-
-    def __init__(self, name: str, every_s: float) -> None:
-        super().__init__(name=name, daemon=True)
-        self.every_s = every_s
-        self.halt = threading.Event()
-
-    def step(self) -> None:
-        raise NotImplementedError
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            with contextlib.suppress(KubeError, OSError, httpx.HTTPError):
-                self.step()
-            self.halt.wait(self.every_s)
-
-    client: Client
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(10)
-        self.client.close()
-
-
-class LeaseDriver(Loop):
+class LeaseDriver(Poller):
     """Renews the leases of the nodes in ``alive``, as their agents would."""
 
     def __init__(self, client: Client, nodes: list[str], every_s: float = 0.5) -> None:
         super().__init__("lease-driver", every_s)
         self.client = client
         self.alive = set(nodes)
+
+    def close(self) -> None:
+        self.client.close()
 
     def step(self) -> None:
         now = format_micro_time(datetime.now(UTC))
@@ -83,7 +61,7 @@ class LeaseDriver(Loop):
                 )
 
 
-class NodeLeaseDriver(Loop):
+class NodeLeaseDriver(Poller):
     """Renews ``kube-node-lease/<node>`` for the nodes in ``alive``, as kubelet does: created with
     ``renewTime`` set and ``leaseDurationSeconds`` 40 when missing, then merge-patched ``renewTime``.
 
@@ -95,6 +73,9 @@ class NodeLeaseDriver(Loop):
         self.client = client
         self.alive = set(nodes)
         self._created: set[str] = set()
+
+    def close(self) -> None:
+        self.client.close()
 
     def step(self) -> None:
         now = format_micro_time(datetime.now(UTC))
@@ -119,13 +100,16 @@ class NodeLeaseDriver(Loop):
             raise
 
 
-class DeploymentController(Loop):
+class DeploymentController(Poller):
     """Plays the deployment controller the test control plane lacks: status follows spec."""
 
     def __init__(self, client: Client, namespace: str) -> None:
         super().__init__("deployment-controller", 0.2)
         self.client = client
         self.namespace = namespace
+
+    def close(self) -> None:
+        self.client.close()
 
     def step(self) -> None:
         for d in self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]:
