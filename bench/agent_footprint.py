@@ -12,7 +12,7 @@ from pathlib import Path
 from bench.table import print_table
 from testenv.agents import agents_for
 from testenv.controlplane import ControlPlane
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 
 
 def proc_rss_mib(pid: int, field: str = "VmRSS") -> float:

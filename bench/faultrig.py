@@ -36,7 +36,8 @@ from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
 from testenv.faultproxy import FaultProxy
 from testenv.process import Process, spawn_python
 from testenv.shoot import FAST_DEPENDENTS, Sample, Sampler, Shoot, shoot_for
-from testenv.standins import DEPLOYMENTS, NodeLeaseDriver, eventually
+from testenv.standins import DEPLOYMENTS, NodeLeaseDriver
+from testenv.wait import eventually, wait_for
 
 NAMESPACE = "shoot--faults--suite"
 NODES = [f"node-{i}" for i in range(10)]
@@ -304,13 +305,8 @@ class Rig:
         return "; ".join(parts)
 
     def wait_leader(self, timeout_s: float) -> Replica:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            leader = self.leader()
-            if leader is not None:
-                return leader
-            time.sleep(0.1)
-        raise TimeoutError(f"no aggregator replica led within {timeout_s:.0f}s")
+        leader: Replica = wait_for(self.leader, timeout_s, "an aggregator replica to lead", 0.1, TimeoutError)
+        return leader
 
 
 def _phase(status: dict[str, Any]) -> str:
@@ -348,11 +344,10 @@ def rig(workdir: Path) -> Iterator[Rig]:
         shoot.wait_leases_renewed(60)
         if not eventually(lambda: _kubelet_leases(shoot) == len(NODES), 60):
             raise TimeoutError("the kubelet leases were not all created within 60s")
-        deadline = time.monotonic() + 60
-        while not r.settled():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the rig did not settle: {r.describe()}")
-            time.sleep(0.2)
+        try:
+            wait_for(r.settled, 60, "the rig to settle", every_s=0.2, error=TimeoutError)
+        except TimeoutError:
+            raise TimeoutError(f"the rig did not settle: {r.describe()}") from None
         journal("rig settled")
         yield r
 

@@ -41,7 +41,7 @@ from bench.faultplan import Plan, plan
 from bench.faultreport import Result, check, report
 from bench.faultrig import NODES, Rig, rig, wall
 from testenv.controllers import CONTROLLERS
-from testenv.standins import eventually
+from testenv.wait import eventually
 
 SETTLE_S = 60.0
 # Past the aggregator's blind limit (2 min): a rig that has not settled by then never will.

@@ -55,7 +55,7 @@ from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port, kubeconfig_yaml
 from testenv.process import Process as LoggedProcess
 from testenv.shoot import Sampler, Shoot
-from testenv.standins import eventually, wait_for
+from testenv.wait import eventually, wait_for
 
 DEFAULTS = {
     "DWD_LEASE_DURATION": "8s",

@@ -61,7 +61,8 @@ from testenv.client import Client
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port, kubeconfig_yaml
 from testenv.gardener import CLUSTER_CRD, cluster
-from testenv.standins import DEPLOYMENTS, deployment, wait_for
+from testenv.standins import DEPLOYMENTS, deployment
+from testenv.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOOT_ACCESS = ROOT / "manifests" / "shoot-access" / "rbac.yaml"

@@ -40,7 +40,8 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from demo import scenario
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.process import Process, json_log
-from testenv.standins import DEPLOYMENTS, wait_for
+from testenv.standins import DEPLOYMENTS
+from testenv.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 # The first parent of the merge that brought the witness (8687c0a "Merge branch 'witness'").

@@ -45,6 +45,7 @@ from testenv.kubelet import Kubelet, node_credentials, write_kubeconfig
 from testenv.process import Process, json_log, spawn_python, stop_all
 from testenv.standins import DEPLOYMENTS, deployment, grant_agent_rbac
 from testenv.tcpproxy import TcpProxy
+from testenv.wait import wait_for
 
 # KCM's node-monitor grace period as Gardener sets it, and how long the demo holds the cut
 # beyond the moment KCM would have acted.
@@ -210,12 +211,15 @@ def start_aggregator(
 
 
 def wait(pred: Callable[[], bool], timeout_s: float, what: str, tick: Callable[[], None]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"demo: {what} did not happen within {timeout_s:.0f}s")
+    """``wait_for``, showing what happens meanwhile."""
+
+    def done() -> bool:
+        if pred():
+            return True
         tick()
-        time.sleep(0.25)
+        return False
+
+    wait_for(done, timeout_s, f"demo: {what}", every_s=0.25, error=TimeoutError)
 
 
 def hold(seconds: float, tick: Callable[[], None]) -> None:

@@ -42,8 +42,9 @@ from testenv.poller import Poller
 from testenv.process import Process
 from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.shoot import Sampler, Shoot, shoot_for
-from testenv.standins import grant_agent_rbac, wait_for
+from testenv.standins import grant_agent_rbac
 from testenv.tcpproxy import TcpProxy
+from testenv.wait import wait_for
 
 # The aggregator's defaults for everything a path is judged by (FAST_ENV shortens them).
 AGGREGATOR_DEFAULTS = {

@@ -14,7 +14,6 @@ import shutil
 import socket
 import ssl
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from testenv import binaries
 from testenv.client import Client
 from testenv.pki import CertificateAuthority, KeyPair, service_account_keys
 from testenv.process import Process, spawn
+from testenv.wait import wait_for
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -159,24 +159,28 @@ class ControlPlane:
             return revision
 
     def _wait(self, proc: Process, url: str, cert: KeyPair | None, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
         verify: ssl.SSLContext | bool = False
         if url.startswith("https"):
             verify = ssl.create_default_context(cafile=str(self.ca_file))
             if cert is not None:
                 verify.load_cert_chain(str(cert.cert), str(cert.key))
         with httpx.Client(verify=verify, timeout=2.0, trust_env=False) as http:
-            while True:
+
+            def ready() -> bool:
                 if not proc.alive():
                     raise RuntimeError(
                         f"{proc.name} exited with {proc.popen.returncode} while starting:\n{proc.tail()}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
-                    if http.get(url).status_code == 200:
-                        return
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{proc.name} not ready at {url} after {timeout_s}s:\n{proc.tail()}")
-                time.sleep(0.1)
+                    return http.get(url).status_code == 200
+                return False
+
+            try:
+                wait_for(ready, timeout_s, f"{proc.name} at {url}", every_s=0.1, error=TimeoutError)
+            except TimeoutError:
+                raise RuntimeError(
+                    f"{proc.name} not ready at {url} after {timeout_s}s:\n{proc.tail()}"
+                ) from None
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig.write_text(

@@ -24,7 +24,8 @@ from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.faultproxy import FaultProxy
 from testenv.poller import Poller
 from testenv.process import Process, spawn_python
-from testenv.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, deployment, wait_for
+from testenv.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, deployment
+from testenv.wait import wait_for
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
 AGGREGATOR_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "shoot-access" / "rbac.yaml"

@@ -6,8 +6,6 @@ Used by the integration tests, the demo and the benchmarks.
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -142,27 +140,6 @@ def follow_spec(client: Client, d: dict[str, Any]) -> None:
             }
         },
     )
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(every_s)
-
-
-def eventually(predicate: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> bool:
-    """Whether ``predicate`` holds within ``timeout_s``; the caller says what it means."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(every_s)
-    return True
 
 
 def grant_agent_rbac(c: Client, namespace: str = DEFAULT_LEASE_NAMESPACE) -> None:

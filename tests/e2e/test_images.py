@@ -21,7 +21,7 @@ from testenv import containers
 from testenv.chain import LEASE_DURATION_S, Chain, chain, example_daemonset
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

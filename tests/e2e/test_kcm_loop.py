@@ -24,7 +24,8 @@ from testenv.networld import API, Node, World
 from testenv.process import Process, json_log, spawn
 from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.shoot import Shoot, shoot_for
-from testenv.standins import grant_agent_rbac, wait_for
+from testenv.standins import grant_agent_rbac
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

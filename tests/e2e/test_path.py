@@ -15,7 +15,8 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, LAST_OUTAGE, RENEW_INTERVAL, Out
 from testenv.controlplane import ControlPlane, ensure_node
 from testenv.kubelet import write_kubeconfig
 from testenv.networld import API, INTERNAL_API, Node, World
-from testenv.standins import grant_agent_rbac, wait_for
+from testenv.standins import grant_agent_rbac
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -32,7 +32,7 @@ from testenv.chain import LEASE_DURATION_S, STATUS_EVERY_S, TICK_S, Chain, agent
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane
 from testenv.networld import Node, World
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,8 @@ from core.lease import leases_path
 from testenv.client import Client
 from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
 from testenv.shoot import FAST_DEPENDENTS, Shoot
-from testenv.standins import DEPLOYMENTS, NodeLeaseDriver, wait_for
+from testenv.standins import DEPLOYMENTS, NodeLeaseDriver
+from testenv.wait import wait_for
 
 NODES = [f"node-{i}" for i in range(10)]
 # Short clocks, DWD's rules: a lease is expired 1.5 s after its renewal.

@@ -21,8 +21,9 @@ from testenv.controllers import DOWN
 from testenv.kubelet import Kubelet, node_credentials
 from testenv.process import Process
 from testenv.shoot import FAST_ENV, Shoot
-from testenv.standins import AGENT_SA, wait_for
+from testenv.standins import AGENT_SA
 from testenv.tcpproxy import TcpProxy
+from testenv.wait import wait_for
 from testenv.webhook import FailingWebhook
 from tests.integration.dwdworld import NODES
 

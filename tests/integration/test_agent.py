@@ -15,8 +15,8 @@ from core.errors import Unauthorized
 from core.lease import LAST_OUTAGE, RELEASED, RENEW_INTERVAL, Outage, lease_path
 from testenv.agents import NS, Agents
 from testenv.client import Client
-from testenv.standins import wait_for
 from testenv.tcpproxy import TcpProxy
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ import pytest
 from core.lease import LAST_OUTAGE, RENEW_INTERVAL, Outage
 from testenv.agents import Agents
 from testenv.process import Process
-from testenv.standins import wait_for
 from testenv.tcpproxy import TcpProxy
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

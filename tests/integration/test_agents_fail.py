@@ -17,7 +17,7 @@ import pytest
 
 from aggregator.settings import Decider
 from testenv.controllers import CONTROLLERS
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 from tests.integration.nodesworld import DOWN, LEASE_DURATION_S, RECOVERY_PERIOD_S, NodesWorld
 
 pytestmark = pytest.mark.integration

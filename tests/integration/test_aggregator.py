@@ -9,7 +9,7 @@ import pytest
 from aggregator.records import IGNORE_SCALING, MELTDOWN, REPLICAS
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.shoot import Shoot
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

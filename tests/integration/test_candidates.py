@@ -14,7 +14,7 @@ from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import free_port
 from testenv.gardener import MACHINE_CRD
 from testenv.shoot import Shoot
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 from tests.integration.test_service import target
 
 pytestmark = pytest.mark.integration

@@ -36,7 +36,8 @@ from testenv.dwd import (
     target_replicas,
 )
 from testenv.shoot import FAST_DEPENDENTS, Shoot
-from testenv.standins import DEPLOYMENTS, wait_for
+from testenv.standins import DEPLOYMENTS
+from testenv.wait import wait_for
 from tests.integration.dwdworld import FAST, NODES, DwdWorld
 
 pytestmark = pytest.mark.integration

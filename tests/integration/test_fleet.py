@@ -20,7 +20,7 @@ from core.durations import parse_duration
 from core.lease import RENEW_INTERVAL
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.shoot import FAST_ENV, Shoot
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.gardener import GARDENER_MANIFEST_CRDS
 from testenv.process import spawn_python
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

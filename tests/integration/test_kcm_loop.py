@@ -17,7 +17,8 @@ from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.kcm import KCM_DEPLOYMENT, KcmDeploymentController, KcmReplicas
 from testenv.kubelet import NODE_LEASE_NAMESPACE, Kubelet, node_credentials
-from testenv.standins import DEPLOYMENTS, deployment, wait_for
+from testenv.standins import DEPLOYMENTS, deployment
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.kubelet import write_kubeconfig
 from testenv.process import spawn
 from testenv.pytest_plugin import EXTERNAL_NAMES
-from testenv.standins import wait_for
 from testenv.tcpproxy import TcpProxy
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,8 @@ from aggregator.records import MELTDOWN, RECORD, REPLICAS
 from testenv.controllers import CONTROLLERS, DOWN, KCM, MCM
 from testenv.controlplane import ensure_namespace
 from testenv.shoot import FAST_DEPENDENTS, Sample, Shoot
-from testenv.standins import DEPLOYMENTS, deployment, eventually, wait_for
+from testenv.standins import DEPLOYMENTS, deployment
+from testenv.wait import eventually, wait_for
 from tests.integration.dwdworld import NODES, DwdWorld
 
 pytestmark = pytest.mark.integration

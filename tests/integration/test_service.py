@@ -17,7 +17,7 @@ from testenv.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.gardener import CLUSTER_CRD
 from testenv.process import Process
 from testenv.shoot import Shoot, shoot_for
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

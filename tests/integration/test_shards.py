@@ -18,7 +18,8 @@ from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import ensure_namespace
 from testenv.process import Process
 from testenv.shoot import ACCESS_SECRET, Shoot
-from testenv.standins import DEPLOYMENTS, DeploymentController, deployment, wait_for
+from testenv.standins import DEPLOYMENTS, DeploymentController, deployment
+from testenv.wait import wait_for
 
 FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
 SHARDS = 4

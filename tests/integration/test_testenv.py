@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from core.errors import BadRequest, Conflict, Forbidden, Gone
 from testenv import binaries
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.process import spawn
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -123,15 +124,15 @@ def test_rbac_denies_then_allows(control_plane: ControlPlane, ns: str) -> None:
                     "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": ns}],
                 },
             )
-            deadline = time.monotonic() + 10  # the RBAC authorizer reads from an informer
-            while True:
+
+            def leases() -> dict[str, Any] | None:
                 try:
-                    assert as_sa.get(LEASES.format(ns=ns))["kind"] == "LeaseList"
-                    break
+                    return as_sa.get(LEASES.format(ns=ns))
                 except Forbidden:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+                    return None
+
+            # The RBAC authorizer reads from an informer: the binding takes a moment.
+            assert wait_for(leases, 10, "the Role bound", every_s=0.1)["kind"] == "LeaseList"
 
 
 def test_node_bound_token_carries_the_node(control_plane: ControlPlane) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from testenv.controllers import CONTROLLERS, DOWN
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 from tests.integration.dwdworld import NODES, DwdWorld
 
 pytestmark = pytest.mark.integration
