@@ -38,7 +38,7 @@ from aggregator.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.witness import NODE_LEASE_NAMESPACE
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv import workload
-from testenv.controllers import CONTROLLERS
+from testenv.controllers import CONTROLLERS, DOWN, MCM
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.kcm import KcmDeploymentController, KcmReplicas
 from testenv.kubelet import Kubelet, node_credentials, write_kubeconfig
@@ -359,22 +359,19 @@ def _stop_aggregator(stage: Stage) -> None:
     stage.tail = None
 
 
-def _act_unprotected(
-    stage: Stage,
-    tmp: Path,
-    env_base: dict[str, str],
-    overrides: dict[str, str],
-    renewals: list[float] | None,
-) -> dict[str, float]:
-    """Act 1: the aggregator in dry-run (it judges and says what it would do, writes nothing);
-    KCM alone decides what a cut means."""
-    show, tl, nodes = stage.show, stage.tl, stage.nodes
-    show(">>> act 1, no protection: the aggregator in dry-run, KCM alone")
-    _aggregator(stage, tmp, env_base, {**overrides, "DWD_DRY_RUN": "true"}, "aggregator-dry-run.log")
-    show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
+def _cut(stage: Stage) -> datetime:
+    """The load balancer closed: the nodes lose KAPI, KAPI itself is fine. Returns when, on the
+    wall clock (the leases' renewTimes are on it)."""
+    stage.show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
     stage.w["lb"].close()
     stage.reset()
-    tl.marks["cut"], cut_wall = time.monotonic(), datetime.now(UTC)
+    stage.tl.mark("cut")
+    return datetime.now(UTC)
+
+
+def _kcm_alone(stage: Stage) -> list[float]:
+    """What KCM does to the cut by itself: when (seconds after the cut) each node went Unknown."""
+    nodes = stage.nodes
 
     def every_node_unknown() -> bool:
         return stage.unknown == nodes and stage.min_endpoints == 0
@@ -384,26 +381,50 @@ def _act_unprotected(
     with contextlib.suppress(TimeoutError):
         wait(every_node_unknown, GRACE_S + 25, "every node Unknown", stage.tick)
     unknown_at = sorted(stage.unknown_at.values())
-    taken = nodes - stage.min_endpoints
-    if renewals is not None:
-        # What KCM judged, for a model of another rule on the same observations (bench/race.py).
-        for lease in stage.w["shoot_admin"].get(leases_path(NODE_LEASE_NAMESPACE))["items"]:
-            if renew := lease["spec"].get("renewTime"):
-                renewals.append((parse_micro_time(renew) - cut_wall).total_seconds())
     if unknown_at:
         first, last = unknown_at[0], unknown_at[-1]
-        show(
+        stage.show(
             f"unprotected: KCM marked {len(unknown_at)} nodes Unknown {first:.0f}-{last:.0f}s after the cut "
-            f"and removed {taken} of {nodes} endpoints"
+            f"and removed {nodes - stage.min_endpoints} of {nodes} endpoints"
         )
     else:
-        show(f"unprotected: no node went Unknown within {GRACE_S + 25}s of the cut")
+        stage.show(f"unprotected: no node went Unknown within {GRACE_S + 25}s of the cut")
+    return unknown_at
+
+
+def _kubelet_renewals(stage: Stage, cut_wall: datetime) -> list[float]:
+    """Each kubelet lease's last renewal, in seconds from the cut: what KCM judged, for a model of
+    another rule on the same observations (bench/race.py)."""
+    leases = stage.w["shoot_admin"].get(leases_path(NODE_LEASE_NAMESPACE))["items"]
+    return [
+        (parse_micro_time(renew) - cut_wall).total_seconds()
+        for lease in leases
+        if (renew := lease["spec"].get("renewTime"))
+    ]
+
+
+def _act_unprotected(
+    stage: Stage,
+    tmp: Path,
+    env_base: dict[str, str],
+    overrides: dict[str, str],
+    renewals: list[float] | None,
+) -> dict[str, float]:
+    """Act 1: the aggregator in dry-run (it judges and says what it would do, writes nothing);
+    KCM alone decides what a cut means."""
+    show, nodes = stage.show, stage.nodes
+    show(">>> act 1, no protection: the aggregator in dry-run, KCM alone")
+    _aggregator(stage, tmp, env_base, {**overrides, "DWD_DRY_RUN": "true"}, "aggregator-dry-run.log")
+    cut_wall = _cut(stage)
+    unknown_at = _kcm_alone(stage)
+    if renewals is not None:
+        renewals += _kubelet_renewals(stage, cut_wall)
     show(">>> the load balancer is back")
     stage.w["lb"].open()
     wait(stage.healthy, 90, "every node Ready and every endpoint back", stage.tick)
     show(f"every node Ready again, {nodes}/{nodes} endpoints")
     _stop_aggregator(stage)
-    del tl.marks["cut"]
+    del stage.tl.marks["cut"]
     return {
         "unprotected_first_unknown_s": unknown_at[0] if unknown_at else math.inf,
         "unprotected_last_unknown_s": unknown_at[-1] if unknown_at else math.inf,
@@ -412,65 +433,77 @@ def _act_unprotected(
     }
 
 
-def _act_protected(
-    stage: Stage, tmp: Path, env_base: dict[str, str], overrides: dict[str, str]
-) -> dict[str, float]:
-    """Act 2: the same cut with the aggregator acting."""
-    show, tl, nodes, w = stage.show, stage.tl, stage.nodes, stage.w
-    show(">>> act 2, protection: the aggregator with its defaults")
-    _aggregator(stage, tmp, env_base, overrides, "aggregator.log")
-    seed_admin = w["seed_admin"]
-    replicas = stage.replicas
-    show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
-    w["lb"].close()
-    tl.mark("cut")
-    stage.reset()
-    down = dict.fromkeys(CONTROLLERS, 0)
-    wait(lambda: replicas().get("machine-controller-manager") == 0, 120, "MCM scaled down", stage.tick)
+def _scaled_down(stage: Stage) -> dict[str, float]:
+    """MCM first, then every controller at 0; measured from the cut and from the last renewal."""
+    tl, replicas = stage.tl, stage.replicas
+    wait(lambda: replicas().get(MCM) == 0, 120, "MCM scaled down", stage.tick)
     tl.mark("mcm_down")
     mcm_down_wall = datetime.now(UTC)
-    wait(lambda: replicas() == down, 60, "every controller scaled down", stage.tick)
+    wait(lambda: replicas() == DOWN, 60, "every controller scaled down", stage.tick)
     tl.mark("all_down")
     all_down_wall = datetime.now(UTC)
     last_renewal = max(
         parse_micro_time(lease["spec"]["renewTime"])
-        for lease in w["shoot_admin"].get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]
+        for lease in stage.w["shoot_admin"].get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]
     )
-    show(
+    stage.show(
         f"protected: MCM down {tl.since('cut', 'mcm_down'):.1f}s and KCM down "
         f"{tl.since('cut', 'all_down'):.1f}s after the cut (KCM's node grace period is 40-50s)"
     )
-    wait(lambda: w["kcm"].count() == 0, 30, "no KCM process left", stage.tick)
-    tl.mark("kcm_stopped")
-    held = GRACE_S + HOLD_PAST_GRACE_S - tl.since("cut", "kcm_stopped")
-    show(f">>> holding the cut {held:.0f}s more: past KCM's {GRACE_S}s grace, no KCM is there to act")
+    return {
+        "last_renewal_to_mcm_down_s": (mcm_down_wall - last_renewal).total_seconds(),
+        "last_renewal_to_kcm_down_s": (all_down_wall - last_renewal).total_seconds(),
+        "cut_to_mcm_down_s": tl.since("cut", "mcm_down"),
+        "cut_to_all_down_s": tl.since("cut", "all_down"),
+    }
+
+
+def _hold_past_grace(stage: Stage) -> None:
+    """The cut kept on past KCM's grace: with no KCM running, nothing marks a node Unknown."""
+    wait(lambda: stage.w["kcm"].count() == 0, 30, "no KCM process left", stage.tick)
+    stage.tl.mark("kcm_stopped")
+    held = GRACE_S + HOLD_PAST_GRACE_S - stage.tl.since("cut", "kcm_stopped")
+    stage.show(f">>> holding the cut {held:.0f}s more: past KCM's {GRACE_S}s grace, no KCM is there to act")
     hold(held, stage.tick)
 
-    show(">>> the load balancer is back")
-    w["lb"].open()
+
+def _restored(stage: Stage) -> None:
+    """The load balancer back: every controller back at its old replicas, no record left."""
+    tl, nodes, replicas = stage.tl, stage.nodes, stage.replicas
+    stage.show(">>> the load balancer is back")
+    stage.w["lb"].open()
     tl.mark("heal")
     wait(lambda: replicas() == CONTROLLERS, 180, "every controller back with its old replicas", stage.tick)
     tl.mark("all_up")
-    wait(lambda: w["kcm"].ready() >= 1, 60, "KCM running again", stage.tick)
+    wait(lambda: stage.w["kcm"].ready() >= 1, 60, "KCM running again", stage.tick)
     hold(10, stage.tick)
-    show(
+    stage.show(
         f"protected: KCM stopped {tl.since('cut', 'all_down'):.0f}s after the cut; at most {stage.unknown} "
         f"nodes Unknown, {stage.min_endpoints}/{nodes} endpoints kept; all restored "
         f"{tl.since('heal', 'all_up'):.0f}s after the heal"
     )
     annotations = [
         d["metadata"].get("annotations") or {}
-        for d in seed_admin.get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
+        for d in stage.w["seed_admin"].get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
     ]
     marks = (RECORD, REPLICAS, MELTDOWN)
     leftover = [a for a in annotations if any(k in marks for k in a)]
-    show(f"restored {replicas()}; controllers still carrying a record: {len(leftover)}")
+    stage.show(f"restored {replicas()}; controllers still carrying a record: {len(leftover)}")
+
+
+def _act_protected(
+    stage: Stage, tmp: Path, env_base: dict[str, str], overrides: dict[str, str]
+) -> dict[str, float]:
+    """Act 2: the same cut with the aggregator acting."""
+    stage.show(">>> act 2, protection: the aggregator with its defaults")
+    _aggregator(stage, tmp, env_base, overrides, "aggregator.log")
+    _cut(stage)
+    measured = _scaled_down(stage)
+    _hold_past_grace(stage)
+    _restored(stage)
     return {
-        "last_renewal_to_mcm_down_s": (mcm_down_wall - last_renewal).total_seconds(),
-        "last_renewal_to_kcm_down_s": (all_down_wall - last_renewal).total_seconds(),
-        "cut_to_mcm_down_s": tl.since("cut", "mcm_down"),
-        "cut_to_all_down_s": tl.since("cut", "all_down"),
-        "heal_to_all_up_s": tl.since("heal", "all_up"),
+        **measured,
+        "heal_to_all_up_s": stage.tl.since("heal", "all_up"),
         "nodes_unknown_max": float(stage.unknown),
         "endpoints_ready_min": float(stage.min_endpoints),
     }
