@@ -4,7 +4,8 @@ so the layers are told apart here.
 - core/ and agent/ stay lean: no aggregator, aiohttp or kubernetes (the agent's image has none);
 - the programs (core/, agent/, aggregator/, image/) never import the harness, the benches, the
   demo or the tests;
-- testenv/ is the one harness: bench/, demo/ and testenv/ itself never import tests/.
+- testenv/ is the one harness: bench/, demo/ and testenv/ itself never import tests/; testenv/
+  imports no program (it starts them as processes), no bench and no demo; the demo no bench.
 
 And the harness and the demo keep their functions to 50 lines.
 """
@@ -24,9 +25,12 @@ FORBIDDEN: dict[str, frozenset[str]] = {
     "agent": frozenset({"aggregator", "aiohttp", "kubernetes", "testenv", "bench", "demo", "tests"}),
     "aggregator": frozenset({"testenv", "bench", "demo", "tests"}),
     "image": frozenset({"testenv", "bench", "demo", "tests"}),
-    "testenv": frozenset({"tests"}),
+    # Like dependency-watchdog's internal/test (.import-restrictions): the harness imports only
+    # what the programs share (core/, and image/ to build them), never a program it starts nor
+    # those who use it.
+    "testenv": frozenset({"tests", "bench", "demo", "aggregator", "agent"}),
     "bench": frozenset({"tests"}),
-    "demo": frozenset({"tests"}),
+    "demo": frozenset({"tests", "bench"}),
 }
 
 
