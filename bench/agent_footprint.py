@@ -10,8 +10,9 @@ import time
 from pathlib import Path
 
 from bench.table import print_table
+from testenv.agents import agents_for
 from testenv.controlplane import ControlPlane
-from tests.integration.agents import agents_for, wait_for
+from testenv.wait import wait_for
 
 
 def proc_rss_mib(pid: int, field: str = "VmRSS") -> float:
@@ -47,11 +48,11 @@ def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
         proc = agents.start(agents.env("bench-2", DWD_RENEW_INTERVAL="500ms"))
         wait_for(lambda: (agents.lease("bench-2") or {}).get("spec", {}).get("renewTime"), 10, "renewal")
         time.sleep(2)
-        cpu0, t0 = proc_cpu_s(proc.popen.pid), time.monotonic()
+        cpu0, t0 = proc_cpu_s(proc.pid), time.monotonic()
         time.sleep(steady_s)
-        cpu1, t1 = proc_cpu_s(proc.popen.pid), time.monotonic()
-        rss = proc_rss_mib(proc.popen.pid)
-        anon, shared = proc_rss_mib(proc.popen.pid, "RssAnon"), proc_rss_mib(proc.popen.pid, "RssFile")
+        cpu1, t1 = proc_cpu_s(proc.pid), time.monotonic()
+        rss = proc_rss_mib(proc.pid)
+        anon, shared = proc_rss_mib(proc.pid, "RssAnon"), proc_rss_mib(proc.pid, "RssFile")
         n_steady = (t1 - t0) / 0.5
         proc.terminate()
 

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from bench.faultrig import KCM, MCM, NODES, Rig
+from bench.faultrig import NODES, Rig, recorded
+from testenv.controllers import CONTROLLERS, KCM, MCM
 from testenv.dwd import DependencyWatchdog
-from testenv.standins import CONTROLLERS
 
 KINDS = ("outage", "minority", "kapi-restart")
 EXTRAS = ("kill", "seed-fault", "handover", "dwd", "operator-scale", "window-kill")
@@ -255,7 +255,7 @@ def _in_window(replicas: dict[str, int], recorded: frozenset[str]) -> bool:
 
 def _seen(r: Rig, state: Callable[[dict[str, int], frozenset[str]], bool]) -> bool:
     sample = r.sampler.latest()
-    return sample is not None and state(sample.replicas, sample.recorded)
+    return sample is not None and state(sample.replicas, recorded(sample))
 
 
 ACTIONS: dict[str, Callable[[Rig, Extra, Moments, Tally], None]] = {

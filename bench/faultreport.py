@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.faultplan import EXTRAS, KINDS, Plan, Tally
-from bench.faultrig import Sample
+from bench.faultrig import annotated, recorded
 from bench.table import print_table
-from testenv.standins import CONTROLLERS, json_log
+from testenv.controllers import CONTROLLERS
+from testenv.process import json_log
+from testenv.shoot import Sample
 
 SHOWN_EVENTS = {
     "aggregator_started",
@@ -98,7 +100,7 @@ def check(
             low = next((s for s in samples if s.replicas.get(name, 0) < count), None)
             if low is not None:
                 res.lowered.append(f"{name} at {low.replicas.get(name)} at cut+{low.t - t_cut:.1f}s")
-            marked = next((s for s in samples if name in s.annotated), None)
+            marked = next((s for s in samples if name in annotated(s)), None)
             if marked is not None:
                 res.recorded.append(f"{name} at cut+{marked.t - t_cut:.1f}s")
     res.lost.extend(_restored_wrong(samples, t_heal, t_reset, want))
@@ -114,7 +116,7 @@ def check(
             res.lost.append(f"{name} at {got}, not {count}, after the settle bound")
         if got == 0:
             res.left_at_zero.append(f"{name} at 0 after the settle bound")
-        if name in last.annotated:
+        if name in annotated(last):
             res.lost.append(f"{name} still carries a record after the settle bound")
 
 
@@ -129,7 +131,7 @@ def _restored_wrong(
         (
             s
             for s in samples
-            if t_heal <= s.t < t_reset and not s.recorded and all(s.replicas.get(n, 0) > 0 for n in want)
+            if t_heal <= s.t < t_reset and not recorded(s) and all(s.replicas.get(n, 0) > 0 for n in want)
         ),
         None,
     )
@@ -173,7 +175,7 @@ def _lowered_again(samples: Sequence[Sample], t_cut: float, t_heal: float, t_res
                 for s in samples
                 if max(t_heal, lowered_at) <= s.t < t_reset
                 and s.replicas.get(name, 0) > 0
-                and name not in s.recorded
+                and name not in recorded(s)
             ),
             None,
         )

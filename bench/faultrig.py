@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -32,11 +30,14 @@ import yaml
 from aggregator.records import RECORD
 from core.errors import KubeError
 from core.lease import PREFIX, leases_path
+from testenv.controllers import CONTROLLERS, MCM
 from testenv.controlplane import ControlPlane, free_port
 from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
 from testenv.faultproxy import FaultProxy
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, LoggedProcess, NodeLeaseDriver, eventually
-from tests.integration.shoot import FAST_DEPENDENTS, Shoot, shoot_for
+from testenv.process import Process, spawn_python
+from testenv.shoot import FAST_DEPENDENTS, Sample, Sampler, Shoot, shoot_for
+from testenv.standins import DEPLOYMENTS, NodeLeaseDriver
+from testenv.wait import eventually, wait_for
 
 NAMESPACE = "shoot--faults--suite"
 NODES = [f"node-{i}" for i in range(10)]
@@ -50,7 +51,6 @@ LEADER_ENV = {
     "DWD_LEADER_RENEW_DEADLINE": "2s",
     "DWD_LEADER_RETRY_PERIOD": "500ms",
 }
-KCM, MCM = "kube-controller-manager", "machine-controller-manager"
 # The tests' dependents, but MCM comes up 5 s after KCM (Gardener's is 30 s): a window in
 # which KCM runs again while MCM and CA are still at 0 with our record, for restarts to hit.
 MCM_UP_DELAY = "5s"
@@ -120,69 +120,18 @@ class Journal:
         self._file.close()
 
 
-@dataclass(frozen=True)
-class Sample:
-    t: float  # monotonic
-    replicas: dict[str, int]
-    # The controllers that carry any mark of a scale-down: ours, or dependency-watchdog's keys.
-    annotated: frozenset[str]
-    # The controllers that carry our record (its annotation or its label): held down by us.
-    recorded: frozenset[str]
+def recorded(s: Sample) -> frozenset[str]:
+    """The controllers that carry our record (its annotation or its label): held down by us."""
+    return frozenset(
+        n for n in s.replicas if RECORD in s.annotations.get(n, {}) or RECORD in s.labels.get(n, {})
+    )
 
 
-def _recorded(d: dict[str, Any]) -> bool:
-    meta = d["metadata"]
-    return RECORD in (meta.get("annotations") or {}) or RECORD in (meta.get("labels") or {})
-
-
-def _annotated(d: dict[str, Any]) -> bool:
-    """Our record is not under dependency-watchdog's prefix: counted on its own."""
-    return _recorded(d) or any(k.startswith(PREFIX) for k in d["metadata"].get("annotations") or {})
-
-
-class Sampler(threading.Thread):
-    """Reads the controllers' spec.replicas and annotations from the seed every ``every_s``."""
-
-    def __init__(self, seed: ControlPlane, namespace: str, every_s: float = 0.1) -> None:
-        super().__init__(name="sampler", daemon=True)
-        self.client = seed.admin_client()
-        self.path = DEPLOYMENTS.format(ns=namespace)
-        self.every_s = every_s
-        self.halt = threading.Event()
-        self.samples: list[Sample] = []
-        self.errors = 0
-        self._lock = threading.Lock()
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            started = time.monotonic()
-            try:
-                items = self.client.get(self.path)["items"]
-            except (KubeError, OSError, httpx.HTTPError):
-                self.errors += 1
-            else:
-                sample = Sample(
-                    started,
-                    {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items},
-                    frozenset(d["metadata"]["name"] for d in items if _annotated(d)),
-                    frozenset(d["metadata"]["name"] for d in items if _recorded(d)),
-                )
-                with self._lock:
-                    self.samples.append(sample)
-            self.halt.wait(max(0.0, self.every_s - (time.monotonic() - started)))
-
-    def between(self, t0: float, t1: float = float("inf")) -> list[Sample]:
-        with self._lock:
-            return [s for s in self.samples if t0 <= s.t <= t1]
-
-    def latest(self) -> Sample | None:
-        with self._lock:
-            return self.samples[-1] if self.samples else None
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(5)
-        self.client.close()
+def annotated(s: Sample) -> frozenset[str]:
+    """The controllers that carry any mark of a scale-down: ours (not under dependency-watchdog's
+    prefix, so counted on its own), or dependency-watchdog's keys."""
+    marked = {n for n, keys in s.annotations.items() if any(k.startswith(PREFIX) for k in keys)}
+    return recorded(s) | marked
 
 
 @dataclass
@@ -193,7 +142,7 @@ class Replica:
     proxy: FaultProxy
     kubeconfig: Path
     port: int = field(default_factory=free_port)
-    process: LoggedProcess | None = None
+    process: Process | None = None
     starts: int = 0
     _identity: str = ""
 
@@ -202,7 +151,7 @@ class Replica:
         return f"aggregator-{self.slot}"
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.popen.poll() is None
+        return self.process is not None and self.process.alive()
 
     def identity(self) -> str:
         """Its leader-election identity, from its start-up log line."""
@@ -295,18 +244,14 @@ class Rig:
                 DWD_METRICS_ADDR=f"127.0.0.1:{r.port}",
                 DWD_DEPENDENTS_FILE=str(self.workdir / DEPENDENTS_FILE),
             )
-            with open(log_path, "wb") as log:
-                popen = subprocess.Popen(
-                    [sys.executable, "-m", "aggregator"], env=env, stdout=log, stderr=log
-                )
-            r.process, r._identity = LoggedProcess(popen, log_path), ""
-            self.journal(f"started {r.name} (pid {popen.pid}, log {log_path.name})")
+            r.process, r._identity = spawn_python(r.name, "aggregator", log_path=log_path, env=env), ""
+            self.journal(f"started {r.name} (pid {r.process.pid}, log {log_path.name})")
 
     def kill(self, r: Replica) -> None:
         with self._lock:
             if r.process is not None and r.alive():
                 r.process.kill()
-                self.journal(f"SIGKILLed {r.name} (pid {r.process.popen.pid})")
+                self.journal(f"SIGKILLed {r.name} (pid {r.process.pid})")
 
     def leader(self) -> Replica | None:
         """The live replica that holds the leader lease in the seed."""
@@ -336,7 +281,7 @@ class Rig:
         without a record, and both replicas healthy with one leader between them: the next
         cycle starts from where the first one did."""
         sample = self.sampler.latest()
-        if sample is None or sample.replicas != want or sample.annotated:
+        if sample is None or sample.replicas != want or annotated(sample):
             return False
         statuses = [r.status() for r in self.replicas]
         if any(s is None for s in statuses) or not all(r.alive() for r in self.replicas):
@@ -349,8 +294,8 @@ class Rig:
         """The state, in one line: for a cycle that did not settle."""
         sample = self.sampler.latest()
         parts = [f"replicas {sample.replicas if sample else '?'}"]
-        if sample and sample.annotated:
-            parts.append(f"annotated {sorted(sample.annotated)}")
+        if sample and annotated(sample):
+            parts.append(f"annotated {sorted(annotated(sample))}")
         for r in self.replicas:
             s = r.status()
             alive = "alive" if r.alive() else "dead"
@@ -360,13 +305,8 @@ class Rig:
         return "; ".join(parts)
 
     def wait_leader(self, timeout_s: float) -> Replica:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            leader = self.leader()
-            if leader is not None:
-                return leader
-            time.sleep(0.1)
-        raise TimeoutError(f"no aggregator replica led within {timeout_s:.0f}s")
+        leader: Replica = wait_for(self.leader, timeout_s, "an aggregator replica to lead", 0.1, TimeoutError)
+        return leader
 
 
 def _phase(status: dict[str, Any]) -> str:
@@ -393,7 +333,7 @@ def rig(workdir: Path) -> Iterator[Rig]:
             proxy = FaultProxy(seed).open()
             stack.callback(proxy.shutdown)
             replicas.append(Replica(slot, proxy, proxy.kubeconfig(workdir / f"seed-via-proxy-{slot}.yaml")))
-        sampler = Sampler(seed, NAMESPACE)
+        sampler = Sampler(seed.admin_client(), NAMESPACE)
         sampler.start()
         stack.callback(sampler.stop)
         r = Rig(shoot, kubelets, replicas, sampler, journal)
@@ -404,11 +344,10 @@ def rig(workdir: Path) -> Iterator[Rig]:
         shoot.wait_leases_renewed(60)
         if not eventually(lambda: _kubelet_leases(shoot) == len(NODES), 60):
             raise TimeoutError("the kubelet leases were not all created within 60s")
-        deadline = time.monotonic() + 60
-        while not r.settled():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the rig did not settle: {r.describe()}")
-            time.sleep(0.2)
+        try:
+            wait_for(r.settled, 60, "the rig to settle", every_s=0.2, error=TimeoutError)
+        except TimeoutError:
+            raise TimeoutError(f"the rig did not settle: {r.describe()}") from None
         journal("rig settled")
         yield r
 

@@ -40,7 +40,8 @@ from bench import faultplan
 from bench.faultplan import Plan, plan
 from bench.faultreport import Result, check, report
 from bench.faultrig import NODES, Rig, rig, wall
-from testenv.standins import CONTROLLERS, eventually
+from testenv.controllers import CONTROLLERS
+from testenv.wait import eventually
 
 SETTLE_S = 60.0
 # Past the aggregator's blind limit (2 min): a rig that has not settled by then never will.

@@ -4,7 +4,7 @@ round-trip time, and through a lossy link, at the agent's and the aggregator's d
     python -m bench.path [--rtt-ms 0,150,300,600,1000] [--rtt-seconds 60]
                          [--loss-percent 20,40,50] [--loss-seconds 120] [--nodes 10]
 
-Runs as root (network namespaces, iptables). The rig is tests/e2e/chain.py:
+Runs as root (network namespaces, iptables). The rig is testenv/chain.py:
 real agents in namespaces behind a DNS server and a load balancer each, the
 real aggregator on the internal address, a shoot and a seed API server.
 
@@ -44,8 +44,8 @@ from types import FrameType
 
 from bench.table import print_table
 from testenv import netns
+from testenv.chain import Chain, agent_counters, agent_record, chain, latencies
 from testenv.controlplane import ControlPlane
-from tests.e2e.chain import Chain, agent_counters, agent_record, chain, latencies
 
 
 @dataclass(frozen=True)

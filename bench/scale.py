@@ -58,9 +58,11 @@ from bench.stats import estimate, hypergeom_pmf, p_down_spread, p_down_zoned
 from bench.table import print_table
 from core.durations import format_duration
 from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
-from testenv.standins import CONTROLLERS, LoggedProcess, eventually, wait_for
-from tests.integration.shoot import Sampler, Shoot
+from testenv.process import Process as LoggedProcess
+from testenv.shoot import Sampler, Shoot
+from testenv.wait import eventually, wait_for
 
 # The aggregator's own defaults (tests/integration/shoot.py's environment has faster ones),
 # read from its settings' fields.

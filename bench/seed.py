@@ -60,9 +60,11 @@ from bench.table import print_table
 from core.lease import DEFAULT_LEASE_NAMESPACE
 from testenv.apply import RESOURCES, apply, load_docs
 from testenv.client import Client
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.gardener import CLUSTER_CRD, cluster
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, deployment, wait_for
+from testenv.standins import DEPLOYMENTS, deployment
+from testenv.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOOT_ACCESS = ROOT / "manifests" / "shoot-access" / "rbac.yaml"

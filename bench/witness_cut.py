@@ -38,12 +38,14 @@ from aggregator.records import RECORD
 from bench.table import print_table
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from demo import scenario
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, json_log, wait_for
+from testenv.controllers import CONTROLLERS, DOWN
+from testenv.process import Process, json_log
+from testenv.standins import DEPLOYMENTS
+from testenv.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 # The first parent of the merge that brought the witness (8687c0a "Merge branch 'witness'").
 PRE_WITNESS = "525dc0b82c56e63e735c6f3ab805bf02b1cf7d30"
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 TREES = ("today", "before")
 
 
@@ -100,7 +102,7 @@ def one_cut(w: dict[str, Any], tmp: Path, env: dict[str, str]) -> Cut:
         return {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in deployments()}
 
     log = scenario.start_aggregator(w, tmp, env, {"DWD_NODE_GRACE": "0s"})
-    aggregator: subprocess.Popen[bytes] = w["procs"][-1]
+    aggregator: Process = w["procs"][-1]
     try:
         wait_for(lambda: any(e.get("phase") == "healthy" for e in json_log(log)), 90, "a healthy verdict")
         wait_for(
@@ -125,8 +127,7 @@ def one_cut(w: dict[str, Any], tmp: Path, env: dict[str, str]) -> Cut:
         )
         return Cut(took, (down_wall - last_renewal).total_seconds())
     finally:
-        aggregator.terminate()
-        aggregator.wait(15)
+        aggregator.terminate(15)
 
 
 def run(runs: int = 5, before: Path | None = None) -> None:

@@ -25,7 +25,6 @@ import contextlib
 import json
 import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,11 +38,14 @@ from aggregator.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.witness import NODE_LEASE_NAMESPACE
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv import workload
+from testenv.controllers import CONTROLLERS, DOWN, MCM
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.kcm import KcmDeploymentController, KcmReplicas
 from testenv.kubelet import Kubelet, node_credentials, write_kubeconfig
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, LoggedProcess, deployment, grant_agent_rbac, json_log
+from testenv.process import Process, json_log, spawn_python, stop_all
+from testenv.standins import DEPLOYMENTS, deployment, grant_agent_rbac
 from testenv.tcpproxy import TcpProxy
+from testenv.wait import wait_for
 
 # KCM's node-monitor grace period as Gardener sets it, and how long the demo holds the cut
 # beyond the moment KCM would have acted.
@@ -127,7 +129,7 @@ def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
         shoot_admin, seed_admin = shoot.admin_client(), seed.admin_client()
         kcm = KcmReplicas(shoot, tmp / "kcm")
         controller = KcmDeploymentController(seed.admin_client(), NAMESPACE, kcm)
-        procs: list[subprocess.Popen[bytes]] = []
+        procs: list[Process] = []
         names = [f"node-{i}" for i in range(nodes)]
         # The kubelets go through the load balancer too: the cut silences them as it does the agents.
         kubelets = [
@@ -158,13 +160,7 @@ def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
                 "seed_admin": seed_admin,
             }
         finally:
-            for p in procs:
-                p.terminate()
-            for p in procs:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(5)
-                if p.poll() is None:
-                    p.kill()
+            stop_all(procs, 5)
             for k in kubelets:
                 k.stop()
             controller.stop()
@@ -190,10 +186,7 @@ def start_agents(w: dict[str, Any], tmp: Path, env_base: dict[str, str]) -> None
             "DWD_TOKEN_FILE": str(token),
             "DWD_LOG_FORMAT": "json",
         }
-        with open(tmp / f"agent-{node}.log", "wb") as log:
-            w["procs"].append(
-                subprocess.Popen([sys.executable, "-m", "agent"], env=env, stdout=log, stderr=log)
-            )
+        w["procs"].append(spawn_python(f"agent-{node}", "agent", log_path=tmp / f"agent-{node}.log", env=env))
 
 
 def start_aggregator(
@@ -213,20 +206,20 @@ def start_aggregator(
         "DWD_LOG_FORMAT": "json",
         **overrides,
     }
-    with open(log_path, "wb") as log:
-        w["procs"].append(
-            subprocess.Popen([sys.executable, "-m", "aggregator"], env=env, stdout=log, stderr=log)
-        )
+    w["procs"].append(spawn_python(log_path.stem, "aggregator", log_path=log_path, env=env))
     return log_path
 
 
 def wait(pred: Callable[[], bool], timeout_s: float, what: str, tick: Callable[[], None]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not pred():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"demo: {what} did not happen within {timeout_s:.0f}s")
+    """``wait_for``, showing what happens meanwhile."""
+
+    def done() -> bool:
+        if pred():
+            return True
         tick()
-        time.sleep(0.25)
+        return False
+
+    wait_for(done, timeout_s, f"demo: {what}", every_s=0.25, error=TimeoutError)
 
 
 def hold(seconds: float, tick: Callable[[], None]) -> None:
@@ -361,11 +354,53 @@ def _aggregator(stage: Stage, tmp: Path, env_base: dict[str, str], env: dict[str
 def _stop_aggregator(stage: Stage) -> None:
     """The act's aggregator, the last process started, stopped (killed if it lingers)."""
     assert stage.tail is not None
-    aggregator = LoggedProcess(stage.w["procs"].pop(), stage.tail.path)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        aggregator.terminate(15)
-    aggregator.kill()
+    aggregator: Process = stage.w["procs"].pop()
+    aggregator.stop(15)
     stage.tail = None
+
+
+def _cut(stage: Stage) -> datetime:
+    """The load balancer closed: the nodes lose KAPI, KAPI itself is fine. Returns when, on the
+    wall clock (the leases' renewTimes are on it)."""
+    stage.show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
+    stage.w["lb"].close()
+    stage.reset()
+    stage.tl.mark("cut")
+    return datetime.now(UTC)
+
+
+def _kcm_alone(stage: Stage) -> list[float]:
+    """What KCM does to the cut by itself: when (seconds after the cut) each node went Unknown."""
+    nodes = stage.nodes
+
+    def every_node_unknown() -> bool:
+        return stage.unknown == nodes and stage.min_endpoints == 0
+
+    # A kubelet renews every 10 s, KCM judges every 5 s after a 40 s grace: every node Unknown
+    # within 55 s of the cut, and the endpoints go with their nodes.
+    with contextlib.suppress(TimeoutError):
+        wait(every_node_unknown, GRACE_S + 25, "every node Unknown", stage.tick)
+    unknown_at = sorted(stage.unknown_at.values())
+    if unknown_at:
+        first, last = unknown_at[0], unknown_at[-1]
+        stage.show(
+            f"unprotected: KCM marked {len(unknown_at)} nodes Unknown {first:.0f}-{last:.0f}s after the cut "
+            f"and removed {nodes - stage.min_endpoints} of {nodes} endpoints"
+        )
+    else:
+        stage.show(f"unprotected: no node went Unknown within {GRACE_S + 25}s of the cut")
+    return unknown_at
+
+
+def _kubelet_renewals(stage: Stage, cut_wall: datetime) -> list[float]:
+    """Each kubelet lease's last renewal, in seconds from the cut: what KCM judged, for a model of
+    another rule on the same observations (bench/race.py)."""
+    leases = stage.w["shoot_admin"].get(leases_path(NODE_LEASE_NAMESPACE))["items"]
+    return [
+        (parse_micro_time(renew) - cut_wall).total_seconds()
+        for lease in leases
+        if (renew := lease["spec"].get("renewTime"))
+    ]
 
 
 def _act_unprotected(
@@ -377,42 +412,19 @@ def _act_unprotected(
 ) -> dict[str, float]:
     """Act 1: the aggregator in dry-run (it judges and says what it would do, writes nothing);
     KCM alone decides what a cut means."""
-    show, tl, nodes = stage.show, stage.tl, stage.nodes
+    show, nodes = stage.show, stage.nodes
     show(">>> act 1, no protection: the aggregator in dry-run, KCM alone")
     _aggregator(stage, tmp, env_base, {**overrides, "DWD_DRY_RUN": "true"}, "aggregator-dry-run.log")
-    show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
-    stage.w["lb"].close()
-    stage.reset()
-    tl.marks["cut"], cut_wall = time.monotonic(), datetime.now(UTC)
-
-    def every_node_unknown() -> bool:
-        return stage.unknown == nodes and stage.min_endpoints == 0
-
-    # A kubelet renews every 10 s, KCM judges every 5 s after a 40 s grace: every node Unknown
-    # within 55 s of the cut, and the endpoints go with their nodes.
-    with contextlib.suppress(TimeoutError):
-        wait(every_node_unknown, GRACE_S + 25, "every node Unknown", stage.tick)
-    unknown_at = sorted(stage.unknown_at.values())
-    taken = nodes - stage.min_endpoints
+    cut_wall = _cut(stage)
+    unknown_at = _kcm_alone(stage)
     if renewals is not None:
-        # What KCM judged, for a model of another rule on the same observations (bench/race.py).
-        for lease in stage.w["shoot_admin"].get(leases_path(NODE_LEASE_NAMESPACE))["items"]:
-            if renew := lease["spec"].get("renewTime"):
-                renewals.append((parse_micro_time(renew) - cut_wall).total_seconds())
-    if unknown_at:
-        first, last = unknown_at[0], unknown_at[-1]
-        show(
-            f"unprotected: KCM marked {len(unknown_at)} nodes Unknown {first:.0f}-{last:.0f}s after the cut "
-            f"and removed {taken} of {nodes} endpoints"
-        )
-    else:
-        show(f"unprotected: no node went Unknown within {GRACE_S + 25}s of the cut")
+        renewals += _kubelet_renewals(stage, cut_wall)
     show(">>> the load balancer is back")
     stage.w["lb"].open()
     wait(stage.healthy, 90, "every node Ready and every endpoint back", stage.tick)
     show(f"every node Ready again, {nodes}/{nodes} endpoints")
     _stop_aggregator(stage)
-    del tl.marks["cut"]
+    del stage.tl.marks["cut"]
     return {
         "unprotected_first_unknown_s": unknown_at[0] if unknown_at else math.inf,
         "unprotected_last_unknown_s": unknown_at[-1] if unknown_at else math.inf,
@@ -421,65 +433,77 @@ def _act_unprotected(
     }
 
 
-def _act_protected(
-    stage: Stage, tmp: Path, env_base: dict[str, str], overrides: dict[str, str]
-) -> dict[str, float]:
-    """Act 2: the same cut with the aggregator acting."""
-    show, tl, nodes, w = stage.show, stage.tl, stage.nodes, stage.w
-    show(">>> act 2, protection: the aggregator with its defaults")
-    _aggregator(stage, tmp, env_base, overrides, "aggregator.log")
-    seed_admin = w["seed_admin"]
-    replicas = stage.replicas
-    show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
-    w["lb"].close()
-    tl.mark("cut")
-    stage.reset()
-    down = dict.fromkeys(CONTROLLERS, 0)
-    wait(lambda: replicas().get("machine-controller-manager") == 0, 120, "MCM scaled down", stage.tick)
+def _scaled_down(stage: Stage) -> dict[str, float]:
+    """MCM first, then every controller at 0; measured from the cut and from the last renewal."""
+    tl, replicas = stage.tl, stage.replicas
+    wait(lambda: replicas().get(MCM) == 0, 120, "MCM scaled down", stage.tick)
     tl.mark("mcm_down")
     mcm_down_wall = datetime.now(UTC)
-    wait(lambda: replicas() == down, 60, "every controller scaled down", stage.tick)
+    wait(lambda: replicas() == DOWN, 60, "every controller scaled down", stage.tick)
     tl.mark("all_down")
     all_down_wall = datetime.now(UTC)
     last_renewal = max(
         parse_micro_time(lease["spec"]["renewTime"])
-        for lease in w["shoot_admin"].get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]
+        for lease in stage.w["shoot_admin"].get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]
     )
-    show(
+    stage.show(
         f"protected: MCM down {tl.since('cut', 'mcm_down'):.1f}s and KCM down "
         f"{tl.since('cut', 'all_down'):.1f}s after the cut (KCM's node grace period is 40-50s)"
     )
-    wait(lambda: w["kcm"].count() == 0, 30, "no KCM process left", stage.tick)
-    tl.mark("kcm_stopped")
-    held = GRACE_S + HOLD_PAST_GRACE_S - tl.since("cut", "kcm_stopped")
-    show(f">>> holding the cut {held:.0f}s more: past KCM's {GRACE_S}s grace, no KCM is there to act")
+    return {
+        "last_renewal_to_mcm_down_s": (mcm_down_wall - last_renewal).total_seconds(),
+        "last_renewal_to_kcm_down_s": (all_down_wall - last_renewal).total_seconds(),
+        "cut_to_mcm_down_s": tl.since("cut", "mcm_down"),
+        "cut_to_all_down_s": tl.since("cut", "all_down"),
+    }
+
+
+def _hold_past_grace(stage: Stage) -> None:
+    """The cut kept on past KCM's grace: with no KCM running, nothing marks a node Unknown."""
+    wait(lambda: stage.w["kcm"].count() == 0, 30, "no KCM process left", stage.tick)
+    stage.tl.mark("kcm_stopped")
+    held = GRACE_S + HOLD_PAST_GRACE_S - stage.tl.since("cut", "kcm_stopped")
+    stage.show(f">>> holding the cut {held:.0f}s more: past KCM's {GRACE_S}s grace, no KCM is there to act")
     hold(held, stage.tick)
 
-    show(">>> the load balancer is back")
-    w["lb"].open()
+
+def _restored(stage: Stage) -> None:
+    """The load balancer back: every controller back at its old replicas, no record left."""
+    tl, nodes, replicas = stage.tl, stage.nodes, stage.replicas
+    stage.show(">>> the load balancer is back")
+    stage.w["lb"].open()
     tl.mark("heal")
     wait(lambda: replicas() == CONTROLLERS, 180, "every controller back with its old replicas", stage.tick)
     tl.mark("all_up")
-    wait(lambda: w["kcm"].ready() >= 1, 60, "KCM running again", stage.tick)
+    wait(lambda: stage.w["kcm"].ready() >= 1, 60, "KCM running again", stage.tick)
     hold(10, stage.tick)
-    show(
+    stage.show(
         f"protected: KCM stopped {tl.since('cut', 'all_down'):.0f}s after the cut; at most {stage.unknown} "
         f"nodes Unknown, {stage.min_endpoints}/{nodes} endpoints kept; all restored "
         f"{tl.since('heal', 'all_up'):.0f}s after the heal"
     )
     annotations = [
         d["metadata"].get("annotations") or {}
-        for d in seed_admin.get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
+        for d in stage.w["seed_admin"].get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
     ]
     marks = (RECORD, REPLICAS, MELTDOWN)
     leftover = [a for a in annotations if any(k in marks for k in a)]
-    show(f"restored {replicas()}; controllers still carrying a record: {len(leftover)}")
+    stage.show(f"restored {replicas()}; controllers still carrying a record: {len(leftover)}")
+
+
+def _act_protected(
+    stage: Stage, tmp: Path, env_base: dict[str, str], overrides: dict[str, str]
+) -> dict[str, float]:
+    """Act 2: the same cut with the aggregator acting."""
+    stage.show(">>> act 2, protection: the aggregator with its defaults")
+    _aggregator(stage, tmp, env_base, overrides, "aggregator.log")
+    _cut(stage)
+    measured = _scaled_down(stage)
+    _hold_past_grace(stage)
+    _restored(stage)
     return {
-        "last_renewal_to_mcm_down_s": (mcm_down_wall - last_renewal).total_seconds(),
-        "last_renewal_to_kcm_down_s": (all_down_wall - last_renewal).total_seconds(),
-        "cut_to_mcm_down_s": tl.since("cut", "mcm_down"),
-        "cut_to_all_down_s": tl.since("cut", "all_down"),
-        "heal_to_all_up_s": tl.since("heal", "all_up"),
+        **measured,
+        "heal_to_all_up_s": stage.tl.since("heal", "all_up"),
         "nodes_unknown_max": float(stage.unknown),
         "endpoints_ready_min": float(stage.min_endpoints),
     }

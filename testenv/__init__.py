@@ -1,1 +1,3 @@
-"""A real kube-apiserver and etcd for tests, built from the Go module proxy and started like envtest."""
+"""The one harness of the tests, the benchmarks and the demo (docs/harness.md): a real
+kube-apiserver and etcd, built from the Go module proxy and started like envtest, the programs
+as processes, and stand-ins for what a test control plane lacks."""

@@ -20,7 +20,7 @@ from typing import Any
 import yaml
 
 from image import build
-from testenv.standins import LoggedProcess
+from testenv.process import Process, spawn
 
 USER = "65532:65532"
 
@@ -41,7 +41,7 @@ def run(
     network: str,
     dns: Sequence[str] = (),
     user: str = USER,
-) -> LoggedProcess:
+) -> Process:
     """``podman run`` in the foreground: SIGTERM to the returned process reaches the program."""
     argv = [
         "podman",
@@ -64,9 +64,7 @@ def run(
         argv += ["--volume", f"{host}:{inside}:ro"]
     for key, value in env.items():
         argv += ["--env", f"{key}={value}"]
-    with open(log_path, "wb") as log:
-        popen = subprocess.Popen([*argv, ref], env=build.tool_env(), stdout=log, stderr=subprocess.STDOUT)
-    return LoggedProcess(popen, log_path)
+    return spawn(name, [*argv, ref], log_path=log_path, env=build.tool_env())
 
 
 def remove(name: str) -> None:

@@ -9,19 +9,15 @@ them). There are no controllers: nothing garbage-collects or reconciles.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import ipaddress
 import shutil
-import signal
 import socket
 import ssl
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import yaml
@@ -29,14 +25,8 @@ import yaml
 from testenv import binaries
 from testenv.client import Client
 from testenv.pki import CertificateAuthority, KeyPair, service_account_keys
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    # A SIGKILLed test runner must not leave an etcd or kube-apiserver behind.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+from testenv.process import Process, spawn
+from testenv.wait import wait_for
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -44,30 +34,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
-
-
-@dataclass
-class Process:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-    log_file: IO[bytes]
-
-    def stop(self, timeout_s: float = 10.0) -> None:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        self.log_file.close()
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
 
 
 @dataclass
@@ -116,17 +82,8 @@ class ControlPlane:
         return self
 
     def _spawn(self, name: str, argv: list[str]) -> Process:
-        log_path = self.workdir / f"{name}.log"
-        log_file = open(log_path, "wb")  # noqa: SIM115 - closed by Process.stop
-        popen = subprocess.Popen(
-            argv,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
-        )
-        proc = Process(name, popen, log_path, log_file)
-        self._procs.append(proc)
+        proc = spawn(name, argv, log_path=self.workdir / f"{name}.log", die_with_parent=True)
+        self._procs.append(proc)  # stopped in reverse by stop()
         return proc
 
     def _start_etcd(self, binary: Path, timeout_s: float) -> None:
@@ -202,24 +159,28 @@ class ControlPlane:
             return revision
 
     def _wait(self, proc: Process, url: str, cert: KeyPair | None, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
         verify: ssl.SSLContext | bool = False
         if url.startswith("https"):
             verify = ssl.create_default_context(cafile=str(self.ca_file))
             if cert is not None:
                 verify.load_cert_chain(str(cert.cert), str(cert.key))
         with httpx.Client(verify=verify, timeout=2.0, trust_env=False) as http:
-            while True:
-                if proc.popen.poll() is not None:
+
+            def ready() -> bool:
+                if not proc.alive():
                     raise RuntimeError(
                         f"{proc.name} exited with {proc.popen.returncode} while starting:\n{proc.tail()}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
-                    if http.get(url).status_code == 200:
-                        return
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{proc.name} not ready at {url} after {timeout_s}s:\n{proc.tail()}")
-                time.sleep(0.1)
+                    return http.get(url).status_code == 200
+                return False
+
+            try:
+                wait_for(ready, timeout_s, f"{proc.name} at {url}", every_s=0.1, error=TimeoutError)
+            except TimeoutError:
+                raise RuntimeError(
+                    f"{proc.name} not ready at {url} after {timeout_s}s:\n{proc.tail()}"
+                ) from None
 
     def _write_kubeconfig(self) -> None:
         self.kubeconfig.write_text(
@@ -238,7 +199,7 @@ class ControlPlane:
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def pids(self) -> list[int]:
-        return [p.popen.pid for p in self._procs]
+        return [p.pid for p in self._procs]
 
     def admin_client(self) -> Client:
         return Client(self.url, str(self.ca_file), cert=(str(self.admin.cert), str(self.admin.key)))

@@ -23,16 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-import subprocess
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
 from testenv import binaries
 from testenv.client import Client
-from testenv.controlplane import ControlPlane, Process, _die_with_parent, free_port
+from testenv.controlplane import ControlPlane, free_port
+from testenv.process import Process, spawn
 from testenv.standins import DEPLOYMENTS, DeploymentController
 
 KCM_DEPLOYMENT = "kube-controller-manager"
@@ -67,27 +66,16 @@ def kcm_argv(binary: Path, kubeconfig: Path, port: int, cert_dir: Path) -> list[
     ]
 
 
-@dataclass
-class KcmProcess:
-    process: Process
-    port: int
-
-    @property
-    def pid(self) -> int:
-        return self.process.popen.pid
-
-    def alive(self) -> bool:
-        return self.process.popen.poll() is None
-
-    def healthy(self) -> bool:
-        # KCM's serving certificate is self-signed and throwaway: no verification.
-        ctx = ssl.create_default_context()
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-        with contextlib.suppress(httpx.HTTPError):
-            r = httpx.get(f"https://127.0.0.1:{self.port}/healthz", verify=ctx, timeout=1.0, trust_env=False)
-            return r.status_code == 200
-        return False
+def healthy(port: int) -> bool:
+    """Whether the KCM serving on ``port`` answers its /healthz."""
+    # KCM's serving certificate is self-signed and throwaway: no verification.
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with contextlib.suppress(httpx.HTTPError):
+        r = httpx.get(f"https://127.0.0.1:{port}/healthz", verify=ctx, timeout=1.0, trust_env=False)
+        return r.status_code == 200
+    return False
 
 
 class KcmReplicas:
@@ -98,35 +86,30 @@ class KcmReplicas:
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.binary = binaries.find()["kube-controller-manager"]
-        self.procs: list[KcmProcess] = []
+        self.procs: list[Process] = []
+        self._ports: dict[str, int] = {}  # by process name: where its /healthz answers
         self.started = 0  # processes ever started, restarts included
         self._lock = threading.Lock()
 
-    def _spawn(self) -> KcmProcess:
+    def _start_one(self) -> Process:
         n = self.started
         self.started += 1
         port = free_port()
-        log_path = self.workdir / f"kcm-{n}.log"
-        log_file = open(log_path, "wb")  # noqa: SIM115 - closed by Process.stop
-        popen = subprocess.Popen(
-            kcm_argv(self.binary, self.shoot.kubeconfig, port, self.workdir / f"kcm-{n}-certs"),
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
-        )
-        return KcmProcess(Process(f"kcm-{n}", popen, log_path, log_file), port)
+        argv = kcm_argv(self.binary, self.shoot.kubeconfig, port, self.workdir / f"kcm-{n}-certs")
+        proc = spawn(f"kcm-{n}", argv, log_path=self.workdir / f"kcm-{n}.log", die_with_parent=True)
+        self._ports[proc.name] = port
+        return proc
 
     def scale(self, want: int) -> None:
         """Restart the dead, start up to ``want``, SIGTERM the newest beyond it."""
         with self._lock:
             for p in [p for p in self.procs if not p.alive()]:
-                p.process.stop()  # closes its log
+                p.stop()
                 self.procs.remove(p)
             while len(self.procs) < want:
-                self.procs.append(self._spawn())
+                self.procs.append(self._start_one())
             while len(self.procs) > want:
-                self.procs.pop().process.stop()
+                self.procs.pop().stop()
 
     def count(self) -> int:
         with self._lock:
@@ -135,7 +118,7 @@ class KcmReplicas:
     def ready(self) -> int:
         with self._lock:
             procs = list(self.procs)
-        return len([p for p in procs if p.alive() and p.healthy()])
+        return len([p for p in procs if p.alive() and healthy(self._ports[p.name])])
 
     def logs(self) -> list[Path]:
         return sorted(self.workdir.glob("kcm-*.log"))
@@ -174,6 +157,6 @@ class KcmDeploymentController(DeploymentController):
                     },
                 )
 
-    def stop(self) -> None:
-        super().stop()
+    def close(self) -> None:
+        super().close()
         self.kcm.stop()

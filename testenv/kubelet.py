@@ -1,7 +1,7 @@
 """A kubelet stand-in: what kube-controller-manager needs to see from a node, and nothing more.
 
 One thread per node; one process may host many (``python -m testenv.kubelet``, e.g. inside a
-node's network namespace via ``NetNs.popen``, reaching KAPI through the URL it is given, such as
+node's network namespace via ``spawn(..., ns.argv(...))``, reaching KAPI through the URL it is given, such as
 the node's DNS name of the load balancer).
 
 Faithful to the real kubelet:
@@ -44,6 +44,7 @@ from core.errors import Conflict, KubeError, NotFound
 from core.lease import format_micro_time
 from testenv.client import Client
 from testenv.pki import CertificateAuthority, KeyPair
+from testenv.poller import Poller
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 LEASE_DURATION_S = 40  # kubelet's nodeLeaseDurationSeconds
@@ -112,7 +113,7 @@ class Renewal:
     failures: int = 0
 
 
-class Kubelet(threading.Thread):
+class Kubelet(Poller):
     """Registers ``node``, renews its lease, posts its status and its pods' status."""
 
     def __init__(
@@ -125,13 +126,12 @@ class Kubelet(threading.Thread):
         *,
         renew_interval_s: float = RENEW_INTERVAL_S,
     ) -> None:
-        super().__init__(name=f"kubelet-{node}", daemon=True)
+        # Shorter only on a test clock whose lease duration is shorter than kubelet's 10 s. At a
+        # fixed rate, as kubelet renews; tick() counts its own failures.
+        super().__init__(f"kubelet-{node}", renew_interval_s, errors=(), fixed_rate=True)
         self.node = node
         self.index = index  # picks this node's pod IP range
-        # Shorter only on a test clock whose lease duration is shorter than kubelet's 10 s.
-        self.renew_interval_s = renew_interval_s
         self.client = Client(url, ca_file, cert=(str(cert.cert), str(cert.key)), timeout_s=5.0)
-        self.halt = threading.Event()
         # Paused: the kubelet runs but writes nothing, as if its path to KAPI were cut.
         self.paused = threading.Event()
         self.last = Renewal()
@@ -140,12 +140,9 @@ class Kubelet(threading.Thread):
 
     # --- the loop -----------------------------------------------------------------------------
 
-    def run(self) -> None:
-        while not self.halt.is_set():
-            started = time.monotonic()
-            if not self.paused.is_set():
-                self.tick()
-            self.halt.wait(max(0.0, self.renew_interval_s - (time.monotonic() - started)))
+    def step(self) -> None:
+        if not self.paused.is_set():
+            self.tick()
 
     def tick(self) -> None:
         """One round; every step is independent, a failure in one must not skip the lease."""
@@ -159,10 +156,7 @@ class Kubelet(threading.Thread):
         except (KubeError, OSError, httpx.HTTPError):
             self.last.failures += 1
 
-    def stop(self) -> None:
-        self.halt.set()
-        if self.ident is not None:  # a test may drive tick() without starting the thread
-            self.join(10)
+    def close(self) -> None:
         self.client.close()
 
     # --- the writes ---------------------------------------------------------------------------

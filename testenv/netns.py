@@ -15,7 +15,6 @@ import shutil
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 
 def available() -> str:
@@ -90,10 +89,9 @@ class NetNs:
         (self.etc / "hosts").write_text("\n".join(lines) + "\n")
 
     def argv(self, command: Sequence[str]) -> list[str]:
+        """``command`` run inside the namespace: for ``testenv.process.spawn``, which starts and
+        logs it as it does any other program (the namespace changes where it runs, not how)."""
         return ["ip", "netns", "exec", self.name, *command]
-
-    def popen(self, command: Sequence[str], **kw: Any) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(self.argv(command), **kw)
 
     def delete(self) -> None:
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, check=False)

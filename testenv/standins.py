@@ -6,15 +6,7 @@ Used by the integration tests, the demo and the benchmarks.
 from __future__ import annotations
 
 import contextlib
-import json
-import signal
-import subprocess
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,10 +16,10 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, format_micro_time, lease_path, l
 from testenv.client import Client
 from testenv.controlplane import ensure_namespace
 from testenv.kubelet import LEASE_DURATION_S, NODE_LEASE_NAMESPACE
+from testenv.poller import Poller
 
 AGENT_SA = "dwd-lease-agent"
 
-CONTROLLERS = {"kube-controller-manager": 3, "machine-controller-manager": 2, "cluster-autoscaler": 1}
 DEPLOYMENTS = "/apis/apps/v1/namespaces/{ns}/deployments"
 
 
@@ -46,38 +38,16 @@ def deployment(name: str, replicas: int) -> dict[str, Any]:
     }
 
 
-class Loop(threading.Thread):
-    """A background loop that calls ``step`` every ``every_s`` until stopped."""
-
-    def __init__(self, name: str, every_s: float) -> None:
-        super().__init__(name=name, daemon=True)
-        self.every_s = every_s
-        self.halt = threading.Event()
-
-    def step(self) -> None:
-        raise NotImplementedError
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            with contextlib.suppress(KubeError, OSError, httpx.HTTPError):
-                self.step()
-            self.halt.wait(self.every_s)
-
-    client: Client
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(10)
-        self.client.close()
-
-
-class LeaseDriver(Loop):
+class LeaseDriver(Poller):
     """Renews the leases of the nodes in ``alive``, as their agents would."""
 
     def __init__(self, client: Client, nodes: list[str], every_s: float = 0.5) -> None:
         super().__init__("lease-driver", every_s)
         self.client = client
         self.alive = set(nodes)
+
+    def close(self) -> None:
+        self.client.close()
 
     def step(self) -> None:
         now = format_micro_time(datetime.now(UTC))
@@ -89,7 +59,7 @@ class LeaseDriver(Loop):
                 )
 
 
-class NodeLeaseDriver(Loop):
+class NodeLeaseDriver(Poller):
     """Renews ``kube-node-lease/<node>`` for the nodes in ``alive``, as kubelet does: created with
     ``renewTime`` set and ``leaseDurationSeconds`` 40 when missing, then merge-patched ``renewTime``.
 
@@ -101,6 +71,9 @@ class NodeLeaseDriver(Loop):
         self.client = client
         self.alive = set(nodes)
         self._created: set[str] = set()
+
+    def close(self) -> None:
+        self.client.close()
 
     def step(self) -> None:
         now = format_micro_time(datetime.now(UTC))
@@ -125,13 +98,16 @@ class NodeLeaseDriver(Loop):
             raise
 
 
-class DeploymentController(Loop):
+class DeploymentController(Poller):
     """Plays the deployment controller the test control plane lacks: status follows spec."""
 
     def __init__(self, client: Client, namespace: str) -> None:
         super().__init__("deployment-controller", 0.2)
         self.client = client
         self.namespace = namespace
+
+    def close(self) -> None:
+        self.client.close()
 
     def step(self) -> None:
         for d in self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]:
@@ -166,27 +142,6 @@ def follow_spec(client: Client, d: dict[str, Any]) -> None:
     )
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(every_s)
-
-
-def eventually(predicate: Callable[[], bool], timeout_s: float, every_s: float = 0.2) -> bool:
-    """Whether ``predicate`` holds within ``timeout_s``; the caller says what it means."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(every_s)
-    return True
-
-
 def grant_agent_rbac(c: Client, namespace: str = DEFAULT_LEASE_NAMESPACE) -> None:
     """What the shoot manifests grant the agent: patch leases in the lease namespace, nothing else."""
     ensure_namespace(c, namespace)
@@ -206,38 +161,3 @@ def grant_agent_rbac(c: Client, namespace: str = DEFAULT_LEASE_NAMESPACE) -> Non
             "subjects": [{"kind": "ServiceAccount", "name": AGENT_SA, "namespace": namespace}],
         },
     )
-
-
-@dataclass
-class LoggedProcess:
-    """A program started by a test, with its JSON log: what it did is read from there."""
-
-    popen: subprocess.Popen[bytes]
-    log_path: Path
-
-    def events(self) -> list[dict[str, Any]]:
-        return json_log(self.log_path)
-
-    def names(self) -> list[str]:
-        return [e["event"] for e in self.events()]
-
-    def terminate(self, timeout_s: float = 5) -> int:
-        if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-        return self.popen.wait(timeout_s)
-
-    def kill(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.kill()
-            self.popen.wait()
-
-
-def json_log(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines of a process's log (structlog's json format); other lines are skipped."""
-    out = []
-    with contextlib.suppress(OSError):
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                with contextlib.suppress(ValueError):
-                    out.append(json.loads(line))
-    return out

@@ -18,9 +18,10 @@ import pytest
 
 from image import build
 from testenv import containers
+from testenv.chain import LEASE_DURATION_S, Chain, chain, example_daemonset
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane
-from testenv.standins import CONTROLLERS, wait_for
-from tests.e2e.chain import LEASE_DURATION_S, Chain, chain, example_daemonset
+from testenv.wait import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 

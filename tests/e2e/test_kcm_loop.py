@@ -8,7 +8,6 @@ nothing. The same with all 10 cut."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -21,10 +20,12 @@ from testenv import workload
 from testenv.controlplane import ControlPlane
 from testenv.kcm import KCM_DEPLOYMENT, KcmDeploymentController, KcmReplicas
 from testenv.kubelet import node_credentials
+from testenv.networld import API, Node, World
+from testenv.process import Process, json_log, spawn
 from testenv.pytest_plugin import EXTERNAL_NAMES
-from testenv.standins import grant_agent_rbac, json_log, wait_for
-from tests.e2e.world import API, Node, World
-from tests.integration.shoot import Shoot, shoot_for
+from testenv.shoot import Shoot, shoot_for
+from testenv.standins import grant_agent_rbac
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +44,7 @@ class Loop:
     world: World
     nodes: list[Node]
     kcm: KcmReplicas
-    kubelets: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    kubelets: dict[str, Process] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
 
     def start_kubelet(self, node: Node, index: int) -> None:
@@ -51,22 +52,22 @@ class Loop:
         assert cp.ca is not None
         node_credentials(cp.ca, node.name)
         log = self.logs[node.name] = self.world.tmp / f"kubelet-{node.name}.log"
-        with open(log, "wb") as out:
-            self.kubelets[node.name] = node.ns.popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "testenv.kubelet",
-                    f"--url=https://{API}",
-                    f"--ca={cp.ca_file}",
-                    f"--cert-dir={cp.workdir / 'pki'}",
-                    f"--node={node.name}",
-                    f"--index={index}",
-                ],
-                env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
-                stdout=out,
-                stderr=out,
-            )
+        argv = [
+            sys.executable,
+            "-m",
+            "testenv.kubelet",
+            f"--url=https://{API}",
+            f"--ca={cp.ca_file}",
+            f"--cert-dir={cp.workdir / 'pki'}",
+            f"--node={node.name}",
+            f"--index={index}",
+        ]
+        self.kubelets[node.name] = spawn(
+            f"kubelet-{node.name}",
+            node.ns.argv(argv),
+            log_path=log,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        )
 
     def last_renewal(self, node: str) -> float:
         """When this node's kubelet last renewed its lease, from its own log."""
@@ -94,13 +95,7 @@ class Loop:
 
     def close(self) -> None:
         for p in self.kubelets.values():
-            if p.poll() is None:
-                p.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    p.wait(15)
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            p.stop(15)
 
 
 @contextlib.contextmanager

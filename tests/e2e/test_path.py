@@ -14,8 +14,9 @@ from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, LAST_OUTAGE, RENEW_INTERVAL, Outage, lease_path, leases_path
 from testenv.controlplane import ControlPlane, ensure_node
 from testenv.kubelet import write_kubeconfig
-from testenv.standins import grant_agent_rbac, wait_for
-from tests.e2e.world import API, INTERNAL_API, Node, World
+from testenv.networld import API, INTERNAL_API, Node, World
+from testenv.standins import grant_agent_rbac
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -161,15 +162,16 @@ def test_each_fault_on_the_path_is_classified(world: World) -> None:
 
     o = outage_then_recovery(world, node, "tls", tamper, lambda: world.tampered.discard(node.name))
     assert o.failure_class == "tls"
-    assert node.agent is not None and node.agent.poll() is None
+    assert node.agent is not None and node.agent.alive()
 
 
 def test_a_broken_path_for_most_nodes_protects_the_shoot(seed_plane: ControlPlane, tmp_path: Path) -> None:
     """The whole chain: agents in their namespaces, the aggregator on the internal address, the
     controllers in the seed. The path breaks for 3 of 5 nodes (their packets to the load balancer
     are dropped), KAPI itself stays up: the controllers go down, and come back when it heals."""
+    from testenv.controllers import CONTROLLERS
     from testenv.pytest_plugin import EXTERNAL_NAMES
-    from tests.integration.shoot import CONTROLLERS, shoot_for
+    from testenv.shoot import shoot_for
 
     with shoot_for(seed_plane, "shoot--e2e--chain", tmp_path / "shoot", EXTERNAL_NAMES) as shoot:
         (tmp_path / "shoot").mkdir(exist_ok=True)

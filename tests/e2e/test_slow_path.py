@@ -1,4 +1,4 @@
-"""A slow path is not a broken one: the whole chain at default timings (tests/e2e/chain.py),
+"""A slow path is not a broken one: the whole chain at default timings (testenv/chain.py),
 ten nodes, the real aggregator.
 
 Slow: +150, +300 and +600 ms round trip on every node's load balancer, or DNS
@@ -28,18 +28,11 @@ from pathlib import Path
 
 import pytest
 
+from testenv.chain import LEASE_DURATION_S, STATUS_EVERY_S, TICK_S, Chain, agent_record, chain, latencies
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane
-from testenv.standins import CONTROLLERS, wait_for
-from tests.e2e.chain import (
-    LEASE_DURATION_S,
-    STATUS_EVERY_S,
-    TICK_S,
-    Chain,
-    agent_record,
-    chain,
-    latencies,
-)
-from tests.e2e.world import Node, World
+from testenv.networld import Node, World
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

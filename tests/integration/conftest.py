@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from testenv.agents import Agents, agents_for
 from testenv.controlplane import ControlPlane
-from tests.integration.agents import Agents, agents_for
+from testenv.shoot import Shoot, shoot_for
 from tests.integration.dwdworld import DwdWorld, dwd_worlds
 from tests.integration.nodesworld import NodesWorld, nodes_world
-from tests.integration.shoot import Shoot, shoot_for
 
 
 @pytest.fixture

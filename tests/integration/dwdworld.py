@@ -11,13 +11,11 @@ from typing import Any
 from core.lease import leases_path
 from testenv.client import Client
 from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
+from testenv.shoot import FAST_DEPENDENTS, Shoot
 from testenv.standins import DEPLOYMENTS, NodeLeaseDriver
-from tests.integration.agents import wait_for
-from tests.integration.shoot import FAST_DEPENDENTS, Shoot
+from testenv.wait import wait_for
 
-KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
 NODES = [f"node-{i}" for i in range(10)]
-DOWN = {KCM: 0, MCM: 0, CA: 0}
 # Short clocks, DWD's rules: a lease is expired 1.5 s after its renewal.
 FAST: dict[str, Any] = {
     "dependents": FAST_DEPENDENTS,

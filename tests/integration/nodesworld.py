@@ -16,13 +16,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from core.lease import DEFAULT_LEASE_NAMESPACE, parse_micro_time
+from testenv.agents import Agents, agents_for
+from testenv.controllers import DOWN
 from testenv.kubelet import Kubelet, node_credentials
-from testenv.standins import AGENT_SA, LoggedProcess
+from testenv.process import Process
+from testenv.shoot import FAST_ENV, Shoot
+from testenv.standins import AGENT_SA
 from testenv.tcpproxy import TcpProxy
+from testenv.wait import wait_for
 from testenv.webhook import FailingWebhook
-from tests.integration.agents import Agents, agents_for, wait_for
-from tests.integration.dwdworld import DOWN, NODES
-from tests.integration.shoot import FAST_ENV, Shoot
+from tests.integration.dwdworld import NODES
 
 # The test clock's lease duration is 2 s and the witness margin 1.5 s (the agents' 500 ms and a
 # second): at kubelet's 10 s a working path would be proven only after the confirm period. In
@@ -49,8 +52,8 @@ class NodesWorld:
     lb: TcpProxy
     kubelets: list[Kubelet]
     webhook: FailingWebhook
-    procs: list[LoggedProcess] = field(default_factory=list)
-    aggregator: LoggedProcess | None = None
+    procs: list[Process] = field(default_factory=list)
+    aggregator: Process | None = None
 
     def start(self) -> NodesWorld:
         """Agents and aggregator started; returns once the aggregator judged every node healthy."""

@@ -13,9 +13,10 @@ import pytest
 
 from core.errors import Unauthorized
 from core.lease import LAST_OUTAGE, RELEASED, RENEW_INTERVAL, Outage, lease_path
+from testenv.agents import NS, Agents
 from testenv.client import Client
 from testenv.tcpproxy import TcpProxy
-from tests.integration.agents import NS, Agents, wait_for
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,7 @@ def test_renews_at_the_configured_interval(agents: Agents) -> None:
     lease = agents.lease("pace-1")
     assert lease is not None
     assert lease["spec"]["holderIdentity"] == "pace-1"
-    assert agent.popen.poll() is None
+    assert agent.alive()
 
 
 def test_waits_quietly_for_its_lease_then_renews_without_restart(agents: Agents) -> None:
@@ -49,7 +50,7 @@ def test_waits_quietly_for_its_lease_then_renews_without_restart(agents: Agents)
     agents.create_lease("late-1")
     # The wait after a 404 doubles (0.5, 1, 2, 4 s at this interval): the next poll finds it.
     wait_for(lambda: renewed(agents, "late-1"), 10, "renewals once the lease exists")
-    assert agent.popen.poll() is None
+    assert agent.alive()
 
 
 def test_sigterm_releases_the_lease_and_restart_clears_it(agents: Agents) -> None:

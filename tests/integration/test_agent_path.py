@@ -14,8 +14,10 @@ from collections.abc import Iterator
 import pytest
 
 from core.lease import LAST_OUTAGE, RENEW_INTERVAL, Outage
+from testenv.agents import Agents
+from testenv.process import Process
 from testenv.tcpproxy import TcpProxy
-from tests.integration.agents import Agents, LoggedProcess, wait_for
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +32,7 @@ def lb(agents: Agents) -> Iterator[TcpProxy]:
     proxy.shutdown()
 
 
-def start_behind(agents: Agents, lb: TcpProxy, node: str, interval: str = "2s") -> LoggedProcess:
+def start_behind(agents: Agents, lb: TcpProxy, node: str, interval: str = "2s") -> Process:
     # The interval as the aggregator hands it out: through the lease's annotation.
     agents.create_lease(node, **{RENEW_INTERVAL: interval})
     agent = agents.start(agents.env(node, DWD_APISERVER_URL=f"https://localhost:{lb.port}"))

@@ -16,8 +16,8 @@ from collections.abc import Callable
 import pytest
 
 from aggregator.settings import Decider
-from testenv.standins import CONTROLLERS
-from tests.integration.agents import wait_for
+from testenv.controllers import CONTROLLERS
+from testenv.wait import wait_for
 from tests.integration.nodesworld import DOWN, LEASE_DURATION_S, RECOVERY_PERIOD_S, NodesWorld
 
 pytestmark = pytest.mark.integration

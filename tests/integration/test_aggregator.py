@@ -7,12 +7,11 @@ import time
 import pytest
 
 from aggregator.records import IGNORE_SCALING, MELTDOWN, REPLICAS
-from tests.integration.agents import wait_for
-from tests.integration.shoot import CONTROLLERS, Shoot
+from testenv.controllers import CONTROLLERS, DOWN
+from testenv.shoot import Shoot
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
-
-DOWN = {"kube-controller-manager": 0, "machine-controller-manager": 0, "cluster-autoscaler": 0}
 
 
 def test_quorum_lost_scales_down_in_order_and_back_up_exactly(shoot: Shoot) -> None:
@@ -58,7 +57,7 @@ def test_minority_stale_does_nothing(shoot: Shoot) -> None:
     time.sleep(6)
     assert shoot.replicas() == CONTROLLERS
     assert "target_scale_down" not in agg.names()
-    assert agg.popen.poll() is None
+    assert agg.alive()
 
 
 def test_kapi_probe_failure_blocks_the_scale_down(shoot: Shoot) -> None:
@@ -97,7 +96,7 @@ def test_sigkill_mid_scale_down_converges_and_restores(shoot: Shoot) -> None:
     }
     shoot.driver.alive |= {f"node-{i}" for i in range(8)}
     wait_for(lambda: shoot.replicas() == CONTROLLERS, 30, "recovery with the old replicas", every_s=0.1)
-    assert again.popen.poll() is None
+    assert again.alive()
 
 
 def test_ignore_scaling_is_left_alone(shoot: Shoot) -> None:

@@ -10,16 +10,16 @@ from typing import Any
 import pytest
 
 from testenv.client import Client
+from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import free_port
 from testenv.gardener import MACHINE_CRD
-from tests.integration.agents import wait_for
-from tests.integration.shoot import CONTROLLERS, Shoot
+from testenv.shoot import Shoot
+from testenv.wait import wait_for
 from tests.integration.test_service import target
 
 pytestmark = pytest.mark.integration
 
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/machines.machine.sapcloud.io"
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 
 
 @pytest.fixture

@@ -17,8 +17,9 @@ from aggregator.scaler import Scaler, Write
 from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Watching
 from core.errors import Conflict
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, deployment
+from testenv.standins import DEPLOYMENTS, deployment
 
 pytestmark = pytest.mark.integration
 

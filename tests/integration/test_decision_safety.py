@@ -12,10 +12,10 @@ import time
 
 import pytest
 
+from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from testenv.faultproxy import FaultProxy
-from testenv.standins import eventually
-from tests.integration.agents import wait_for
-from tests.integration.shoot import CONTROLLERS, Sample, Shoot
+from testenv.shoot import Sample, Shoot
+from testenv.wait import eventually, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -25,8 +25,6 @@ RECORD = "dwd-lease.gardener.cloud/scaled-down"
 REPLICAS = "dependency-watchdog.gardener.cloud/replicas"
 MELTDOWN = "dependency-watchdog.gardener.cloud/meltdown-protection-active"
 
-KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 SEVEN = {f"node-{i}" for i in range(7)}
 
 # With FAST_ENV: lease duration 2 s + confirm period 1 s, then the levels; recovery period 2 s.
@@ -59,15 +57,16 @@ def recorded(shoot: Shoot) -> dict[str, dict[str, str]]:
 
 def quiet(proxy: FaultProxy, *, quiet_s: float, within_s: float) -> None:
     """Wait until no request has matched any rule for ``quiet_s`` (at most ``within_s``)."""
-    deadline = time.monotonic() + within_s
     last, since = sum(r.hits for r in proxy.rules), time.monotonic()
-    while time.monotonic() < deadline:
-        time.sleep(0.2)
+
+    def quiet_long_enough() -> bool:
+        nonlocal last, since
         now = sum(r.hits for r in proxy.rules)
         if now != last:
             last, since = now, time.monotonic()
-        elif time.monotonic() - since >= quiet_s:
-            return
+        return time.monotonic() - since >= quiet_s
+
+    eventually(quiet_long_enough, within_s)  # not quiet within it: the test goes on regardless
 
 
 def restored(shoot: Shoot) -> bool:

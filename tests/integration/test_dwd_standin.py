@@ -17,6 +17,7 @@ import pytest
 from core.errors import ConfigError
 from core.lease import format_micro_time
 from testenv.client import Client
+from testenv.controllers import CA, DOWN, KCM, MCM
 from testenv.controlplane import ControlPlane
 from testenv.dwd import (
     GARDENER_DEPENDENTS,
@@ -34,10 +35,10 @@ from testenv.dwd import (
     scale_flows,
     target_replicas,
 )
+from testenv.shoot import FAST_DEPENDENTS, Shoot
 from testenv.standins import DEPLOYMENTS
-from tests.integration.agents import wait_for
-from tests.integration.dwdworld import CA, DOWN, FAST, KCM, MCM, NODES, DwdWorld
-from tests.integration.shoot import FAST_DEPENDENTS, Shoot
+from testenv.wait import wait_for
+from tests.integration.dwdworld import FAST, NODES, DwdWorld
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from core.errors import ServerError, TooManyRequests
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.faultproxy import FaultProxy
-from testenv.standins import wait_for
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 

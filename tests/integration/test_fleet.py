@@ -18,12 +18,12 @@ from aggregator import budget
 from bench.fleet import ZONE_LABEL, ZONES, Fleet, FleetThread
 from core.durations import parse_duration
 from core.lease import RENEW_INTERVAL
-from tests.integration.agents import wait_for
-from tests.integration.shoot import CONTROLLERS, FAST_ENV, Shoot
+from testenv.controllers import CONTROLLERS, DOWN
+from testenv.shoot import FAST_ENV, Shoot
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
-DOWN = {"kube-controller-manager": 0, "machine-controller-manager": 0, "cluster-autoscaler": 0}
 NODES = 75  # three zones of 25: the sample takes 20 of each (the per-zone minimum), 15 stay slow
 # Under FAST_ENV's 500 ms interval a budget of 40 writes/s covers 20 fast nodes: the rest
 # are handed a slow interval, so the test covers both paces.

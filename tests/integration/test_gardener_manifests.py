@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,8 @@ from testenv.apply import GENERATED, RESOURCES, apply, generated, kustomize_buil
 from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.gardener import GARDENER_MANIFEST_CRDS
-from testenv.standins import LoggedProcess, wait_for
+from testenv.process import spawn_python
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -223,11 +222,7 @@ def test_the_delivered_agent_process_renews_on_node_high(
             "DWD_RENEW_INTERVAL": "500ms",
             "DWD_LOG_FORMAT": "json",
         }
-        log_path = tmp_path / "agent.log"
-        with open(log_path, "wb") as log:
-            agent = LoggedProcess(
-                subprocess.Popen([sys.executable, "-m", "agent"], env=env, stdout=log, stderr=log), log_path
-            )
+        agent = spawn_python("agent", "agent", log_path=tmp_path / "agent.log", env=env)
         try:
             wait_for(
                 lambda: (

@@ -17,7 +17,8 @@ from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.kcm import KCM_DEPLOYMENT, KcmDeploymentController, KcmReplicas
 from testenv.kubelet import NODE_LEASE_NAMESPACE, Kubelet, node_credentials
-from testenv.standins import DEPLOYMENTS, deployment, wait_for
+from testenv.standins import DEPLOYMENTS, deployment
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -218,7 +219,7 @@ def _exists(c: Client, path: str) -> bool:
 def test_a_dead_kcm_is_restarted_and_status_follows(loop: KcmLoop) -> None:
     path = f"{DEPLOYMENTS.format(ns=loop.namespace)}/{KCM_DEPLOYMENT}"
     first = loop.kcm.procs[0]
-    first.process.popen.kill()
+    first.popen.kill()
     killed = time.monotonic()
     wait_for(lambda: loop.kcm.started == 2 and loop.kcm.ready() == 1, 30, "a new KCM healthy", every_s=0.1)
     print(f"\nKCM restarted and healthy {time.monotonic() - killed:.1f} s after a SIGKILL")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,9 +17,10 @@ from testenv.apply import apply, kustomize_build, load_docs
 from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.kubelet import write_kubeconfig
+from testenv.process import spawn
 from testenv.pytest_plugin import EXTERNAL_NAMES
-from testenv.standins import wait_for
 from testenv.tcpproxy import TcpProxy
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -310,8 +309,9 @@ def test_agent_from_the_daemonset_environment_renews(
         ns.write_hosts({host: ns.host_ip})
         kapi_port = int(plane.url.rsplit(":", 1)[1])
         lb = TcpProxy(upstream=("127.0.0.1", kapi_port), listen=(ns.host_ip, 443)).open()
-        with open(tmp_path / "agent.log", "wb") as log:
-            agent = ns.popen([sys.executable, "-m", "agent"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        agent = spawn(
+            "agent", ns.argv([sys.executable, "-m", "agent"]), log_path=tmp_path / "agent.log", env=env
+        )
         with plane.admin_client() as admin:
             renewed = wait_for(
                 lambda: admin.get(lease_path(NS, node))["spec"].get("renewTime"),
@@ -324,8 +324,7 @@ def test_agent_from_the_daemonset_environment_renews(
         assert b"lease_renewing" in (tmp_path / "agent.log").read_bytes()
     finally:
         if agent is not None:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(10)
+            agent.terminate(10)
         if lb is not None:
             lb.shutdown()
         ns.delete()

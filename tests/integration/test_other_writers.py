@@ -17,11 +17,12 @@ import pytest
 import yaml
 
 from aggregator.records import MELTDOWN, RECORD, REPLICAS
+from testenv.controllers import CONTROLLERS, DOWN, KCM, MCM
 from testenv.controlplane import ensure_namespace
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, deployment, eventually
-from tests.integration.agents import wait_for
-from tests.integration.dwdworld import DOWN, KCM, MCM, NODES, DwdWorld
-from tests.integration.shoot import FAST_DEPENDENTS, Sample, Shoot
+from testenv.shoot import FAST_DEPENDENTS, Sample, Shoot
+from testenv.standins import DEPLOYMENTS, deployment
+from testenv.wait import eventually, wait_for
+from tests.integration.dwdworld import NODES, DwdWorld
 
 pytestmark = pytest.mark.integration
 

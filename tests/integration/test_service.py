@@ -12,17 +12,16 @@ import yaml
 
 from aggregator.records import MELTDOWN, REPLICAS
 from testenv.apply import apply
+from testenv.controllers import CONTROLLERS, DOWN, KCM
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.gardener import CLUSTER_CRD
-from testenv.standins import LoggedProcess
-from tests.integration.agents import wait_for
-from tests.integration.shoot import CONTROLLERS, Shoot, shoot_for
+from testenv.process import Process
+from testenv.shoot import Shoot, shoot_for
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
-KCM = "kube-controller-manager"
 
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
 
 
@@ -203,7 +202,7 @@ def test_rotated_kubeconfig_secret_keeps_working(shoot: Shoot, tmp_path: Path) -
     assert target(port, shoot.namespace)["error"] == ""
 
 
-def _leader(aggs: list[LoggedProcess]) -> LoggedProcess | None:
+def _leader(aggs: list[Process]) -> Process | None:
     for a in aggs:
         changes = [e for e in a.events() if e["event"] == "leader_changed"]
         if changes and changes[-1]["leader"]:

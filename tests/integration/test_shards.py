@@ -14,12 +14,13 @@ import yaml
 
 from aggregator.records import MELTDOWN
 from aggregator.shards import ROLE, shard_of
+from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import ensure_namespace
-from testenv.standins import CONTROLLERS, DEPLOYMENTS, DeploymentController, LoggedProcess, deployment
-from tests.integration.agents import wait_for
-from tests.integration.shoot import ACCESS_SECRET, Shoot
+from testenv.process import Process
+from testenv.shoot import ACCESS_SECRET, Shoot
+from testenv.standins import DEPLOYMENTS, DeploymentController, deployment
+from testenv.wait import wait_for
 
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
 SHARDS = 4
 
@@ -40,7 +41,7 @@ def recorded(shoot: Shoot, ns: str) -> bool:
     return any(MELTDOWN in (d["metadata"].get("annotations") or {}) for d in items)
 
 
-def writers(aggregators: list[LoggedProcess]) -> dict[str, set[int]]:
+def writers(aggregators: list[Process]) -> dict[str, set[int]]:
     """Per target, which of ``aggregators`` scaled any of its dependents."""
     out: dict[str, set[int]] = collections.defaultdict(set)
     for i, agg in enumerate(aggregators):
@@ -127,6 +128,6 @@ def test_two_replicas_share_the_targets_and_one_takes_the_others_share_when_it_d
             c.stop()
 
 
-def _identity(agg: LoggedProcess) -> str:
+def _identity(agg: Process) -> str:
     """The replica's identity, as it logs at start ("" until it has)."""
     return next((e["identity"] for e in agg.events() if e["event"] == "aggregator_started"), "")

@@ -8,12 +8,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from core.errors import BadRequest, Conflict, Forbidden, Gone
 from testenv import binaries
 from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.process import spawn
+from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -121,15 +124,15 @@ def test_rbac_denies_then_allows(control_plane: ControlPlane, ns: str) -> None:
                     "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": ns}],
                 },
             )
-            deadline = time.monotonic() + 10  # the RBAC authorizer reads from an informer
-            while True:
+
+            def leases() -> dict[str, Any] | None:
                 try:
-                    assert as_sa.get(LEASES.format(ns=ns))["kind"] == "LeaseList"
-                    break
+                    return as_sa.get(LEASES.format(ns=ns))
                 except Forbidden:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.1)
+                    return None
+
+            # The RBAC authorizer reads from an informer: the binding takes a moment.
+            assert wait_for(leases, 10, "the Role bound", every_s=0.1)["kind"] == "LeaseList"
 
 
 def test_node_bound_token_carries_the_node(control_plane: ControlPlane) -> None:
@@ -184,18 +187,18 @@ def test_run_command_exit_code_and_cleanup_on_interrupt(tmp_path: Path) -> None:
     assert not Path(kubeconfig).exists(), "the control plane's directory outlived the run"
 
     # Interrupted while its command runs: everything it started goes away.
-    proc = subprocess.Popen(
+    proc = spawn(
+        "testenv-run",
         [sys.executable, "-m", "testenv", "run", "--", "sh", "-c", f"echo $TESTENV_URL > {out}.2; sleep 60"],
+        log_path=tmp_path / "run.log",
     )
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "env.2").exists():
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.1)
+    wait_for(lambda: (tmp_path / "env.2").exists() or not proc.alive(), 60, "the command started", 0.1)
+    assert (tmp_path / "env.2").exists(), f"testenv run exited early:\n{proc.tail()}"
     children = subprocess.run(
         ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=False
     ).stdout.split()
     assert len(children) >= 2  # etcd, kube-apiserver (and the command)
-    proc.send_signal(signal.SIGINT)
+    proc.popen.send_signal(signal.SIGINT)
     assert proc.wait(30) == 130
     time.sleep(0.2)
     assert not any(_alive(int(p)) for p in children)

@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from testenv.standins import CONTROLLERS
-from tests.integration.agents import wait_for
-from tests.integration.dwdworld import DOWN, NODES, DwdWorld
+from testenv.controllers import CONTROLLERS, DOWN
+from testenv.wait import wait_for
+from tests.integration.dwdworld import NODES, DwdWorld
 
 pytestmark = pytest.mark.integration
 

@@ -19,9 +19,9 @@ from aggregator.target import Interlock
 from aggregator.watcher import Informer
 from core.errors import Forbidden, NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
-from testenv.standins import CONTROLLERS
+from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from tests.unit.fakekube import FakeKube
-from tests.unit.world import CA, DOWN, KCM, MCM, World, deployment_path
+from tests.unit.world import World, deployment_path
 
 # -- 1: KAPI or etcd back after a long restart
 

@@ -26,8 +26,8 @@ from aggregator.metrics import AggregatorMetrics
 from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
 from aggregator.sources import Polled, TargetSpec
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
-from testenv.standins import CONTROLLERS
-from tests.unit.world import CA, DOWN, KCM, MCM, NS, World, deployment_path, with_settings
+from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
+from tests.unit.world import NS, World, deployment_path, with_settings
 
 
 def ours(w: World, name: str) -> dict[str, Any] | None:

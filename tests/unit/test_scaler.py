@@ -14,11 +14,9 @@ from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Recor
 from aggregator.scaler import DependentState, Scaler
 from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Scaling, Watching
-from testenv.standins import CONTROLLERS
+from testenv.controllers import CA, CONTROLLERS, KCM, MCM
 from tests.unit.fakekube import FakeKube, Rule, server_error
 from tests.unit.world import NS, Clock, deployment_path
-
-KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
 
 
 def seed(**overrides: dict[str, Any]) -> FakeKube:

@@ -12,7 +12,7 @@ from aggregator.decider import Phase
 from aggregator.settings import Decider, Settings, Shoots
 from aggregator.target import Interlock, Refusal, Target
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
-from testenv.standins import CONTROLLERS
+from testenv.controllers import CONTROLLERS
 from tests.unit.fakekube import FakeKube, Rule, server_error
 from tests.unit.world import NS, World, deployment_path
 

@@ -19,9 +19,9 @@ from aggregator.target import Interlock
 from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletObs, path_alive
 from core.errors import Forbidden
 from core.lease import format_micro_time, leases_path
-from testenv.standins import CONTROLLERS
+from testenv.controllers import CONTROLLERS, DOWN
 from tests.unit.fakekube import Rule, server_error
-from tests.unit.world import DOWN, World
+from tests.unit.world import World
 
 T = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

@@ -22,12 +22,10 @@ from aggregator.witness import NODE_LEASE_NAMESPACE
 from core.durations import parse_duration
 from core.errors import KubeError
 from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, format_micro_time, lease_path
-from testenv.standins import CONTROLLERS
+from testenv.controllers import CONTROLLERS, DOWN
 from tests.unit.fakekube import FakeKube, managed
 
 NS = "shoot--p--s"
-KCM, MCM, CA = "kube-controller-manager", "machine-controller-manager", "cluster-autoscaler"
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 INTERVAL_FIELDS = {"f:metadata": {"f:annotations": {f"f:{RENEW_INTERVAL}": {}}}}
 RENEW_FIELDS = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}

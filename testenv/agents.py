@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -16,7 +14,8 @@ from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, lease_path, leases_path
 from testenv.client import Client
 from testenv.controlplane import ControlPlane
-from testenv.standins import LoggedProcess, grant_agent_rbac, wait_for
+from testenv.process import Process, spawn_python
+from testenv.standins import grant_agent_rbac
 
 NS = DEFAULT_LEASE_NAMESPACE
 
@@ -28,7 +27,7 @@ class Agents:
     cp: ControlPlane
     tmp: Path
     admin: Client
-    procs: list[LoggedProcess] = field(default_factory=list)
+    procs: list[Process] = field(default_factory=list)
 
     def token_file(self, node: str, pod: str = "") -> Path:
         path = self.tmp / f"{node}.token"
@@ -52,11 +51,9 @@ class Agents:
         }
         return {**base, **overrides}
 
-    def start(self, env: dict[str, str]) -> LoggedProcess:
-        log_path = self.tmp / f"agent-{env['NODE_NAME']}-{len(self.procs)}.log"
-        with open(log_path, "wb") as log:
-            popen = subprocess.Popen([sys.executable, "-m", "agent"], env=env, stdout=log, stderr=log)
-        proc = LoggedProcess(popen, log_path)
+    def start(self, env: dict[str, str]) -> Process:
+        name = f"agent-{env['NODE_NAME']}-{len(self.procs)}"
+        proc = spawn_python(name, "agent", log_path=self.tmp / f"{name}.log", env=env)
         self.procs.append(proc)
         return proc
 
@@ -97,6 +94,3 @@ def agents_for(cp: ControlPlane, tmp: Path) -> Iterator[Agents]:
             yield agents
         finally:
             agents.close()
-
-
-__all__ = ["NS", "Agents", "LoggedProcess", "agents_for", "wait_for"]

@@ -6,8 +6,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import subprocess
-import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -20,21 +19,16 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv import containers
 from testenv.apply import apply, load_docs
 from testenv.client import Client
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.faultproxy import FaultProxy
-from testenv.standins import (
-    CONTROLLERS,
-    DEPLOYMENTS,
-    DeploymentController,
-    LeaseDriver,
-    LoggedProcess,
-    Loop,
-    deployment,
-)
-from tests.integration.agents import wait_for
+from testenv.poller import Poller
+from testenv.process import Process, spawn_python
+from testenv.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, deployment
+from testenv.wait import wait_for
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
-AGGREGATOR_RBAC = Path(__file__).resolve().parents[2] / "manifests" / "shoot-access" / "rbac.yaml"
+AGGREGATOR_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "shoot-access" / "rbac.yaml"
 
 # Fast but faithful: the same rules as the defaults, on a shorter clock.
 FAST_ENV = {
@@ -73,34 +67,50 @@ FAST_DEPENDENTS = {
 
 @dataclass(frozen=True)
 class Sample:
-    t: float  # time.monotonic()
+    t: float  # time.monotonic() when the read began
     replicas: dict[str, int]
     annotations: dict[str, dict[str, str]]
+    labels: dict[str, dict[str, str]]
 
 
-class Sampler(Loop):
-    """The controllers' spec.replicas and annotations every ``every_s``, from a thread: a scale
-    that came and went between two checks of a test is still in the record."""
+class Sampler(Poller):
+    """The controllers' spec.replicas, annotations and labels every ``every_s``, from a thread:
+    a scale that came and went between two checks of a test is still in the record."""
 
     def __init__(self, client: Client, namespace: str, every_s: float = 0.1) -> None:
-        super().__init__("sampler", every_s)
+        # At a fixed rate: the record is read as a time series.
+        super().__init__("sampler", every_s, fixed_rate=True)
         self.client = client
         self.namespace = namespace
         self.samples: list[Sample] = []
+        self._lock = threading.Lock()
 
     def step(self) -> None:
+        started = time.monotonic()
         items = self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]
-        self.samples.append(
-            Sample(
-                time.monotonic(),
-                {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items},
-                {d["metadata"]["name"]: dict(d["metadata"].get("annotations") or {}) for d in items},
-            )
+        sample = Sample(
+            started,
+            {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items},
+            {d["metadata"]["name"]: dict(d["metadata"].get("annotations") or {}) for d in items},
+            {d["metadata"]["name"]: dict(d["metadata"].get("labels") or {}) for d in items},
         )
+        with self._lock:
+            self.samples.append(sample)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def between(self, t0: float, t1: float = float("inf")) -> list[Sample]:
+        with self._lock:
+            return [s for s in self.samples if t0 <= s.t <= t1]
+
+    def latest(self) -> Sample | None:
+        with self._lock:
+            return self.samples[-1] if self.samples else None
 
     def first(self, bad: Callable[[Sample], bool], after: float = float("-inf")) -> Sample | None:
         """The first sample taken after ``after`` for which ``bad`` holds."""
-        return next((s for s in list(self.samples) if s.t >= after and bad(s)), None)
+        return next((s for s in self.between(after) if bad(s)), None)
 
 
 @dataclass
@@ -115,7 +125,7 @@ class Shoot:
     seed_admin: Client = field(init=False)
     driver: LeaseDriver = field(init=False)
     controller: DeploymentController = field(init=False)
-    aggregators: list[LoggedProcess] = field(default_factory=list)
+    aggregators: list[Process] = field(default_factory=list)
     proxies: list[FaultProxy] = field(default_factory=list)
     samplers: list[Sampler] = field(default_factory=list)
     # Aggregators run from the image: killing ``podman run`` leaves the container running.
@@ -186,7 +196,7 @@ class Shoot:
 
     def start_aggregator(
         self, *, seed: FaultProxy | None = None, image: str | None = None, **overrides: str
-    ) -> LoggedProcess:
+    ) -> Process:
         """The aggregator as a process, or from its ``image`` (the host's network, its files
         mounted read-only, kubeconfigs carrying their credentials as a Secret's would)."""
         if seed is not None:
@@ -209,11 +219,7 @@ class Shoot:
             )
             self.aggregators.append(agg)
             return agg
-        with open(log_path, "wb") as log:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "aggregator"], env=self.env(**overrides), stdout=log, stderr=log
-            )
-        agg = LoggedProcess(popen, log_path)
+        agg = spawn_python(log_path.stem, "aggregator", log_path=log_path, env=self.env(**overrides))
         self.aggregators.append(agg)
         return agg
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import itertools
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -36,11 +35,16 @@ import httpx
 
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv.apply import kustomize_build
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
-from testenv.standins import CONTROLLERS, LoggedProcess, grant_agent_rbac, wait_for
+from testenv.networld import Node, World
+from testenv.poller import Poller
+from testenv.process import Process
+from testenv.pytest_plugin import EXTERNAL_NAMES
+from testenv.shoot import Sampler, Shoot, shoot_for
+from testenv.standins import grant_agent_rbac
 from testenv.tcpproxy import TcpProxy
-from tests.e2e.world import Node, World
-from tests.integration.shoot import Sampler, Shoot, shoot_for
+from testenv.wait import wait_for
 
 # The aggregator's defaults for everything a path is judged by (FAST_ENV shortens them).
 AGGREGATOR_DEFAULTS = {
@@ -56,7 +60,7 @@ TICK_S = 1.0  # the aggregator judges every min(1 s, lease duration / 4)
 STATUS_EVERY_S = 0.2
 LEASES_EVERY_S = 0.1
 AGENT_METRICS_PORT = 9100
-MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
+MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 
 
 def epoch(iso: str) -> float:
@@ -66,29 +70,9 @@ def epoch(iso: str) -> float:
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-class Poller(threading.Thread):
-    """Calls ``step`` every ``every_s`` until stopped; a failed step is counted, not fatal."""
-
-    def __init__(self, name: str, every_s: float) -> None:
-        super().__init__(name=name, daemon=True)
-        self.every_s = every_s
-        self.halt = threading.Event()
-        self.errors = 0
-
-    def step(self) -> None:
-        raise NotImplementedError
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            try:
-                self.step()
-            except (httpx.HTTPError, OSError, ValueError, KeyError):
-                self.errors += 1
-            self.halt.wait(self.every_s)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(10)
+# Beside a failed request: an answer cut short or without a key, from an aggregator or a KAPI
+# the faults are hitting. Counted; the record goes on.
+ERRORS: tuple[type[BaseException], ...] = (httpx.HTTPError, OSError, ValueError, KeyError)
 
 
 @dataclass(frozen=True)
@@ -105,7 +89,7 @@ class View:
 
 class AggregatorView(Poller):
     def __init__(self, url: str) -> None:
-        super().__init__("aggregator-view", STATUS_EVERY_S)
+        super().__init__("aggregator-view", STATUS_EVERY_S, errors=ERRORS)
         self.http = httpx.Client(base_url=url, timeout=2.0, trust_env=False)
         self.views: list[View] = []
 
@@ -124,8 +108,7 @@ class AggregatorView(Poller):
                 )
             )
 
-    def stop(self) -> None:
-        super().stop()
+    def close(self) -> None:
         self.http.close()
 
     def between(self, t0: float, t1: float = float("inf")) -> list[View]:
@@ -153,7 +136,7 @@ class LeaseLog(Poller):
     """Every renewTime each lease carried, read straight from the shoot KAPI."""
 
     def __init__(self, cp: ControlPlane) -> None:
-        super().__init__("lease-log", LEASES_EVERY_S)
+        super().__init__("lease-log", LEASES_EVERY_S, errors=ERRORS)
         self.client = cp.admin_client()
         self.renewals: dict[str, list[float]] = {}
         self.regressions = 0
@@ -171,8 +154,7 @@ class LeaseLog(Poller):
                         self.regressions += 1
                     seen.append(t)
 
-    def stop(self) -> None:
-        super().stop()
+    def close(self) -> None:
         self.client.close()
 
     def between(self, node: str, t0: float, t1: float) -> list[float]:
@@ -248,7 +230,7 @@ class Chain:
     shoot: Shoot
     world: World
     nodes: list[Node]
-    aggregator: LoggedProcess
+    aggregator: Process
     view: AggregatorView
     leases: LeaseLog
     replicas: Sampler
@@ -283,7 +265,7 @@ class Chain:
     def scaled_down_since(self, t0: float) -> bool:
         """Whether any controller was below its replicas in any 100 ms sample since ``t0``."""
         after = time.monotonic() - (time.time() - t0)  # the sampler keeps monotonic time
-        samples = [s for s in list(self.replicas.samples) if s.t >= after]
+        samples = self.replicas.between(after)
         assert samples, "no sample of the controllers: the seed was not read"
         return any(s.replicas != CONTROLLERS for s in samples)
 
@@ -294,8 +276,6 @@ def chain(
 ) -> Iterator[Chain]:
     """``images``: run the agents and the aggregator from these (testenv.containers.images()),
     the agents as the example overlay's DaemonSet runs them."""
-    from testenv.pytest_plugin import EXTERNAL_NAMES
-
     with shoot_for(seed, namespace, tmp / "shoot", EXTERNAL_NAMES) as shoot:
         (tmp / "shoot").mkdir(parents=True, exist_ok=True)
         shoot.setup(nodes=nodes)

@@ -20,8 +20,8 @@ from testenv.dns import DnsServer
 from testenv.kubelet import write_kubeconfig
 from testenv.netns import NetNs, _ip, unused
 from testenv.pki import CertificateAuthority
+from testenv.process import Process, json_log, spawn
 from testenv.pytest_plugin import EXTERNAL_NAMES
-from testenv.standins import json_log
 from testenv.tcpproxy import TcpProxy
 
 API, INTERNAL_API = EXTERNAL_NAMES
@@ -62,7 +62,7 @@ class Node:
     ns: NetNs
     lb: TcpProxy
     impostor_ip: str
-    agent: subprocess.Popen[bytes] | None = None
+    agent: Process | None = None
     log: Path | None = None
     container: str | None = None  # the agent's container, when it runs from the image
     # The kubelet's own load balancer, under INTERNAL_API (add_internal_path).
@@ -153,7 +153,7 @@ class World:
         node.log = self.tmp / f"agent-{node.name}.log"
         full_env = {
             "PATH": "/usr/bin:/bin",
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
             "DWD_APISERVER_URL": f"https://{API}",
             "NODE_NAME": node.name,
             "DWD_TOKEN_FILE": str(token),
@@ -164,8 +164,8 @@ class World:
         }
         if "DWD_KUBELET_KUBECONFIG" in env:  # the server and CA come from there
             del full_env["DWD_APISERVER_URL"], full_env["DWD_CA_FILE"]
-        with open(node.log, "wb") as log:
-            node.agent = node.ns.popen([sys.executable, "-m", "agent"], env=full_env, stdout=log, stderr=log)
+        argv = node.ns.argv([sys.executable, "-m", "agent"])
+        node.agent = spawn(f"agent-{node.name}", argv, log_path=node.log, env=full_env)
 
     def start_agent_container(self, node: Node, image: str, daemonset: dict[str, Any], **env: str) -> None:
         """The agent from its image as the DaemonSet runs it: the DaemonSet's environment and
@@ -203,19 +203,15 @@ class World:
             network=f"ns:/run/netns/{node.ns.name}",
             dns=[node.ns.host_ip],
             user=f"{user['runAsUser']}:{user['runAsGroup']}",
-        ).popen
+        )
 
     def close(self) -> None:
         # Rules first: they live on the host and outlast everything else if left behind.
         for node in self.nodes.values():
             node.set_loss(0)
         for node in self.nodes.values():
-            if node.agent is not None and node.agent.poll() is None:
-                node.agent.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    node.agent.wait(5)
-                if node.agent.poll() is None:
-                    node.agent.kill()
+            if node.agent is not None:
+                node.agent.stop(5)
             if node.container is not None:
                 containers.remove(node.container)
             # Rules may still be in place after a failed test.

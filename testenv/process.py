@@ -1,0 +1,126 @@
+"""The one way the harness starts a program: ``spawn`` gives a ``Process`` with its log.
+
+etcd, kube-apiserver, KCM, the agents, the aggregator and ``podman run`` all start here, so
+a test that fails can show any of them the same way (``tail``), and stop them the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    # A SIGKILLed test runner must not leave an etcd or kube-apiserver behind.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class Process:
+    """A program started by the harness, with its log (stdout and stderr): what it did is read
+    from there, as JSON lines when it logs them."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait(self, timeout_s: float | None = None) -> int:
+        return self.popen.wait(timeout_s)
+
+    def terminate(self, timeout_s: float = 5) -> int:
+        """SIGTERM and its exit code; ``subprocess.TimeoutExpired`` if it does not exit in time."""
+        if self.alive():
+            self.popen.send_signal(signal.SIGTERM)
+        return self.popen.wait(timeout_s)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it is still there after ``timeout_s``."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.terminate(timeout_s)
+        self.kill()
+
+    def kill(self) -> None:
+        if self.alive():
+            self.popen.kill()
+            self.popen.wait()
+
+    def events(self) -> list[dict[str, Any]]:
+        return json_log(self.log_path)
+
+    def names(self) -> list[str]:
+        return [e["event"] for e in self.events()]
+
+    def tail(self, lines: int = 30) -> str:
+        """The end of its log, for a failure message."""
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def spawn(
+    name: str,
+    argv: Sequence[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    die_with_parent: bool = False,
+) -> Process:
+    """``argv`` running with its output in ``log_path`` (truncated). ``die_with_parent``: killed
+    with this process, for servers no ``finally`` may get to stop."""
+    with open(log_path, "wb") as log:  # the child keeps its own descriptor
+        popen = subprocess.Popen(
+            list(argv),
+            env=None if env is None else dict(env),
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509 - prctl only
+        )
+    return Process(name, popen, log_path)
+
+
+def spawn_python(name: str, module: str, *, log_path: Path, env: Mapping[str, str]) -> Process:
+    """``python -m module`` (the agent, the aggregator) from this interpreter, with ``env``."""
+    return spawn(name, [sys.executable, "-m", module], log_path=log_path, env=env)
+
+
+def stop_all(procs: Iterable[Process], timeout_s: float = 5.0) -> None:
+    """SIGTERM to every one first, so they shut down together, then ``stop`` each."""
+    procs = list(procs)
+    for p in procs:
+        if p.alive():
+            p.popen.send_signal(signal.SIGTERM)
+    for p in procs:
+        p.stop(timeout_s)
+
+
+def json_log(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines of a process's log (structlog's json format); other lines are skipped."""
+    out = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+    return out

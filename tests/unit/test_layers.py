@@ -1,0 +1,112 @@
+"""Who may import whom, checked on the source: ruff's banned-api applies to every file alike,
+so the layers are told apart here.
+
+- core/ and agent/ stay lean: no aggregator, aiohttp or kubernetes (the agent's image has none);
+- the programs (core/, agent/, aggregator/, image/) never import the harness, the benches, the
+  demo or the tests;
+- testenv/ is the one harness: bench/, demo/ and testenv/ itself never import tests/; testenv/
+  imports no program (it starts them as processes), no bench and no demo; the demo no bench.
+
+And the harness and the demo keep their functions to 50 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GO_CACHE = ROOT / "testenv" / "go"  # the Go module cache testenv builds from: not ours
+
+# Package (a top-level directory) -> the top-level modules it must not import.
+FORBIDDEN: dict[str, frozenset[str]] = {
+    "core": frozenset({"aggregator", "aiohttp", "kubernetes", "testenv", "bench", "demo", "tests"}),
+    "agent": frozenset({"aggregator", "aiohttp", "kubernetes", "testenv", "bench", "demo", "tests"}),
+    "aggregator": frozenset({"testenv", "bench", "demo", "tests"}),
+    "image": frozenset({"testenv", "bench", "demo", "tests"}),
+    # Like dependency-watchdog's internal/test (.import-restrictions): the harness imports only
+    # what the programs share (core/, and image/ to build them), never a program it starts nor
+    # those who use it.
+    "testenv": frozenset({"tests", "bench", "demo", "aggregator", "agent"}),
+    "bench": frozenset({"tests"}),
+    "demo": frozenset({"tests", "bench"}),
+}
+
+
+def imported(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, top-level module) of every absolute import, nested ones (in a function) too."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.lineno, node.module.split(".")[0]
+
+
+def violations(package: str, source: str, where: str) -> list[str]:
+    """``where:line: package imports module`` for each forbidden import in ``source``."""
+    banned = FORBIDDEN[package]
+    tree = ast.parse(source, where)
+    return [
+        f"{where}:{line}: {package}/ imports {mod}" for line, mod in sorted(imported(tree)) if mod in banned
+    ]
+
+
+def test_the_layers_hold() -> None:
+    found = []
+    for package in FORBIDDEN:
+        files = sorted((ROOT / package).rglob("*.py"))
+        assert files, f"no sources under {package}/: the check would pass vacuously"
+        for path in files:
+            if path.is_relative_to(GO_CACHE):
+                continue
+            found += violations(package, path.read_text(), str(path.relative_to(ROOT)))
+    assert not found, "imports across the layers:\n" + "\n".join(found)
+
+
+def test_a_forbidden_import_is_reported_with_its_line() -> None:
+    source = "import os\n\n\ndef f():\n    from tests.integration import x\n\n\nimport tests\n"
+    assert violations("bench", source, "bench/x.py") == [
+        "bench/x.py:5: bench/ imports tests",
+        "bench/x.py:8: bench/ imports tests",
+    ]
+    assert violations("agent", "import kubernetes.client\n", "agent/x.py") == [
+        "agent/x.py:1: agent/ imports kubernetes"
+    ]
+    assert violations("aggregator", "from testenv.wait import wait_for\n", "aggregator/x.py") == [
+        "aggregator/x.py:1: aggregator/ imports testenv"
+    ]
+
+
+def test_allowed_imports_are_not_reported() -> None:
+    source = "from testenv.shoot import Shoot\nfrom . import tests\nimport testsuite\n"
+    assert violations("bench", source, "bench/x.py") == []
+    assert violations("aggregator", "import aiohttp\nfrom core.lease import X\n", "aggregator/x.py") == []
+
+
+def long_functions(source: str, where: str, limit: int = 50) -> list[str]:
+    """``where:line: name N lines`` for each function longer than ``limit`` (def to last line)."""
+    return [
+        f"{where}:{node.lineno}: {node.name} {node.end_lineno - node.lineno + 1} lines"
+        for node in ast.walk(ast.parse(source, where))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno is not None
+        and node.end_lineno - node.lineno + 1 > limit
+    ]
+
+
+def test_the_harness_and_the_demo_read_in_steps() -> None:
+    """The harness is read by whoever debugs a failing test, the demo by whoever watches it."""
+    found = []
+    for package in ("testenv", "demo"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if not path.is_relative_to(GO_CACHE):
+                found += long_functions(path.read_text(), str(path.relative_to(ROOT)))
+    assert not found, "functions over 50 lines:\n" + "\n".join(found)
+
+
+def test_a_long_function_is_reported() -> None:
+    body = "".join(f"    x = {i}\n" for i in range(49))
+    assert long_functions(f"def f():\n{body}", "demo/x.py") == []
+    assert long_functions(f"def f():\n{body}    return x\n", "demo/x.py") == ["demo/x.py:1: f 51 lines"]
