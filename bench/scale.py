@@ -7,7 +7,7 @@ control plane, the REAL aggregator as its own process at its defaults (lease dur
 8 s, fast interval 2 s, confirm 4 s, recovery 10 s, write budget 100/s) except
 DWD_NODE_GRACE=0s: with the default 60 s grace a node created less than a minute ago is
 no candidate, and every run here creates its nodes minutes before. The dependents are
-tests/integration/shoot.py's (no initial delays, MCM 500 ms after KCM on the way up).
+testenv/shoot.py's (no initial delays, MCM 500 ms after KCM on the way up).
 The agents are bench/fleet.py's simulated ones (its docstring says how they differ from
 real ones).
 
@@ -58,13 +58,13 @@ from bench.stats import estimate, hypergeom_pmf, p_down_spread, p_down_zoned
 from bench.table import print_table
 from core.durations import format_duration
 from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView
-from testenv.controllers import CONTROLLERS
+from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import ControlPlane, free_port
-from testenv.process import Process as LoggedProcess
+from testenv.process import Process
 from testenv.shoot import Sampler, Shoot
 from testenv.wait import eventually, wait_for
 
-# The aggregator's own defaults (tests/integration/shoot.py's environment has faster ones),
+# The aggregator's own defaults (testenv/shoot.py's environment has faster ones),
 # read from its settings' fields.
 DECIDER = Decider()
 DEFAULTS = {
@@ -81,7 +81,6 @@ DEFAULTS = {
 FAST_S = DECIDER.fast_interval_s
 BUDGET = Provisioning().write_budget
 THRESHOLD = DECIDER.failure_fraction
-DOWN = dict.fromkeys(CONTROLLERS, 0)
 # -- the aggregator's /status
 
 
@@ -126,13 +125,13 @@ class Run:
     names: list[str]
     audit: Audit
     kubeconfig: Path
-    agg: LoggedProcess | None = None
+    agg: Process | None = None
     port: int = 0
 
     def start_aggregator(self, **env: str) -> None:
         self.port = free_port()
         # Typed loosely: its keyword parameters (seed=, image=) are not environment variables.
-        start: Callable[..., LoggedProcess] = self.shoot.start_aggregator
+        start: Callable[..., Process] = self.shoot.start_aggregator
         self.agg = start(
             **DEFAULTS,
             DWD_METRICS_ADDR=f"127.0.0.1:{self.port}",

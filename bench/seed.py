@@ -39,7 +39,6 @@ import contextlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,6 +62,7 @@ from testenv.client import Client
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.gardener import CLUSTER_CRD, cluster
+from testenv.process import Process, spawn, stop_all
 from testenv.standins import DEPLOYMENTS, deployment
 from testenv.wait import wait_for
 
@@ -133,7 +133,7 @@ def status(port: int) -> dict[str, Any]:
 @contextlib.contextmanager
 def aggregators(
     kubeconfig: Path, code: Path, tmp: Path, replicas: int = 1, shards: int = 1
-) -> Iterator[list[tuple[subprocess.Popen[bytes], int]]]:
+) -> Iterator[list[tuple[Process, int]]]:
     """``replicas`` aggregators; more than one elect on shard Leases (``shards``) in ``garden``."""
     env = {
         "PATH": "/usr/bin:/bin",
@@ -146,28 +146,17 @@ def aggregators(
     }
     if replicas > 1:
         env |= {"DWD_LEADER_ELECTION": "true", "DWD_SHARDS": str(shards)}
-    procs = []
+    procs: list[tuple[Process, int]] = []
     try:
         for i in range(replicas):
             port = free_port()
-            with open(tmp / f"aggregator-{i}.log", "wb") as log:
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "aggregator"],
-                    env=env | {"DWD_METRICS_ADDR": f"127.0.0.1:{port}"},
-                    stdout=log,
-                    stderr=log,
-                    cwd=tmp,
-                )
-            procs.append((proc, port))
+            argv = [sys.executable, "-m", "aggregator"]
+            with_port = env | {"DWD_METRICS_ADDR": f"127.0.0.1:{port}"}
+            log_path = tmp / f"aggregator-{i}.log"
+            procs.append((spawn(f"aggregator-{i}", argv, log_path=log_path, env=with_port, cwd=tmp), port))
         yield procs
     finally:
-        for proc, _ in procs:
-            proc.terminate()
-        for proc, _ in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(p for p, _ in procs)
 
 
 def namespace(i: int) -> str:

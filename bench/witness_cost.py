@@ -46,7 +46,6 @@ import os
 import signal
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -74,6 +73,7 @@ from core.durations import format_duration
 from core.errors import ApiError
 from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, LeaseView, lease_path, leases_path
 from testenv.controlplane import ControlPlane
+from testenv.process import Process, spawn
 
 T = TypeVar("T")
 # The aggregator's defaults this page is about.
@@ -155,7 +155,7 @@ class Ticks:
 @contextlib.contextmanager
 def writer_process(
     plane: ControlPlane, nodes: int, interval_s: float, stats: Path, log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
+) -> Iterator[Process]:
     argv = [
         sys.executable,
         "-m",
@@ -174,17 +174,11 @@ def writer_process(
         str(stats),
     ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        try:
-            yield proc
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    proc = spawn("kubelet-writer", argv, log_path=log, env=env)
+    try:
+        yield proc
+    finally:
+        proc.stop()
 
 
 def writer_stats(stats: Path) -> list[dict[str, Any]]:
@@ -883,8 +877,8 @@ async def measure(plane: ControlPlane, args: argparse.Namespace, tmp: Path) -> d
         b.pids["writer"] = writer.pid
         t0 = time.monotonic()
         while not any(x.get("ready") for x in writer_stats(stats)):
-            if writer.poll() is not None:
-                raise RuntimeError(f"the writer exited: {(tmp / 'writer.log').read_text()[-2000:]}")
+            if not writer.alive():
+                raise RuntimeError(f"the writer exited: {writer.tail()}")
             if time.monotonic() - t0 > 300:
                 raise RuntimeError("the writer did not create its leases within 300 s")
             await asyncio.sleep(0.5)

@@ -6,8 +6,6 @@ so the layers are told apart here.
   demo or the tests;
 - testenv/ is the one harness: bench/, demo/ and testenv/ itself never import tests/; testenv/
   imports no program (it starts them as processes), no bench and no demo; the demo no bench.
-
-And the harness and the demo keep their functions to 50 lines.
 """
 
 from __future__ import annotations
@@ -83,30 +81,3 @@ def test_allowed_imports_are_not_reported() -> None:
     source = "from testenv.shoot import Shoot\nfrom . import tests\nimport testsuite\n"
     assert violations("bench", source, "bench/x.py") == []
     assert violations("aggregator", "import aiohttp\nfrom core.lease import X\n", "aggregator/x.py") == []
-
-
-def long_functions(source: str, where: str, limit: int = 50) -> list[str]:
-    """``where:line: name N lines`` for each function longer than ``limit`` (def to last line)."""
-    return [
-        f"{where}:{node.lineno}: {node.name} {node.end_lineno - node.lineno + 1} lines"
-        for node in ast.walk(ast.parse(source, where))
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.end_lineno is not None
-        and node.end_lineno - node.lineno + 1 > limit
-    ]
-
-
-def test_the_harness_and_the_demo_read_in_steps() -> None:
-    """The harness is read by whoever debugs a failing test, the demo by whoever watches it."""
-    found = []
-    for package in ("testenv", "demo"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            if not path.is_relative_to(GO_CACHE):
-                found += long_functions(path.read_text(), str(path.relative_to(ROOT)))
-    assert not found, "functions over 50 lines:\n" + "\n".join(found)
-
-
-def test_a_long_function_is_reported() -> None:
-    body = "".join(f"    x = {i}\n" for i in range(49))
-    assert long_functions(f"def f():\n{body}", "demo/x.py") == []
-    assert long_functions(f"def f():\n{body}    return x\n", "demo/x.py") == ["demo/x.py:1: f 51 lines"]
