@@ -26,7 +26,7 @@ from agent.client import LeaseClient
 from agent.path import PHASES, Attempt
 from agent.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, Settings
 from core import logs
-from core.errors import BadResponse, Invalid, KubeError, NotFound, TooManyRequests, TransportError
+from core.errors import Invalid, KubeError, NotFound, TooManyRequests, TransportError
 from core.lease import (
     LeaseView,
     Outage,
@@ -63,6 +63,16 @@ class Unrenewed:
     failure_class: str
     sent: bool  # it may have landed after all
     path: tuple[dict[str, Any], ...]
+
+
+def _as_lease(answer: dict[str, Any], node: str) -> LeaseView:
+    """A 2xx answer to the PATCH of the node's lease is that lease: the renewal landed and the
+    path works, whatever the answer lacks. Parsed as the aggregator parses a lease; an answer
+    without a name is taken as the node's."""
+    meta = answer.get("metadata")
+    return LeaseView.from_object(
+        {**answer, "metadata": {"name": node, **(meta if isinstance(meta, dict) else {})}}
+    )
 
 
 def wall_now() -> datetime:
@@ -221,10 +231,7 @@ class Renewer:
         """The renewal (with the evidence of an unseen one when there is some to give), and the
         lease as the server wrote it, parsed once."""
         lease, with_evidence = await self._patch(stamp, started)
-        try:
-            view = LeaseView.from_object(lease)
-        except ValueError as e:
-            raise BadResponse(f"the lease PATCH answered a {e}") from e
+        view = _as_lease(lease, self.settings.node_name)
         if with_evidence:
             self._settle(view.previous_renew or "")
         return view

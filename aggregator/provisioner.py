@@ -85,11 +85,11 @@ class Provisioner:
                 update.append(name)
         return create, update, delete
 
-    async def reconcile(self, pacing: Pacing) -> None:
-        """One pass on one plan of the pacing (the next pass takes the next); writes are paced
-        so a 5000-node start does not burst on KAPI, and end with the leader's term (the next
-        leader's pass takes over)."""
-        create, update, delete = self.plan(pacing)
+    async def reconcile(self, pacing: Callable[[], Pacing]) -> None:
+        """One pass; writes are paced so a 5000-node start does not burst on KAPI, and end with
+        the leader's term (the next leader's pass takes over). A pass lasts 100 s at 5000 nodes:
+        each write asks ``pacing`` for the plan in force (re-planned only when it is due)."""
+        create, update, delete = self.plan(pacing())
         writes = [
             *(functools.partial(self._create, n, pacing) for n in create),
             *(functools.partial(self._update, n, pacing) for n in update),
@@ -124,8 +124,8 @@ class Provisioner:
             "controller": False,
         }
 
-    async def _create(self, name: str, pacing: Pacing) -> None:
-        want = self.desired(name, pacing)
+    async def _create(self, name: str, pacing: Callable[[], Pacing]) -> None:
+        want = self.desired(name, pacing())
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -142,8 +142,8 @@ class Provisioner:
         except Conflict:
             pass  # created meanwhile (by an earlier pass or a previous leader)
 
-    async def _update(self, name: str, pacing: Pacing) -> None:
-        want = self.desired(name, pacing)
+    async def _update(self, name: str, pacing: Callable[[], Pacing]) -> None:
+        want = self.desired(name, pacing())
         await self.shoot.merge_patch(
             lease_path(self.namespace, name),
             {

@@ -83,8 +83,14 @@ class Reporter:
         self.metrics.leading.set(1 if leader else 0, target=self.name)
 
     def view(self, view: View) -> None:
+        """The view as the tick starts: ``dwd_target_synced`` says whether the watches have
+        listed and are fresh, and is written only here."""
         self.status.view = view.why
         self.metrics.synced.set(1 if view.since is not None else 0, target=self.name)
+
+    def gaps(self, view: View) -> None:
+        """Why the view is not trusted after the interlocks (a failed probe or LIST is a gap)."""
+        self.status.view = view.why
 
     def ticked(self, seconds: float) -> None:
         # Every target shares the loop: a slow tick is a gap in the others' too (bench/seed.py).

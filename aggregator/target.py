@@ -152,7 +152,7 @@ class Target:
         await self.leases.synced.wait()
         while True:
             if self.is_leader():
-                await self.provisioner.reconcile(self.pacer.plan())
+                await self.provisioner.reconcile(self.pacer.plan)
             self.observed.changed.clear()
             # Re-check on every change, and now and then regardless (a failed write is retried).
             try:
@@ -166,6 +166,7 @@ class Target:
             # Not listed yet (unreachable KAPI, bad credentials): say why on the status page.
             self.report.error(self.leases.last_error or self.nodes.last_error)
             await asyncio.sleep(self.params.tick_s)
+        self.report.error("")
         self.log.info("target_observing", wait_s=self.params.lease_duration_s)
         while True:
             await asyncio.sleep(self.params.tick_s)
@@ -175,15 +176,18 @@ class Target:
 
     async def tick(self) -> Verdict:
         """One look at the shoot, in the order a write needs it."""
-        now, leader = self.clock(), self._lead()
+        now = self.clock()
+        leader = self._lead(now)
         # 1. How far the view is trusted, and what it shows.
         self.view.see(now, listed=self._listed(), watches_fresh=self._watches_fresh())
-        pacing, before = self.pacer.plan(), self.memory
+        self.report.view(self.view)
+        before = self.memory
         # 2. The reads beside the watches, where a write may follow: a standby's would double
         #    the load of a seed-wide outage. As leader it reads both before its first verdict.
         if leader:
             await self.evidence.read_due(wanted=self._wants_witness())
-        # 3. The verdict.
+        # 3. The verdict, on the pacing planned for this tick (the interlocks confirm on it too).
+        pacing = self.pacer.plan()
         verdict = await self._judge(now, pacing)
         # 4. The interlocks, only on the replica that acts: as a new leader a standby starts
         #    from the records and checks before any write of its own.
@@ -191,7 +195,7 @@ class Target:
             verdict = blocked(verdict, before, now, str(refusal))
             self.report.refused(refusal)
         self.report.verdict(verdict)
-        self.report.view(self.view)
+        self.report.gaps(self.view)
         if leader:
             self.report.decision(verdict, self.scaler.desired, dry_run=self.settings.scaling.dry_run)
             self.report.silent_agents(now, verdict.path_alive, after_s=self.params.witness_every_s)
@@ -203,13 +207,13 @@ class Target:
         self.view.ticked(self.clock())
         return verdict
 
-    def _lead(self) -> bool:
+    def _lead(self, now: float) -> bool:
         leader = self.is_leader()
         if leader and not self._was_leader and self.memory.phase is not Phase.STARTING:
             # A standby judged without acting; as the new leader it resumes from the
             # annotations, like a restart, but its observations are already warm.
             self.log.info("target_leading", phase=str(self.memory.phase))
-            self.memory = take_over(self.clock())
+            self.memory = take_over(now)
             self.scaler.forget()  # another leader may have written since we last looked
         self._was_leader = leader
         self.report.leading(leader)

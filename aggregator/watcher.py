@@ -273,10 +273,16 @@ def list_items(path: str, result: Mapping[str, Any]) -> list[Any]:
 
 
 def _only_renewed(before: LeaseView, after: LeaseView) -> bool:
-    return (
-        replace(before, renew_time=after.renew_time, renewed_after_interval=after.renewed_after_interval)
-        == after
+    """Whether a lease changed only as a renewal changes it: its renewTime, the server's record
+    of it, and the agent's evidence of an unseen renewal (written and cleared by renewals)."""
+    renewed = replace(
+        before,
+        renew_time=after.renew_time,
+        renewed_after_interval=after.renewed_after_interval,
+        previous_renew=after.previous_renew,
+        annotated=after.annotated,
     )
+    return renewed == after
 
 
 # Pages of a full Node LIST: one LIST of 5000 nodes is 56 MiB that parse into 220 MiB more

@@ -557,5 +557,5 @@ async def test_provisioning_stops_writing_when_the_term_ends() -> None:
                 w.term_end = w.clock()  # the leader's term ends in the middle of the pass
 
     w.shoot.on_request = count
-    await t.provisioner.reconcile(t.pacer.plan())
+    await t.provisioner.reconcile(t.pacer.plan)
     assert creates == 10, f"{creates - 10} lease writes after the term ended"

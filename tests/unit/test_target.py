@@ -159,3 +159,19 @@ async def test_the_status_page_shows_the_fraction_the_verdict_judged_not_the_pla
     assert snapshot["fraction"] == pytest.approx(0.1)
     assert w.target.metrics.fraction.get(target=w.target.name) == pytest.approx(0.1)
     assert w.target.memory.phase is Phase.HEALTHY
+
+
+async def test_a_refused_scale_down_leaves_the_watches_synced() -> None:
+    """dwd_target_synced says whether the watches have listed and are fresh: a failed probe is
+    a gap in the view (nothing is judged for a lease duration), not a watch out of sync."""
+    w = await settled()
+    w.alive -= set(w.names[:7])
+    w.shoot.fail("GET", "/readyz")
+    synced_on_refusal = []
+    for _ in range(20):
+        before = w.target.metrics.probe_failures.get(target="shoot")
+        await w.step()
+        if w.target.metrics.probe_failures.get(target="shoot") > before:
+            synced_on_refusal.append(w.target.metrics.synced.get(target="shoot"))
+            assert "probe" in w.target.status.view  # the gap is on the status page
+    assert synced_on_refusal and set(synced_on_refusal) == {1.0}, synced_on_refusal

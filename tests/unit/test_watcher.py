@@ -205,6 +205,15 @@ def test_a_renewal_does_not_wake_the_provisioner_anything_else_does() -> None:
     observed.changed.clear()
     observed.lease_event("MODIFIED", LeaseView("n1", renew_time="b", interval="2s", interval_s=2.0))
     assert not observed.changed.is_set()
+    # The agent's evidence of an unseen renewal, written by one renewal and cleared by the next.
+    evidence = LeaseView(
+        "n1", renew_time="b2", interval="2s", interval_s=2.0, previous_renew="b", annotated=True
+    )
+    observed.lease_event("MODIFIED", evidence)
+    observed.lease_event(
+        "MODIFIED", LeaseView("n1", renew_time="b3", interval="2s", interval_s=2.0, annotated=True)
+    )
+    assert not observed.changed.is_set()
     observed.lease_event("MODIFIED", LeaseView("n1", renew_time="c", interval="1m", interval_s=60.0))
     assert observed.changed.is_set()
     observed.changed.clear()

@@ -193,7 +193,7 @@ class World:
             except KubeError:
                 pass
         if provision and self.leader:
-            await t.provisioner.reconcile(t.pacer.plan())
+            await t.provisioner.reconcile(t.pacer.plan)
         await t.tick()
         self.trace.append((self.clock(), self.replicas()))
 
