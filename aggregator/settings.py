@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import random
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from aggregator.candidates import NodeConditions
@@ -143,6 +143,12 @@ class Decider:
         if self.blind_limit_s < self.lease_duration_s:
             problems.append("DWD_BLIND_LIMIT: must be at least DWD_LEASE_DURATION")
         _check(problems)
+
+    def with_pools(self, pools: Mapping[str, tuple[str, ...]] | None) -> Decider:
+        """A shoot's own per-pool conditions (its Cluster's) over the setting's; off stays off."""
+        if not pools or self.node_conditions is None:
+            return self
+        return replace(self, node_conditions=self.node_conditions.with_pools(pools))
 
     @property
     def tick_s(self) -> float:

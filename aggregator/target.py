@@ -14,7 +14,6 @@ import functools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from aggregator.budget import Pacing
@@ -29,7 +28,7 @@ from aggregator.provisioner import Provisioner
 from aggregator.report import Reporter, TargetStatus, snapshot
 from aggregator.scaler import Scaler
 from aggregator.seeddependents import SeedDependents
-from aggregator.settings import Decider, Settings
+from aggregator.settings import Settings
 from aggregator.view import View
 from aggregator.watcher import NODE_PAGE, Observed, shoot_informers
 from core import logs
@@ -38,13 +37,6 @@ from core.errors import KubeError
 log = logs.get("target")
 
 __all__ = ["NODE_PAGE", "Interlock", "Refusal", "Target", "TargetStatus"]
-
-
-def _with_pools(p: Decider, pools: Mapping[str, tuple[str, ...]] | None) -> Decider:
-    """The shoot's own per-pool conditions (its Cluster's) over the setting's; off stays off."""
-    if not pools or p.node_conditions is None:
-        return p
-    return replace(p, node_conditions=p.node_conditions.with_pools(pools))
 
 
 class Target:
@@ -67,7 +59,7 @@ class Target:
         events: KubeClient | None = None,
     ) -> None:
         self.name, self.namespace, self.shoot = name, namespace, shoot
-        self.settings, self.params = settings, _with_pools(settings.decider, node_conditions)
+        self.settings, self.params = settings, settings.decider.with_pools(node_conditions)
         self.is_leader, self.clock = is_leader, clock
         self.log = log.bind(target=name)
         self.metrics = metrics or AggregatorMetrics()
