@@ -65,7 +65,9 @@ class Interlocks:
 
     async def refusal(self, confirm: Callable[[], Verdict]) -> Refusal | None:
         """Why a scale-down must not happen now; None when every check passes. ``confirm``
-        judges again on what the confirming LIST and reads left in the view."""
+        judges again on what the confirming LIST and reads left in the view: the LIST replaces
+        the informer's store (its watch restarts from the LIST's resourceVersion, so a store
+        of its own would drift from the watch); the tick's own verdict was made before it."""
         # Judged before the requests: a failed confirming LIST leaves the watches looking stale.
         fresh = self.watches_fresh()
         # Sent together: one after the other, each added its own round trip to a real
