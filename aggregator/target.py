@@ -20,7 +20,7 @@ from aggregator.budget import Pacing
 from aggregator.decider import Memory, Phase, Verdict, blocked, decide, take_over
 from aggregator.dependents import Dependent
 from aggregator.evidence import Evidence
-from aggregator.interlocks import Interlock, Interlocks, Refusal
+from aggregator.interlocks import Interlocks, Refusal
 from aggregator.kube import KubeClient
 from aggregator.metrics import AggregatorMetrics
 from aggregator.pacer import Pacer
@@ -30,13 +30,11 @@ from aggregator.scaler import Scaler
 from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Settings
 from aggregator.view import View
-from aggregator.watcher import NODE_PAGE, Observed, shoot_informers
+from aggregator.watcher import Observed, shoot_informers
 from core import logs
 from core.errors import KubeError
 
 log = logs.get("target")
-
-__all__ = ["NODE_PAGE", "Interlock", "Refusal", "Target", "TargetStatus"]
 
 
 class Target:

@@ -28,8 +28,7 @@ from typing import Any
 
 from aggregator.kube import METADATA_LIST, METADATA_ONLY
 from aggregator.objects import NodeView
-from aggregator.target import NODE_PAGE
-from aggregator.watcher import Observed
+from aggregator.watcher import NODE_PAGE, Observed
 from bench.table import print_table
 from testenv.client import Client
 from testenv.controlplane import ControlPlane

@@ -12,12 +12,13 @@ import pytest
 
 from aggregator.candidates import DEFAULT_CONDITIONS, NodeConditions, pools_of_workers
 from aggregator.decider import LeaseObs, Memory, NodeObs, Phase, decide, skipped
+from aggregator.interlocks import Interlock
 from aggregator.kube import METADATA_ONLY
 from aggregator.machines import ABSENT, MACHINES, phases_by_node
 from aggregator.objects import ClusterView, NodeView
 from aggregator.settings import Decider, Settings
 from aggregator.sources import GardenerSource
-from aggregator.target import Interlock, Target
+from aggregator.target import Target
 from aggregator.watcher import Observed
 from core.errors import ConfigError, KubeError, api_error
 from core.lease import LeaseView

@@ -13,9 +13,9 @@ import pytest
 
 from aggregator import budget
 from aggregator.decider import Phase
+from aggregator.interlocks import Interlock
 from aggregator.objects import NodeView
 from aggregator.records import MELTDOWN, REPLICAS
-from aggregator.target import Interlock
 from aggregator.watcher import Informer
 from core.errors import Forbidden, NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path

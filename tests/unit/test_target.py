@@ -9,8 +9,9 @@ import pytest
 
 from aggregator import decider
 from aggregator.decider import Phase
+from aggregator.interlocks import Interlock, Refusal
 from aggregator.settings import Decider, Settings, Shoots
-from aggregator.target import Interlock, Refusal, Target
+from aggregator.target import Target
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.controllers import CONTROLLERS
 from tests.unit.fakekube import FakeKube, Rule, server_error

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from aggregator.decider import Phase
-from aggregator.target import Interlock
+from aggregator.interlocks import Interlock
 from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletObs, path_alive
 from core.errors import Forbidden
 from core.lease import format_micro_time, leases_path
