@@ -30,15 +30,16 @@ API, INTERNAL_API = EXTERNAL_NAMES
 class ImpostorTls:
     """A TLS server with a certificate from a CA nobody trusts: where tampered DNS sends a node."""
 
-    def __init__(self, address: str, directory: Path) -> None:
+    def __init__(self, address: str, directory: Path, port: int = 443) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         pair = CertificateAuthority(directory, "impostor").issue(
             "impostor", API, dns_names=[API], server=True
         )
         self.ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.ctx.load_cert_chain(pair.cert, pair.key)
-        self.sock = socket.create_server((address, 443))
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.sock = socket.create_server((address, port))
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
     def _serve(self) -> None:
         with contextlib.suppress(OSError):
@@ -49,7 +50,12 @@ class ImpostorTls:
                 conn.close()
 
     def close(self) -> None:
+        # close() alone leaves the socket listening while the thread is blocked in accept(),
+        # bound to an address a later world may draw; shutdown() wakes the accept first.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        self.thread.join(5)
 
 
 def _iptables(action: str, chain: str, *rule: str) -> None:

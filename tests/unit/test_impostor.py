@@ -1,0 +1,20 @@
+"""The impostor TLS server of testenv/networld.py lets go of its address when closed: a later
+world may draw the same address (the CI run of 2026-12-02 failed binding one, 'Address already
+in use', after the world that had it was closed)."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from testenv.controlplane import free_port
+from testenv.networld import ImpostorTls
+
+
+def test_a_closed_impostor_frees_its_address_for_the_next(tmp_path: Path) -> None:
+    address = "127.0.0.77"
+    port = free_port(address)
+    ImpostorTls(address, tmp_path / "first", port=port).close()
+    # Binding without SO_REUSEADDR would also trip on TIME_WAIT; the fault was a listener left.
+    with socket.create_server((address, port)):
+        pass
