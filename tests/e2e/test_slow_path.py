@@ -83,64 +83,6 @@ def report(c: Chain, t0: float, t1: float, cut: float | None = None) -> str:
     return "\n".join(lines)
 
 
-@pytest.fixture(scope="module")
-def slow_chain(seed_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
-    """One chain for every slow case: each measures only its own window, and leaves the path
-    as fast as it found it (a fresh shoot and ten namespaces cost 15-20 s a case)."""
-    with chain(seed_plane, tmp_path_factory.mktemp("slow"), "shoot--slow") as c:
-        yield c
-
-
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize(
-    "slow",
-    [
-        pytest.param(Slow(rtt_s=0.15), id="rtt+150ms"),
-        pytest.param(Slow(rtt_s=0.3), id="rtt+300ms"),
-        pytest.param(Slow(rtt_s=0.6), id="rtt+600ms"),
-        pytest.param(Slow(dns_delay_s=0.5), id="dns+500ms"),
-    ],
-)
-def test_a_slow_path_is_not_a_broken_one(slow_chain: Chain, slow: Slow) -> None:
-    c = slow_chain
-    c.wait_judging()
-    try:
-        _slow_window(c, slow)
-    finally:
-        Slow().apply(c)
-
-
-def _slow_window(c: Chain, slow: Slow) -> None:
-    """Slow for a window, every connection cut half-way: nothing fails, nothing goes stale."""
-    assert c.world.dns is not None
-    queries = c.world.dns.queries
-    t0 = time.time()
-    slow.apply(c)
-    time.sleep(WINDOW_S / 2)
-    connections = [lb.connections for lb in c.lbs]
-    t_cut = time.time()
-    c.cut_connections()
-    time.sleep(WINDOW_S / 2)
-    t1 = time.time()
-    what = f"{slow}, {WINDOW_S:.0f}s, connections cut at {WINDOW_S / 2:.0f}s\n" + report(c, t0, t1, t_cut)
-    print(what)  # the numbers of a passing run too (pytest -rP)
-
-    # The cut made every agent connect (and look the name up) again, through the slow path.
-    assert all(lb.connections > n for lb, n in zip(c.lbs, connections, strict=True)), what
-    assert c.world.dns.queries >= queries + len(c.nodes), what
-    # The agents: not one failing renewal.
-    assert not [e for n in c.nodes for e in agent_record(n, t0, t1).failing], what
-    # The aggregator judged throughout, and never counted a lease stale: its count of stale
-    # leases is the number its verdict is made of, and each lease's age is the gap it judges.
-    views = c.view.between(t0, t1)
-    assert len(views) >= WINDOW_S / STATUS_EVERY_S / 2, what
-    assert all(v.judging and v.candidates == len(c.nodes) for v in views), what
-    assert max(v.stale for v in views) == 0, what
-    assert max(c.view.max_age(n.name, t0, t1) for n in c.nodes) < LEASE_DURATION_S, what
-    assert {v.phase for v in views} == {"healthy"}, what
-    assert not c.scaled_down_since(t0), what
-
-
 def half_open(node: Node, on: bool) -> None:
     node.lb.blackhole = on
 
@@ -230,3 +172,63 @@ def test_loss_rules_drop_packets_and_go_with_the_world(control_plane: ControlPla
         finally:
             world.close()
     assert node.ns.host_if not in rules()
+
+
+# Last in the module: the shared chain lives until the module ends, and must not run beside the
+# broken cases' timings.
+@pytest.fixture(scope="module")
+def slow_chain(seed_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Chain]:
+    """One chain for every slow case: each measures only its own window, and leaves the path
+    as fast as it found it (a fresh shoot and ten namespaces cost 15-20 s a case)."""
+    with chain(seed_plane, tmp_path_factory.mktemp("slow"), "shoot--slow") as c:
+        yield c
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(
+    "slow",
+    [
+        pytest.param(Slow(rtt_s=0.15), id="rtt+150ms"),
+        pytest.param(Slow(rtt_s=0.3), id="rtt+300ms"),
+        pytest.param(Slow(rtt_s=0.6), id="rtt+600ms"),
+        pytest.param(Slow(dns_delay_s=0.5), id="dns+500ms"),
+    ],
+)
+def test_a_slow_path_is_not_a_broken_one(slow_chain: Chain, slow: Slow) -> None:
+    c = slow_chain
+    c.wait_judging()
+    try:
+        _slow_window(c, slow)
+    finally:
+        Slow().apply(c)
+
+
+def _slow_window(c: Chain, slow: Slow) -> None:
+    """Slow for a window, every connection cut half-way: nothing fails, nothing goes stale."""
+    assert c.world.dns is not None
+    queries = c.world.dns.queries
+    t0 = time.time()
+    slow.apply(c)
+    time.sleep(WINDOW_S / 2)
+    connections = [lb.connections for lb in c.lbs]
+    t_cut = time.time()
+    c.cut_connections()
+    time.sleep(WINDOW_S / 2)
+    t1 = time.time()
+    what = f"{slow}, {WINDOW_S:.0f}s, connections cut at {WINDOW_S / 2:.0f}s\n" + report(c, t0, t1, t_cut)
+    print(what)  # the numbers of a passing run too (pytest -rP)
+
+    # The cut made every agent connect (and look the name up) again, through the slow path.
+    assert all(lb.connections > n for lb, n in zip(c.lbs, connections, strict=True)), what
+    assert c.world.dns.queries >= queries + len(c.nodes), what
+    # The agents: not one failing renewal.
+    assert not [e for n in c.nodes for e in agent_record(n, t0, t1).failing], what
+    # The aggregator judged throughout, and never counted a lease stale: its count of stale
+    # leases is the number its verdict is made of, and each lease's age is the gap it judges.
+    views = c.view.between(t0, t1)
+    assert len(views) >= WINDOW_S / STATUS_EVERY_S / 2, what
+    assert all(v.judging and v.candidates == len(c.nodes) for v in views), what
+    assert max(v.stale for v in views) == 0, what
+    assert max(c.view.max_age(n.name, t0, t1) for n in c.nodes) < LEASE_DURATION_S, what
+    assert {v.phase for v in views} == {"healthy"}, what
+    assert not c.scaled_down_since(t0), what
