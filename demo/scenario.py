@@ -40,6 +40,7 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
 from testenv import workload
 from testenv.controllers import CONTROLLERS, DOWN, MCM
 from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.kcm import NODE_GRACE_S as GRACE_S
 from testenv.kcm import KcmDeploymentController, KcmReplicas
 from testenv.kubelet import Kubelet, node_credentials, write_kubeconfig
 from testenv.process import Process, json_log, spawn_python, stop_all
@@ -47,9 +48,8 @@ from testenv.standins import DEPLOYMENTS, deployment, grant_agent_rbac
 from testenv.tcpproxy import TcpProxy
 from testenv.wait import wait_for
 
-# KCM's node-monitor grace period as Gardener sets it, and how long the demo holds the cut
-# beyond the moment KCM would have acted.
-GRACE_S = 40
+# How long the demo holds the cut beyond the moment KCM (its grace as Gardener sets it) would
+# have acted.
 HOLD_PAST_GRACE_S = 10
 
 NAMESPACE = "shoot--demo--local"

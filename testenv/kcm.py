@@ -48,15 +48,22 @@ DISABLED_CONTROLLERS = (
 )
 
 
+# Gardener's grace: a node is Unknown 40 s after its last heartbeat (lease or status), seen by a
+# monitor pass every 5 s.
+NODE_GRACE_S = 40
+NODE_MONITOR_S = 5
+# How long a running KCM takes at most, after a node's last heartbeat, to mark it Unknown.
+MARKS_WITHIN_S = NODE_GRACE_S + NODE_MONITOR_S
+
+
 def kcm_argv(binary: Path, kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
         "--leader-elect=true",
         "--controllers=*," + ",".join(f"-{c}" for c in DISABLED_CONTROLLERS),
-        # Gardener's grace: a node is Unknown 40 s after its last heartbeat (lease or status).
-        "--node-monitor-grace-period=40s",
-        "--node-monitor-period=5s",
+        f"--node-monitor-grace-period={NODE_GRACE_S}s",
+        f"--node-monitor-period={NODE_MONITOR_S}s",
         "--use-service-account-credentials=false",
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",

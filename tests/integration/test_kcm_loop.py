@@ -15,7 +15,8 @@ from core.errors import Forbidden, NotFound
 from testenv import workload
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.kcm import KCM_DEPLOYMENT, KcmDeploymentController, KcmReplicas
+from testenv.kcm import KCM_DEPLOYMENT, MARKS_WITHIN_S, KcmDeploymentController, KcmReplicas
+from testenv.kcm import NODE_GRACE_S as GRACE_S
 from testenv.kubelet import NODE_LEASE_NAMESPACE, Kubelet, node_credentials
 from testenv.standins import DEPLOYMENTS, deployment
 from testenv.wait import wait_for
@@ -23,9 +24,8 @@ from testenv.wait import wait_for
 pytestmark = pytest.mark.integration
 
 NODES = [f"node-{i}" for i in range(3)]
-GRACE_S = 40  # --node-monitor-grace-period
-# Longer than a running KCM would take to mark a node: its grace, then its 5 s monitor period.
-PAST_GRACE_S = GRACE_S + 10
+# A running KCM has had the time to mark a node, and 5 s more.
+PAST_GRACE_S = MARKS_WITHIN_S + 5
 
 
 @dataclass

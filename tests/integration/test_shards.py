@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import collections
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import yaml
 
 from aggregator.records import MELTDOWN
 from aggregator.shards import ROLE, shard_of
+from testenv.chain import epoch
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import ensure_namespace
 from testenv.process import Process
@@ -47,8 +47,7 @@ def writers(aggregators: list[Process], since: float) -> dict[str, set[int]]:
     out: dict[str, set[int]] = collections.defaultdict(set)
     for i, agg in enumerate(aggregators):
         for e in agg.events():
-            at = datetime.fromisoformat(e["timestamp"]).timestamp()
-            if e["event"] == "resource_scaling" and at > since:
+            if e["event"] == "resource_scaling" and epoch(e["timestamp"]) > since:
                 out[e["target"]].add(i)
     return out
 

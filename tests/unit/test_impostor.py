@@ -15,6 +15,7 @@ def test_a_closed_impostor_frees_its_address_for_the_next(tmp_path: Path) -> Non
     address = "127.0.0.77"
     port = free_port(address)
     ImpostorTls(address, tmp_path / "first", port=port).close()
-    # Binding without SO_REUSEADDR would also trip on TIME_WAIT; the fault was a listener left.
+    # create_server sets SO_REUSEADDR, so a connection in TIME_WAIT cannot fail this: a listener
+    # left behind can.
     with socket.create_server((address, port)):
         pass
