@@ -39,7 +39,7 @@ from types import MappingProxyType
 from aggregator.candidates import machine_reason
 from aggregator.objects import NodeView
 from aggregator.settings import Decider
-from aggregator.witness import KubeletObs, witnesses
+from aggregator.witness import Readings, Witness, micro_time, witness
 from core.lease import LeaseView
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -109,6 +109,9 @@ class Verdict:
     # Candidates whose agent is silent while their kubelet proves the path (aggregator/witness.py):
     # not counted stale.
     path_alive: frozenset[str] = frozenset()
+    # Stale candidates whose kubelet cannot tell yet whether the path works (its next renewal is
+    # not due): counted stale while confirming, but a scale-down waits for them.
+    pending: int = 0
     # The sample's nodes that do not count, and the rule that leaves each out.
     left_out: Mapping[str, str] = field(default_factory=dict)
 
@@ -265,17 +268,14 @@ def stratified(
 
 
 def _per_zone(
-    nodes: Mapping[str, NodeObs],
-    counted: Mapping[str, LeaseObs],
-    alive: Collection[str],
-    now: float,
-    p: Decider,
+    nodes: Mapping[str, NodeObs], counted: Mapping[str, LeaseObs], stale: Collection[str]
 ) -> dict[str, tuple[int, int]]:
+    """Candidates and stale ones per zone."""
     out: dict[str, tuple[int, int]] = {}
-    for name, lease in counted.items():
+    for name in counted:
         zone = nodes[name].view.zone
-        n, stale = out.get(zone, (0, 0))
-        out[zone] = (n + 1, stale + (name not in alive and is_stale(lease, now, p)))
+        n, s = out.get(zone, (0, 0))
+        out[zone] = (n + 1, s + (name in stale))
     return out
 
 
@@ -293,37 +293,72 @@ def decide(
     view_since: float | None,
     records: bool | None = None,
     sample: Collection[str] | None = None,
-    kubelets: Mapping[str, KubeletObs] | None = None,
+    kubelets: Readings | None = None,
     machines: Mapping[str, str] = EMPTY,
+    confirming: bool = False,
 ) -> Verdict:
     """One tick.
 
     ``view_since``: since when the aggregator's view of the shoot has been fresh without a
     gap (None: it is not fresh now). ``records``: whether a dependent carries the record of
     a scale-down (read while starting; None: not read yet). ``kubelets``: the kubelet leases
-    as last LISTed, the second witness (None: not read). ``machines``: each node's Machine
-    phase as last read (empty: none known, no node is left out for its Machine).
+    as last LISTed, the second witness (None: they may not be read, the agents' verdict
+    stands). ``machines``: each node's Machine phase as last read (empty: none known, no node
+    is left out for its Machine). ``confirming``: this verdict confirms a scale-down on the
+    interlocks' fresh reads, and counts silent only what their kubelet read showed silent (a
+    tick's verdict counts on the read the interlocks send after it).
     """
     left_out: dict[str, str] = {}
     counted = candidates(nodes, leases, now, p, sample, machines=machines, left_out=left_out)
-    alive: frozenset[str] = frozenset()
-    if kubelets:
-        stale = {n: lease.view.renew_time for n, lease in counted.items() if is_stale(lease, now, p)}
-        alive = witnesses(stale, kubelets, now, margin_s=p.witness_margin_s, fresh_s=p.witness_fresh_s)
-    zones = _per_zone(nodes, counted, alive, now, p)
+    said = _witnessed(counted, now, p, kubelets)
+    stale = frozenset(n for n, lease in counted.items() if is_stale(lease, now, p)) - said.alive
+    # What a scale-down may count: the stale candidates that a read sent now finds silent to both
+    # witnesses (the interlocks' read is sent after this verdict; their confirming verdict judges
+    # by that read's own time).
+    silent = said.silent_by(stale, kubelets.read_at if confirming and kubelets is not None else now)
     sampled = sample is not None and len(sample) < len(nodes)
-    estimate = stratified(nodes, leases, zones, now, p, machines=machines) if sampled else None
-    verdict = _judge(
-        memory,
-        now,
-        p,
-        n=len(counted),
-        s=sum(st for _, st in zones.values()),
-        estimate=estimate,
-        view_since=view_since,
-        records=records,
+
+    def fraction_of(of: frozenset[str]) -> tuple[dict[str, tuple[int, int]], float | None]:
+        zones = _per_zone(nodes, counted, of)
+        return zones, stratified(nodes, leases, zones, now, p, machines=machines) if sampled else None
+
+    (zones, estimate), (_, silent_estimate) = fraction_of(stale), fraction_of(silent)
+    quorum = Quorum(len(counted), len(stale), estimate, _fraction(len(silent), len(counted), silent_estimate))
+    verdict = _judge(memory, now, p, quorum, view_since=view_since, records=records)
+    return _explained(verdict, zones=zones, estimate=estimate, said=said, stale=stale, left_out=left_out)
+
+
+def _witnessed(counted: Mapping[str, LeaseObs], now: float, p: Decider, kubelets: Readings | None) -> Witness:
+    """What the kubelets say of the candidates whose agents are stale."""
+    return witness(
+        {
+            n: (micro_time(lease.view.renew_time), lease.seen_renewed_mono)
+            for n, lease in counted.items()
+            if is_stale(lease, now, p)
+        },
+        kubelets,
+        margin_s=p.witness_margin_s,
+        slack_s=p.witness_slack_s,
     )
-    return _explained(verdict, zones=zones, estimate=estimate, alive=alive, left_out=left_out)
+
+
+@dataclass(frozen=True)
+class Quorum:
+    """``s`` stale of ``n`` candidates (``estimate``: the stratified estimate of the fraction when
+    they are a sample), and the fraction silent to both witnesses (what a scale-down counts)."""
+
+    n: int
+    s: int
+    estimate: float | None
+    silent: float
+
+    @property
+    def fraction(self) -> float:
+        return _fraction(self.s, self.n, self.estimate)
+
+
+def _fraction(s: int, n: int, estimate: float | None) -> float:
+    return stale_fraction(s, n) if estimate is None else estimate
 
 
 def _explained(
@@ -331,12 +366,14 @@ def _explained(
     *,
     zones: Mapping[str, tuple[int, int]],
     estimate: float | None,
-    alive: frozenset[str],
+    said: Witness,
+    stale: frozenset[str],
     left_out: Mapping[str, str],
 ) -> Verdict:
     """The verdict with what it rests on: the zones, the estimate (for a judged quorum only: a
     blind or too-thin tick has none), the silent agents whose kubelets renew, the nodes left out."""
     reason = verdict.reason
+    alive = said.alive
     if alive and verdict.judged:
         reason += (
             f"; {len(alive)} agent(s) silent while their kubelets renew: the path works, the agents fail"
@@ -346,6 +383,7 @@ def _explained(
         zones=zones,
         estimate=estimate if verdict.judged else None,
         path_alive=alive,
+        pending=len(stale & said.pending.keys()),
         reason=reason,
         left_out=left_out,
     )
@@ -355,13 +393,12 @@ def _judge(
     memory: Memory,
     now: float,
     p: Decider,
+    q: Quorum,
     *,
-    n: int,
-    s: int,
-    estimate: float | None,
     view_since: float | None,
     records: bool | None,
 ) -> Verdict:
+    n, s = q.n, q.s
     if memory.phase is Phase.STARTING:
         # The record is the state a start continues from; the view rule below still
         # keeps any verdict back until the view has been fresh for a lease duration.
@@ -382,7 +419,7 @@ def _judge(
             return _to(memory, now, Phase.HEALTHY, why, n=n, s=s)
         # Holding the controllers at 0 on no evidence is never the default.
         return _recover(memory, now, p, why, n=n, s=s, judged=False)
-    return _quorum(memory, now, p, n=n, s=s, estimate=estimate)
+    return _quorum(memory, now, p, q)
 
 
 def _running(memory: Memory) -> bool:
@@ -400,16 +437,15 @@ def _to(
     return Verdict(Memory(phase, since, held=held), n, s, reason, judged=judged)
 
 
-def _quorum(memory: Memory, now: float, p: Decider, *, n: int, s: int, estimate: float | None) -> Verdict:
-    """The phase machine on a judged quorum of ``s`` stale out of ``n`` candidates (``estimate``:
-    the stratified estimate when they are a sample)."""
-    fraction = stale_fraction(s, n) if estimate is None else estimate
-    ratio = f"{s}/{n} stale ({fraction:.0%}{'' if estimate is None else ' of the nodes, estimated'})"
+def _quorum(memory: Memory, now: float, p: Decider, q: Quorum) -> Verdict:
+    """The phase machine on a judged quorum ``q``."""
+    n, s, fraction = q.n, q.s, q.fraction
+    ratio = f"{s}/{n} stale ({fraction:.0%}{'' if q.estimate is None else ' of the nodes, estimated'})"
     at_failure = fraction >= p.failure_fraction
     phase = memory.phase
     if memory.held:
         return _held(
-            memory, now, p, ratio, at_failure=at_failure, recovered=fraction < p.recovery_fraction, n=n, s=s
+            memory, now, p, ratio, q, at_failure=at_failure, recovered=fraction < p.recovery_fraction
         )
     if phase is Phase.HEALTHY:
         if at_failure:
@@ -420,28 +456,36 @@ def _quorum(memory: Memory, now: float, p: Decider, *, n: int, s: int, estimate:
         if not at_failure:
             why = f"{ratio}: below the failure fraction again"
             return _to(memory, now, Phase.HEALTHY, why, n=n, s=s, judged=True)
-        if now - memory.since >= p.confirm_period_s:
-            why = f"{ratio} for {now - memory.since:.1f}s: quorum lost"
-            return replace(_to(memory, now, Phase.DOWN, why, n=n, s=s, judged=True), scale_down=True)
-        return _to(memory, now, Phase.CONFIRMING, f"{ratio}: confirming", n=n, s=s, judged=True)
+        return _confirm(memory, now, p, ratio, q)
     if fraction < p.recovery_fraction:
         return _recover(memory, now, p, f"{ratio} < {p.recovery_fraction:.0%}", n=n, s=s, judged=True)
     return _to(memory, now, Phase.DOWN, ratio, n=n, s=s, judged=True)
 
 
+def _confirm(memory: Memory, now: float, p: Decider, ratio: str, q: Quorum) -> Verdict:
+    """Confirming at the failure fraction: the scale-down once the confirm period has passed and
+    enough of the stale are silent to both witnesses (a kubelet whose next renewal is not due
+    yet could still prove the path); until then, confirming on (from the same moment)."""
+    if now - memory.since < p.confirm_period_s:
+        return _to(memory, now, Phase.CONFIRMING, f"{ratio}: confirming", n=q.n, s=q.s, judged=True)
+    if q.silent < p.failure_fraction:
+        why = f"{ratio}: confirmed, waiting for the kubelets' next renewals ({q.silent:.0%} silent to both)"
+        return _to(memory, now, Phase.CONFIRMING, why, n=q.n, s=q.s, judged=True)
+    why = f"{ratio} for {now - memory.since:.1f}s: quorum lost"
+    return Verdict(Memory(Phase.DOWN, now), q.n, q.s, why, judged=True, scale_down=True)
+
+
 def _held(
-    memory: Memory, now: float, p: Decider, ratio: str, *, at_failure: bool, recovered: bool, n: int, s: int
+    memory: Memory, now: float, p: Decider, ratio: str, q: Quorum, *, at_failure: bool, recovered: bool
 ) -> Verdict:
     """A start that found records of ours: the quorum lost for the confirm period scales down
     (through the interlocks); recovered for the recovery period, the scale-up is finished."""
+    n, s = q.n, q.s
     if at_failure:
         if memory.phase is not Phase.CONFIRMING:
             why = f"{ratio} >= {p.failure_fraction:.0%}: confirming (holding what a start found)"
             return _to(memory, now, Phase.CONFIRMING, why, n=n, s=s, judged=True)
-        if now - memory.since >= p.confirm_period_s:
-            why = f"{ratio} for {now - memory.since:.1f}s: quorum lost"
-            return Verdict(Memory(Phase.DOWN, now), n, s, why, judged=True, scale_down=True)
-        return _to(memory, now, Phase.CONFIRMING, f"{ratio}: confirming (holding)", n=n, s=s, judged=True)
+        return _confirm(memory, now, p, f"{ratio} (holding)", q)
     if recovered:
         return _recover(memory, now, p, f"{ratio} < {p.recovery_fraction:.0%}", n=n, s=s, judged=True)
     return _to(memory, now, Phase.DOWN, f"{ratio}: holding what a start found", n=n, s=s, judged=True)

@@ -12,7 +12,7 @@ from aggregator.kube import KubeClient
 from aggregator.machines import Machines
 from aggregator.settings import Decider
 from aggregator.witness import KubeletLeases
-from core.errors import KubeError
+from core.errors import Forbidden, KubeError, NotFound
 
 
 class Evidence:
@@ -52,11 +52,20 @@ class Evidence:
     async def read_kubelets(self) -> None:
         try:
             await self.kubelets.read()
+        except (Forbidden, NotFound) as e:
+            # Not ours to read (the shoot's RBAC not updated yet): no second witness is no reason
+            # to refuse protection, the agents' verdict stands.
+            self._unreadable(e)
+            self.kubelets.refused = True
         except KubeError as e:
-            # No second witness is no reason to refuse protection: the agents' verdict stands.
-            if str(e) != self.kubelets.error:
-                self.log.warning("kubelet_leases_unreadable", error=str(e))
-            self.kubelets.error = str(e)
+            # A read that failed says nothing: a stale node whose kubelet was not yet due stays
+            # pending until a read answers, so no scale-down counts on it.
+            self._unreadable(e)
+
+    def _unreadable(self, e: KubeError) -> None:
+        if str(e) != self.kubelets.error:
+            self.log.warning("kubelet_leases_unreadable", error=str(e))
+        self.kubelets.error = str(e)
 
     async def read_machines(self) -> None:
         m = self.machines

@@ -106,9 +106,10 @@ class Decider:
     # candidate is stale or the shoot is not healthy: kubelet renews every 10 s, so each LIST
     # sees a renewal of every kubelet that can reach KAPI.
     witness_every_s: float = 10.0
-    # A kubelet renewal proves the path only this long after a LIST first showed it: three of
-    # kubelet's 10 s renewals, so a kubelet that falls silent too stops vouching 30 s later.
-    witness_fresh_s: float = 30.0
+    # A kubelet's next renewal is taken as due this long after its interval has passed: for it to
+    # land on a slow path (kubelet stamps renewTime before its PUT, and the PUT's own time
+    # stretches its next wait) and for a node clock that NTP stepped by up to half a second.
+    witness_slack_s: float = 1.5
     # dependency-watchdog's unhealthy conditions per worker pool (DWD_NODE_CONDITIONS), on by
     # default as in DWD; None ("off") reads no node status at all: no condition and no
     # in-place-update rule, and the nodes are watched as metadata only.

@@ -230,7 +230,9 @@ class Target:
                 self.report.error(f"reading the scale-down record: {e}")
         return self._decide(now, pacing, records)
 
-    def _decide(self, now: float, pacing: Pacing, records: bool | None = None) -> Verdict:
+    def _decide(
+        self, now: float, pacing: Pacing, records: bool | None = None, *, confirming: bool = False
+    ) -> Verdict:
         return decide(
             self.observed.nodes,
             self.observed.leases,
@@ -240,15 +242,16 @@ class Target:
             view_since=self.view.since,
             records=records,
             sample=pacing.fast,
-            kubelets=self.evidence.kubelets.leases,
+            kubelets=self.evidence.kubelets.readings(),
             machines=self.evidence.machines.phases(),
+            confirming=confirming,
         )
 
     async def interlocks(self, pacing: Pacing | None = None) -> Refusal | None:
         """Why a scale-down must not happen now (aggregator/interlocks.py); None when every
         check passes. The confirming verdict judges what the fresh LIST left in the view."""
         plan = self.pacer.plan() if pacing is None else pacing
-        return await self.checks.refusal(lambda: self._decide(self.clock(), plan))
+        return await self.checks.refusal(lambda: self._decide(self.clock(), plan, confirming=True))
 
     def snapshot(self) -> dict[str, Any]:
         return snapshot(self)

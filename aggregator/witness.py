@@ -4,11 +4,23 @@ The agents can fail on a path that works: their RoleBinding pruned (403), a brok
 webhook (500), an OOM kill on every node at once, a bad rollout. Alone, they would
 then scale a healthy shoot down and hold it there. Meanwhile each kubelet keeps
 renewing ``kube-node-lease/<node>`` through the same path, and that lease is what
-KCM judges. A node whose kubelet renewed later than its agent did, by more than
-the agent's interval and a second, reached KAPI after its agent went quiet: the
-path works, the agent does not. Both times are the node's own clock, so its skew
-cancels; how recent the kubelet's renewal is, is judged on our clock, from when a
-LIST showed it changing (``KubeletObs.seen_renewed_mono``).
+KCM judges.
+
+For a candidate whose agent went silent at A (its last renewal), with its kubelet's
+latest renewal K as last read (``witness``):
+- the kubelet's next renewal is due at K + its interval (a quarter of the kubelet
+  lease's duration, 10 s in Gardener; plus kubelet's jitter and ``Decider.witness_slack_s``
+  for the renewal to land): a read sent after that which still shows K says the
+  kubelet missed it: the node is **silent** to both witnesses;
+- otherwise, a K more than the agent's interval and a second after A
+  (``Decider.witness_margin_s``) reached KAPI after the agent went quiet: the path
+  works, the agent does not (**alive**);
+- otherwise it is **pending** until that next renewal is due: whether the path works
+  is known only then. A scale-down counts only silent nodes, so it waits for the read
+  that tells, at any kubelet phase and any setting.
+Both renewal times are the node's own clock, so its skew cancels; where a renewal is
+due is put on our clock from when we saw the agent's last renewal (``LeaseObs``),
+which is later than it was written: the due time errs late, never early.
 
 Kubelet leases change every 10 s per node (500 writes/s at 5000 nodes), so they are
 not watched: they are LISTed when a candidate is stale or the shoot is not healthy,
@@ -17,9 +29,10 @@ every ``Decider.witness_every_s``, and once more right before a scale-down.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -31,6 +44,11 @@ if TYPE_CHECKING:  # the decider imports this module and must stay free of I/O
     from aggregator.kube import KubeClient
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+# kubelet renews every quarter of its lease's duration (nodeLeaseDurationSeconds, 40 s by
+# default), each wait stretched by up to 4 % (wait.JitterUntil's jitter in its lease controller).
+KUBELET_RENEW_FRACTION = 0.25
+KUBELET_JITTER = 0.04
+KUBELET_LEASE_DURATION_S = 40.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +58,17 @@ class KubeletObs:
     renew_time: datetime | None  # the node's clock
     # Our monotonic clock when a LIST showed renew_time changed (or first showed it).
     seen_renewed_mono: float
+    # How often this kubelet renews: a quarter of its lease's duration.
+    interval_s: float = KUBELET_LEASE_DURATION_S * KUBELET_RENEW_FRACTION
+
+
+@dataclass(frozen=True)
+class Readings:
+    """The kubelet leases as last read, and when that read was sent (our clock): a renewal due
+    before then would have shown in it. ``read_at`` is -inf before the first read."""
+
+    leases: Mapping[str, KubeletObs] = field(default_factory=dict)
+    read_at: float = -math.inf
 
 
 class KubeletLeases:
@@ -49,8 +78,16 @@ class KubeletLeases:
         self.shoot = shoot
         self.clock = clock
         self.leases: dict[str, KubeletObs] = {}
-        self.read_at = float("-inf")
+        # When the last read that answered was sent.
+        self.read_at = -math.inf
         self.error = ""
+        # The shoot does not let us read them (403, 404): no second witness at all, and the
+        # agents' verdict stands (a missing RoleBinding must not switch protection off).
+        self.refused = False
+
+    def readings(self) -> Readings | None:
+        """What the verdict judges by; None while the kubelet leases may not be read."""
+        return None if self.refused else Readings(self.leases, self.read_at)
 
     def due(self, every_s: float) -> bool:
         return self.clock() - self.read_at >= every_s
@@ -58,6 +95,7 @@ class KubeletLeases:
     async def read(self) -> None:
         """One LIST; what it shows replaces what was known. Errors are the caller's: the old
         observations stay, and age out by their own ``seen_renewed_mono``."""
+        sent_at = self.clock()
         result = await self.shoot.get(leases_path(NODE_LEASE_NAMESPACE))
         items = result.get("items")
         if not isinstance(items, list):
@@ -68,11 +106,21 @@ class KubeletLeases:
             name = metadata(obj).get("name")
             if not isinstance(name, str):
                 continue
-            renew = micro_time(section(obj, "spec").get("renewTime"))
+            spec = section(obj, "spec")
+            renew = micro_time(spec.get("renewTime"))
             before = self.leases.get(name)
             unchanged = before is not None and before.renew_time == renew
-            seen[name] = KubeletObs(renew, before.seen_renewed_mono if unchanged and before else now)
-        self.leases, self.read_at, self.error = seen, now, ""
+            interval_s = _interval_s(spec.get("leaseDurationSeconds"))
+            seen[name] = KubeletObs(
+                renew, before.seen_renewed_mono if unchanged and before else now, interval_s
+            )
+        self.leases, self.read_at, self.error, self.refused = seen, sent_at, "", False
+
+
+def _interval_s(duration: object) -> float:
+    """kubelet's renew interval from its lease's duration (the default where it is absent)."""
+    seconds = duration if isinstance(duration, int) and duration > 0 else KUBELET_LEASE_DURATION_S
+    return float(seconds) * KUBELET_RENEW_FRACTION
 
 
 def micro_time(text: object) -> datetime | None:
@@ -85,39 +133,67 @@ def micro_time(text: object) -> datetime | None:
         return None
 
 
-def path_alive(
-    agent_renew_time: str | None,
+@dataclass(frozen=True)
+class Witness:
+    """What the kubelets say of the stale candidates: ``alive`` renewed after their agents went
+    quiet; ``pending`` (name -> when, on our clock) cannot tell before their next renewal is
+    due; every other stale candidate is silent to both."""
+
+    alive: frozenset[str] = frozenset()
+    pending: Mapping[str, float] = field(default_factory=dict)
+
+    def silent_by(self, stale: frozenset[str], at: float) -> frozenset[str]:
+        """The stale candidates a read sent at ``at`` would find silent (or found, when ``at``
+        is when the last read was sent): neither alive nor due after ``at``."""
+        return frozenset(n for n in stale - self.alive if self.pending.get(n, -math.inf) <= at)
+
+
+def kubelet_says(
+    agent_renew_time: datetime | None,
+    agent_seen_mono: float,
     kubelet: KubeletObs | None,
-    now: float,
+    read_at: float,
     *,
     margin_s: float,
-    fresh_s: float,
-) -> bool:
-    """Whether the node's kubelet proves the path while its agent is silent: renewed more than
-    ``margin_s`` after the agent's last renewal (the node's clock, both), and seen renewing by
-    us within ``fresh_s`` (our clock: a kubelet that renewed once and then fell silent too is
-    no proof that the path works now)."""
-    if kubelet is None or kubelet.renew_time is None:
-        return False
-    agent = micro_time(agent_renew_time)
-    if agent is None:
-        return False
-    return (
-        kubelet.renew_time - agent
-    ).total_seconds() > margin_s and now - kubelet.seen_renewed_mono <= fresh_s
+    slack_s: float,
+) -> tuple[str, float]:
+    """One stale candidate: ("alive" | "silent" | "pending", when its kubelet's next renewal is
+    due on our clock). No kubelet lease, no renewal in it, or an agent renewal that cannot be
+    read leaves the agent's verdict as it is: silent."""
+    if kubelet is None or kubelet.renew_time is None or agent_renew_time is None:
+        return "silent", -math.inf
+    after_agent_s = (kubelet.renew_time - agent_renew_time).total_seconds()
+    due = agent_seen_mono + after_agent_s + kubelet.interval_s * (1 + KUBELET_JITTER) + slack_s
+    if read_at >= due:
+        return "silent", due  # it missed the renewal it was due to make before that read
+    if after_agent_s > margin_s:
+        return "alive", due
+    return "pending", due
 
 
-def witnesses(
-    stale: Mapping[str, str | None],
-    kubelets: Mapping[str, KubeletObs],
-    now: float,
+def witness(
+    stale: Mapping[str, tuple[datetime | None, float]],
+    readings: Readings | None,
     *,
     margin_s: float,
-    fresh_s: float,
-) -> frozenset[str]:
-    """Of the stale nodes (name -> their agent's last renewTime), those whose path is alive."""
-    return frozenset(
-        name
-        for name, renewed in stale.items()
-        if path_alive(renewed, kubelets.get(name), now, margin_s=margin_s, fresh_s=fresh_s)
-    )
+    slack_s: float,
+) -> Witness:
+    """Of the stale candidates (name -> their agent's last renewTime and when we saw it), what
+    their kubelets say. ``readings`` None: the kubelet leases may not be read, every stale
+    candidate stays as its agent says. Before any read, each is pending until a whole kubelet
+    interval and the margin after its agent's last renewal."""
+    if readings is None:
+        return Witness()
+    alive, pending = set(), {}
+    for name, (renewed, seen) in stale.items():
+        kubelet = readings.leases.get(name)
+        if kubelet is None and readings.read_at == -math.inf:
+            interval_s = KUBELET_LEASE_DURATION_S * KUBELET_RENEW_FRACTION
+            pending[name] = seen + margin_s + interval_s * (1 + KUBELET_JITTER) + slack_s
+            continue
+        says, due = kubelet_says(renewed, seen, kubelet, readings.read_at, margin_s=margin_s, slack_s=slack_s)
+        if says == "alive":
+            alive.add(name)
+        elif says == "pending":
+            pending[name] = due
+    return Witness(frozenset(alive), pending)

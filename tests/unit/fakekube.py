@@ -58,6 +58,11 @@ class FakeKube:
         self.wall: Callable[[], str] = lambda: "2026-11-30T12:00:00Z"
         # Told (method, path) of every request before it is served: a test's hook into time.
         self.on_request: Callable[[str, str], None] = lambda _method, _path: None
+        # Writes that match ``held`` are taken in and not applied: the caller gives up (a time-out,
+        # as a slow server answers), and each lands later, when a test calls ``land``, checked
+        # against the object as it is then (a write a client gave up on may still be applied).
+        self.held: list[Rule] = []
+        self.pending: list[tuple[str, str, Any]] = []
 
     # -- test controls
     def fail(
@@ -72,6 +77,23 @@ class FakeKube:
 
     def clear(self) -> None:
         self.rules.clear()
+
+    def hold(self, method: str | None = None, path: str | None = None) -> Rule:
+        rule = Rule(method, path, transport_error)
+        self.held.append(rule)
+        return rule
+
+    def land(self) -> list[KubeError | None]:
+        """Apply the held writes in the order they were sent; what each would have answered."""
+        pending, self.pending, self.held = self.pending, [], []
+        outcomes: list[KubeError | None] = []
+        for method, path, body in pending:
+            try:
+                self._write(method, path, body)
+                outcomes.append(None)
+            except KubeError as e:
+                outcomes.append(e)
+        return outcomes
 
     def put(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
@@ -118,11 +140,17 @@ class FakeKube:
         del content_type, accept, timeout_s
         await self._arrive(method, path)
         await asyncio.sleep(0)
+        if method != "GET" and any(rule.matches(method, path) for rule in self.held):
+            self.pending.append((method, path, copy.deepcopy(body)))
+            raise TransportError("timeout", f"injected: {method} {path} held by the server", sent=True)
         if method == "GET":
             params = params or {}
             return _page(
                 self._get(path, params.get("labelSelector", ""), params.get("fieldSelector", "")), params
             )
+        return self._write(method, path, body)
+
+    def _write(self, method: str, path: str, body: Any) -> dict[str, Any]:
         if method == "POST":
             return self._create(path, body)
         if method == "PATCH":

@@ -16,9 +16,9 @@ import pytest
 
 from aggregator.decider import Phase
 from aggregator.interlocks import Interlock
-from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletObs, path_alive
+from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletObs, Readings, kubelet_says, witness
 from core.errors import Forbidden
-from core.lease import format_micro_time, leases_path
+from core.lease import leases_path
 from testenv.controllers import CONTROLLERS, DOWN
 from tests.unit.fakekube import Rule, server_error
 from tests.unit.world import World
@@ -26,33 +26,55 @@ from tests.unit.world import World
 T = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def agent_at(seconds: float) -> str:
-    return format_micro_time(T + timedelta(seconds=seconds))
+MARGIN, SLACK = 3.0, 1.5
+DUE = 10.0 * 1.04 + SLACK  # a kubelet's next renewal is due this long after its last, on our clock
 
 
 @pytest.mark.parametrize(
-    ("kubelet_s", "seen_ago_s", "alive"),
+    ("kubelet_s", "read_at", "says", "due"),
     [
-        (3.01, 0, True),  # renewed more than the interval and a second after the agent
-        (3.0, 0, False),  # exactly the margin: a kubelet that renewed just before a cut proves nothing
-        (-5.0, 0, False),  # renewed before the agent did
-        (10.0, 30.0, True),
-        (10.0, 30.1, False),  # we have not seen it renew for three of its intervals
-        (None, 0, False),
+        (3.01, 101.0, "alive", 103.01 + DUE),  # renewed more than the interval and a second after
+        (3.0, 101.0, "pending", 103.0 + DUE),  # exactly the margin: its next renewal will tell
+        (-5.0, 101.0, "pending", 95.0 + DUE),  # renewed before the agent did
+        (-5.0, 95.0 + DUE, "silent", 95.0 + DUE),  # a read sent when its next renewal was due: missed
+        (10.0, 110.0 + DUE, "silent", 110.0 + DUE),  # it proved the path once, then missed its next
+        (-30.0, 101.0, "silent", 70.0 + DUE),  # silent long before its agent
     ],
 )
-def test_a_kubelet_proves_the_path_only_after_its_agent_went_quiet_and_recently(
-    kubelet_s: float | None, seen_ago_s: float, alive: bool
+def test_a_kubelet_proves_the_path_after_its_agent_went_quiet_until_it_misses_a_renewal(
+    kubelet_s: float, read_at: float, says: str, due: float
 ) -> None:
-    kubelet = KubeletObs(None if kubelet_s is None else T + timedelta(seconds=kubelet_s), 100.0 - seen_ago_s)
-    assert path_alive(agent_at(0), kubelet, 100.0, margin_s=3.0, fresh_s=30.0) is alive
+    """The agent's last renewal at T, seen by us at 100 (our clock)."""
+    kubelet = KubeletObs(T + timedelta(seconds=kubelet_s), 100.0)
+    got = kubelet_says(T, 100.0, kubelet, read_at, margin_s=MARGIN, slack_s=SLACK)
+    assert got == (says, pytest.approx(due))
 
 
-def test_no_kubelet_lease_or_an_unreadable_renewal_proves_nothing() -> None:
+def test_a_kubelet_lease_of_another_duration_is_due_at_a_quarter_of_it() -> None:
+    kubelet = KubeletObs(T, 100.0, interval_s=60 * 0.25)
+    assert kubelet_says(T, 100.0, kubelet, 101.0, margin_s=MARGIN, slack_s=SLACK)[1] == pytest.approx(
+        100.0 + 15.0 * 1.04 + SLACK
+    )
+
+
+def test_no_kubelet_lease_or_an_unreadable_renewal_leaves_the_agents_verdict() -> None:
     kubelet = KubeletObs(T + timedelta(seconds=10), 100.0)
-    assert not path_alive(agent_at(0), None, 100.0, margin_s=3.0, fresh_s=30.0)
-    assert not path_alive("yesterday", kubelet, 100.0, margin_s=3.0, fresh_s=30.0)
-    assert not path_alive(None, kubelet, 100.0, margin_s=3.0, fresh_s=30.0)
+    assert kubelet_says(T, 100.0, None, 101.0, margin_s=MARGIN, slack_s=SLACK)[0] == "silent"
+    assert kubelet_says(None, 100.0, kubelet, 101.0, margin_s=MARGIN, slack_s=SLACK)[0] == "silent"
+    assert (
+        kubelet_says(T, 100.0, KubeletObs(None, 100.0), 101.0, margin_s=MARGIN, slack_s=SLACK)[0] == "silent"
+    )
+
+
+def test_before_any_read_every_stale_node_waits_a_kubelet_interval_and_the_margin() -> None:
+    said = witness({"a": (T, 100.0)}, Readings(), margin_s=MARGIN, slack_s=SLACK)
+    assert said.pending == {"a": pytest.approx(100.0 + MARGIN + DUE)}
+    assert said.silent_by(frozenset({"a"}), 100.0 + MARGIN + DUE - 0.01) == frozenset()
+    assert said.silent_by(frozenset({"a"}), 100.0 + MARGIN + DUE) == {"a"}
+    # Kubelet leases we may not read: the agents' verdict stands.
+    assert witness({"a": (T, 100.0)}, None, margin_s=MARGIN, slack_s=SLACK).silent_by(
+        frozenset({"a"}), 0
+    ) == {"a"}
 
 
 @pytest.mark.parametrize("skew_s", [0.0, 3600.0, -86400.0])
@@ -135,7 +157,7 @@ async def test_scaled_down_the_kubelets_bring_the_controllers_back_while_the_age
 
 async def test_a_kubelet_that_falls_silent_too_stops_vouching() -> None:
     """Agents fail first (no scale-down: their kubelets renew); then the path really breaks.
-    Once the kubelets have not been seen renewing for 30 s, the shoot is scaled down."""
+    Once a read shows the kubelets missed their next renewal, the shoot is scaled down."""
     w = World()
     await w.settle()
     w.agents_failing = set(w.names)

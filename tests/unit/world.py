@@ -8,13 +8,14 @@ manual. The seed's deployments start as CONTROLLERS.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aggregator.decider import Phase
 from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent
+from aggregator.looplag import LoopLag
 from aggregator.records import MELTDOWN, REPLICAS
 from aggregator.settings import Settings, Shoots
 from aggregator.target import Target
@@ -68,6 +69,8 @@ class World:
         **settings: Any,
     ) -> None:
         self.clock = Clock()
+        # How late the aggregator's event loop runs, as its LoopLag records it.
+        self.loop_lag = LoopLag(clock=self.clock)
         self.shoot, self.seed = FakeKube(), FakeKube()
         self.shoot.wall = self.wall
         # The clock is fake: a level's follow polls would be real sleeps (tests/unit/test_scaler.py).
@@ -115,10 +118,21 @@ class World:
         self.kubelets = set(self.names)
         self.skew_s: dict[str, float] = {}
         self.kubelet_due = {name: self.clock() + (i % 10) for i, name in enumerate(self.names)}
+        # Every replica's Target over this shoot and seed, stepped together; ``target`` is the first.
+        self.targets: list[Target] = []
         self.target = self.new_target()
         self.trace: list[tuple[float, dict[str, int]]] = []
 
-    def new_target(self, **settings: Any) -> Target:
+    def new_target(
+        self,
+        *,
+        is_leader: Callable[[], bool] | None = None,
+        term_end: Callable[[], float] | None = None,
+        replace_first: bool = True,
+        **settings: Any,
+    ) -> Target:
+        """A Target over this world (a restart replaces the first; ``replace_first=False`` adds
+        another replica's), leading while ``is_leader`` says so (the world's ``leader``)."""
         if settings:
             self.settings = with_settings(self.settings, **settings)
         target = Target(
@@ -130,11 +144,15 @@ class World:
             dependents=self.dependents,
             clock=self.clock,
             wall=lambda: WALL0 + self.clock(),
-            is_leader=lambda: self.leader,
-            term_end=lambda: self.term_end,
+            is_leader=is_leader or (lambda: self.leader),
+            term_end=term_end or (lambda: self.term_end),
         )
         target.provisioner.min_gap_s = 0.0
-        self.target = target
+        if replace_first:
+            self.target = target
+            self.targets[:1] = [target]
+        else:
+            self.targets.append(target)
         return target
 
     # -- the agents
@@ -185,16 +203,16 @@ class World:
         self.clock.now += self.settings.decider.tick_s
         self.renew()
         self.renew_kubelets()
-        t = self.target
-        for informer in (t.nodes, t.leases):
-            try:
-                await informer.list_now()
-                informer.synced.set()
-            except KubeError:
-                pass
-        if provision and self.leader:
-            await t.provisioner.reconcile(t.pacer.plan)
-        await t.tick()
+        for t in self.targets:
+            for informer in (t.nodes, t.leases):
+                try:
+                    await informer.list_now()
+                    informer.synced.set()
+                except KubeError:
+                    pass
+            if provision and t.is_leader():
+                await t.provisioner.reconcile(t.pacer.plan)
+            await t.tick()
         self.trace.append((self.clock(), self.replicas()))
 
     async def run(self, seconds: float, **kw: Any) -> None:
