@@ -27,7 +27,10 @@ sees the write), healed, timed until each is back at its replicas without our re
 CPU seconds from a cut until the last target's three are at 0, beside that span at the
 healthy pace, say whose work the outage is. CPU over the outages runs from the first cut to
 the last restore; the loop lag is the aggregator's own ``/status`` p99 over the minute
-before it is read, once per cut. The seed's deployments get a status that
+before it is read, once per cut, and its max since the process started. What the interlocks
+refused in each cut is ``dwd_scale_down_blocked_total`` read from the aggregators' /metrics
+before the cut and once the last target's three are at 0: by reason (the label's values, none
+assumed), the refusals and the targets refused. The seed's deployments get a status that
 follows their spec from the benchmark (bench/seedwatch.py), as a deployment controller would.
 """
 
@@ -51,7 +54,7 @@ from typing import Any
 import yaml
 
 from bench.fleet import Fleet, FleetThread
-from bench.kapi_metrics import Audit, audit_args, audited_kubeconfig
+from bench.kapi_metrics import Audit, Series, audit_args, audited_kubeconfig, parse_metrics
 from bench.sampling import cpu_s, rss_mib
 from bench.seedwatch import DeploymentWatch
 from bench.stats import min_median_max
@@ -71,6 +74,7 @@ SHOOT_ACCESS = ROOT / "manifests" / "shoot-access" / "rbac.yaml"
 SECRET = "shoot-access-dwd-lease-aggregator"
 MACHINE_TYPES = 200  # a Cluster of ~25 KB
 SHOOT_USER = "system:serviceaccount:kube-system:dwd-lease-aggregator"
+BLOCKED = "dwd_scale_down_blocked_total"
 
 
 def access_kubeconfig(shoot: ControlPlane) -> str:
@@ -128,6 +132,48 @@ def status(port: int) -> dict[str, Any]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as r:
         out: dict[str, Any] = json.load(r)
         return out
+
+
+def blocked_series(port: int) -> Series:
+    """The aggregator's ``dwd_scale_down_blocked_total`` samples, from its /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return [s for s in parse_metrics(text, [BLOCKED]) if s[0] == BLOCKED]
+
+
+# reason -> target -> refusals
+Refusals = dict[str, dict[str, float]]
+
+
+def refusals(before: Series, after: Series) -> Refusals:
+    """What the interlocks refused between two scrapes (the replicas' samples summed), by
+    reason and target; only the pairs that grew."""
+
+    def by_key(series: Series) -> dict[tuple[str, str], float]:
+        out: dict[tuple[str, str], float] = {}
+        for _, labels, v in series:
+            key = (labels.get("reason", ""), labels.get("target", ""))
+            out[key] = out.get(key, 0.0) + v
+        return out
+
+    b = by_key(before)
+    grown: Refusals = {}
+    for (reason, target), v in sorted(by_key(after).items()):
+        if v > b.get((reason, target), 0.0):
+            grown.setdefault(reason, {})[target] = v - b.get((reason, target), 0.0)
+    return grown
+
+
+def refusals_text(cuts: list[Refusals]) -> str:
+    """Per reason, the refusals over every cut and the distinct targets refused, then each
+    cut's refusals: "kapi_probe_failed 242 (125 targets; each cut 121 / 121)"."""
+    parts = []
+    for reason in sorted({r for cut in cuts for r in cut}):
+        each = [sum(cut.get(reason, {}).values()) for cut in cuts]
+        hit = {t for cut in cuts for t in cut.get(reason, {})}
+        per_cut = f"; each cut {' / '.join(f'{n:.0f}' for n in each)}" if len(cuts) > 1 else ""
+        parts.append(f"{reason} {sum(each):.0f} ({len(hit)} targets{per_cut})")
+    return ", ".join(parts) or "none"
 
 
 @contextlib.contextmanager
@@ -278,6 +324,10 @@ class Rig:
     def lag(self) -> list[dict[str, Any]]:
         return [status(port).get("loop_lag", {}) for port in self.ports]
 
+    def blocked(self) -> Series:
+        """Every replica's refusal counters (each counts the refusals of the targets it acts for)."""
+        return [s for port in self.ports for s in blocked_series(port)]
+
     def cpu(self) -> dict[str, float]:
         return {name: sum(cpu_s(pid) for pid in pids) for name, pids in self.groups.items()}
 
@@ -322,6 +372,7 @@ def _phases(rig: Rig, window_s: float) -> dict[str, Any]:
 
     outage = Sampler(pids)
     out |= {"down": [], "restored": [], "down_runs": [], "burst_s": [], "burst_cpu": [], "lag_outage": []}
+    out["refused"] = []
     for i in range(rig.outages):
         if i:
             # The next cut once every target judges its shoot healthy again, its leases fresh.
@@ -335,6 +386,7 @@ def _phases(rig: Rig, window_s: float) -> dict[str, Any]:
 def _outage(rig: Rig, out: dict[str, Any], sampler: Sampler) -> None:
     """Every agent silenced at once until every target's three are at 0, then healed until
     every target has them back; each figure appended to ``out``'s lists."""
+    blocked0 = rig.blocked()
     t_cut, cpu_cut = time.monotonic(), rig.cpu()
     rig.fleet.silence(rig.names)
     down = dict.fromkeys(CONTROLLERS, (0, True))
@@ -344,6 +396,7 @@ def _outage(rig: Rig, out: dict[str, Any], sampler: Sampler) -> None:
     cpu_down = rig.cpu()
     out["burst_cpu"].append({name: cpu_down[name] - cpu_cut[name] for name in cpu_down})
     out["lag_outage"].append(rig.lag())
+    out["refused"].append(refusals(blocked0, rig.blocked()))
     out["down"] += times
     out["down_runs"].append(min_median_max(times))
     t_heal = time.monotonic()
@@ -356,9 +409,9 @@ def _never(times: list[float], wanted: int) -> str:
     return "" if len(times) == wanted else f" ({wanted - len(times)} never)"
 
 
-def _lag(lags: list[dict[str, Any]]) -> str:
-    """The loop lag p99 of each replica."""
-    return ", ".join(f"{lag['p99_s'] * 1000:.0f} ms" if lag.get("p99_s") is not None else "-" for lag in lags)
+def _lag(lags: list[dict[str, Any]], key: str = "p99_s") -> str:
+    """The loop lag p99 (or ``key``) of each replica."""
+    return ", ".join(f"{lag[key] * 1000:.0f} ms" if lag.get(key) is not None else "-" for lag in lags)
 
 
 HEALTHY_HEADER = (
@@ -379,6 +432,8 @@ OUTAGE_HEADER = (
     "CPU cut -> restored",
     "RSS max",
     "loop lag p99 (each cut)",
+    "loop lag max since start (healthy; each cut)",
+    "interlocks refused, cut -> all at 0 (by reason: refusals, distinct targets)",
 )
 
 
@@ -418,6 +473,8 @@ def _outage_row(n: int, m: dict[str, Any], outages: int) -> list[object]:
         f"{m['cpu_outage']:.1f} %",
         f"{m['rss_outage']:.0f} MiB",
         " / ".join(_lag(lag) for lag in m["lag_outage"]),
+        "; ".join(_lag(lag, "max_s") for lag in [m["lag_healthy"], *m["lag_outage"]]),
+        refusals_text(m["refused"]),
     ]
 
 
