@@ -200,10 +200,12 @@ class Fleet:
                 await shoot.close()
 
     async def _shoot_client(self, spec: TargetSpec) -> KubeClient:
+        """The target's shoot client, even when its kubeconfig cannot be used now: every request
+        then fails with why, the target is blind, and what it finds held down is restored after
+        the blind limit (a target that is never built would hold it for good); once the
+        kubeconfig is fixed the same client works."""
         if spec.kubeconfig_path:
-            source = KubeconfigSource(spec.kubeconfig_path)
-            source()  # a missing or broken file is reported now, not on the first watch
-            return KubeClient(source)
+            return KubeClient(KubeconfigSource(spec.kubeconfig_path))
         secrets = self.secrets.get(spec.kubeconfig_secret)
         if secrets is None:
             secrets = self.secrets[spec.kubeconfig_secret] = KubeconfigSecrets(

@@ -279,15 +279,17 @@ class KubeconfigSecrets:
         await self.informer.run()
 
     async def kubeconfig(self, namespace: str) -> SecretKubeconfig:
-        """The namespace's kubeconfig, kept current by the watch; raises why it cannot be used
-        (the Secret missing, no key, not a kubeconfig) when it cannot be used now."""
-        if not await self.informer.first_list(GardenerSource.FIRST_LIST_S):
-            raise KubeError(f"secrets {self.name}: {self.informer.last_error or 'not listed yet'}")
+        """The namespace's kubeconfig, kept current by the watch. One that cannot be used now
+        (the Secrets not listed, the Secret missing, no key, not a kubeconfig) raises why on
+        every call, until the watch brings a usable one."""
+        await self.informer.first_list(GardenerSource.FIRST_LIST_S)
         kc = self.kubeconfigs.get(namespace)
         if kc is None:
             kc = self.kubeconfigs[namespace] = SecretKubeconfig(namespace, self.name)
-            kc.update(self.data.get(namespace))
-        kc()  # raises why it cannot be used: a target does not start without an endpoint
+            if self.informer.synced.is_set():
+                kc.update(self.data.get(namespace))
+            else:  # the watch's first LIST gives it the Secret (``_listed``)
+                kc.error = f"secrets {self.name}: {self.informer.last_error or 'not listed yet'}"
         return kc
 
     def forget(self, namespace: str) -> None:

@@ -183,8 +183,9 @@ async def test_every_kubeconfig_secret_comes_from_one_watch_selected_by_name() -
             if b().headers() != {"Authorization": "Bearer t1"}:
                 break
             await asyncio.sleep(0.01)
+        c = await secrets.kubeconfig("shoot--p--c")  # a target runs blind on it and says why
         with pytest.raises(KubeconfigError, match="secret shoot--p--c/access: the secret does not exist"):
-            await secrets.kubeconfig("shoot--p--c")
+            c()
     assert b is not None and b().headers() == {"Authorization": "Bearer t2"}  # rotated by the event
     assert [r for r in requests if "secrets" in r[1]] == [("GET", "/api/v1/secrets")]  # no GET per target
 
@@ -197,7 +198,32 @@ class Failing(Polled):
 QUICK = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.02)))
 
 
-async def test_a_target_that_cannot_start_fails_alone_is_retried_and_reported() -> None:
+async def test_a_target_whose_kubeconfig_cannot_be_read_runs_blind_and_says_why() -> None:
+    """Not built, it would hold what it finds held down for good (its namespace still served):
+    built on a client whose every request fails, it is blind, and the blind limit applies."""
+    metrics = AggregatorMetrics()
+    fleet = Fleet(QUICK, FakeKube(), World().dependents, metrics)  # type: ignore[arg-type]
+    spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
+    task = asyncio.create_task(fleet.run(EnvSource(spec)))
+    try:
+        await asyncio.wait_for(fleet.reconciled.wait(), 2)
+        await asyncio.sleep(1.2)  # a tick
+        (snap,) = fleet.snapshot()
+        assert "/nonexistent/kubeconfig" in snap["error"] and snap["view"] == "not listed yet", snap
+        assert metrics.target_errors.get(target="shoot--p--a") == 0  # running, not crash-looping
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    assert all(t.done() for t in fleet.tasks.values())  # stopping the fleet stops its targets
+
+
+async def test_a_target_that_crashes_fails_alone_is_retried_and_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def crash(self: object) -> None:
+        raise RuntimeError("a bug in one target")
+
+    monkeypatch.setattr("aggregator.target.Target.run", crash)
     metrics = AggregatorMetrics()
     fleet = Fleet(QUICK, FakeKube(), World().dependents, metrics)  # type: ignore[arg-type]
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
@@ -207,12 +233,11 @@ async def test_a_target_that_cannot_start_fails_alone_is_retried_and_reported() 
         await asyncio.sleep(0.2)
         assert metrics.target_errors.get(target="shoot--p--a") >= 2  # retried, not given up
         (snap,) = fleet.snapshot()
-        assert snap["phase"] == "unavailable" and "/nonexistent/kubeconfig" in snap["error"]
+        assert "RuntimeError: a bug in one target" in snap["error"]
         assert snap["namespace"] == "shoot--p--a"
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    assert all(t.done() for t in fleet.tasks.values())  # stopping the fleet stops its targets
 
 
 async def test_a_failing_source_is_reported_and_the_fleet_still_counts_as_reconciled() -> None:
