@@ -9,14 +9,13 @@ import argparse
 import asyncio
 import functools
 import json
-import math
 import os
 import signal
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import uvloop
@@ -29,6 +28,7 @@ from aggregator.leader import LeaderElector
 from aggregator.looplag import LoopLag
 from aggregator.metrics import AggregatorMetrics
 from aggregator.ratelimit import RateLimit
+from aggregator.scope import Alone, Leadership
 from aggregator.server import make_app, render_table, serve
 from aggregator.settings import MAX_SHARDS, Settings, Shoots, Watching
 from aggregator.shards import Shards
@@ -102,6 +102,7 @@ class Election:
 
     elector: LeaderElector | None = None
     shards: Shards | None = None
+    _alone: Alone = field(default_factory=Alone)
 
     @classmethod
     def of(cls, settings: Settings, seed: KubeClient) -> Election:
@@ -112,14 +113,14 @@ class Election:
             return cls(shards=Shards(seed, leader, leader.shards))
         return cls(elector=LeaderElector(seed, leader))
 
+    @property
+    def leadership(self) -> Leadership:
+        """Who acts for which target: the shards, the leader Lease, or this replica alone."""
+        return self.shards or self.elector or self._alone
+
     def is_leader(self) -> bool:
         """Leads at least one target (with shards: one shard)."""
-        if self.shards is not None:
-            return self.shards.leading()
-        return self.elector is None or self.elector.is_leader()
-
-    def term_end(self) -> float:
-        return math.inf if self.elector is None else self.elector.term_end()
+        return self.leadership.leading()
 
     @property
     def identity(self) -> str:
@@ -174,13 +175,11 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         clients.targets,
         dependents,
         metrics,
-        is_leader=election.is_leader,
-        term_end=election.term_end,
+        leadership=election.leadership,
         watches=clients.watches,
         events=clients.events,
         watch_dependents=True,
         on_change=heap.changed,
-        shards=election.shards,
     )
     source = source_for(shoots, clients.watches, settings.watching)
     lag = LoopLag(observe=metrics.loop_lag.observe)
@@ -195,33 +194,40 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         asyncio.create_task(fleet.run(source), name="fleet"),
         asyncio.create_task(lag.run(), name="loop-lag"),
         asyncio.create_task(heap.run(), name="heap"),
-        *election.tasks(),
     ]
     try:
-        await _until_stopped(tasks)
+        await _until_stopped(tasks, election)
     finally:
-        await election.release()
         if runner is not None:
             await runner.cleanup()
         await clients.close()
 
 
-async def _until_stopped(tasks: list[asyncio.Task[None]]) -> None:
-    """Run ``tasks`` until SIGTERM or SIGINT, or until one of them ends (its error is raised)."""
+async def _until_stopped(tasks: list[asyncio.Task[None]], election: Election) -> None:
+    """Run ``tasks`` and the election until SIGTERM or SIGINT, or until one of them ends (its
+    error is raised). Stopping steps down first: the election stops renewing, the Leases are
+    released once the writes in flight have ended (aggregator/scope.py), and only then are the
+    targets stopped, so no write of ours is cut off half-sent while another replica takes over."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     stopper = asyncio.create_task(stop.wait(), name="stop")
+    electing = election.tasks()
     try:
-        done, _ = await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({*tasks, *electing, stopper}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for t in (*tasks, stopper):
-            t.cancel()
+        for elect in electing:
+            elect.cancel()
+        await asyncio.gather(*electing, return_exceptions=True)
+        await asyncio.shield(election.release())
+        stopper.cancel()
+        for task in tasks:
+            task.cancel()
         await asyncio.gather(*tasks, stopper, return_exceptions=True)
-    for t in tasks:
-        if t in done:
-            t.result()  # re-raises whatever ended it
+    for task in (*tasks, *electing):
+        if task in done:
+            task.result()  # re-raises whatever ended it
 
 
 def status_main(argv: list[str]) -> int:

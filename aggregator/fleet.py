@@ -8,8 +8,6 @@ survives restarts, and nothing per removed target runs.
 from __future__ import annotations
 
 import asyncio
-import functools
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +16,9 @@ from aggregator.dependents import Dependent
 from aggregator.kube import KubeClient, KubeconfigSource
 from aggregator.metrics import AggregatorMetrics
 from aggregator.orphans import Orphans
+from aggregator.scope import Alone, Leadership
 from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Settings
-from aggregator.shards import Shards
 from aggregator.sources import KubeconfigSecrets, TargetSource, TargetSpec
 from aggregator.target import Target
 from core import logs
@@ -48,13 +46,11 @@ class Fleet:
         dependents: Sequence[Dependent],
         metrics: AggregatorMetrics,
         *,
-        is_leader: Callable[[], bool] = lambda: True,
-        term_end: Callable[[], float] = lambda: math.inf,
+        leadership: Leadership | None = None,
         watches: KubeClient | None = None,
         events: KubeClient | None = None,
         watch_dependents: bool = False,
         on_change: Callable[[], None] = lambda: None,
-        shards: Shards | None = None,
     ) -> None:
         self.settings = settings
         self.seed = seed
@@ -63,11 +59,10 @@ class Fleet:
         self.events = events or seed
         self.dependents = dependents
         self.metrics = metrics
-        # Sharded, a target's namespace decides its shard: the target is acted for, and a record
-        # left in the namespace swept, only where that shard is held (one writer for both).
-        self.shards = shards
-        self.is_leader = is_leader
-        self.term_end = term_end
+        # Who acts for which target (the leader, its shard's holder, or this replica alone): a
+        # target is acted for, and a record left in its namespace swept, in the same scope (one
+        # writer for both).
+        self.leadership = leadership or Alone()
         # Told when targets start or stop (aggregator/heap.py).
         self.on_change = on_change
         self.running: dict[str, Running] = {}
@@ -85,20 +80,13 @@ class Fleet:
         self.orphans = self._orphans()
 
     def _orphans(self) -> Orphans:
-        is_leader, term_end = self.is_leader, self.term_end
-        leads_ns: Callable[[str], bool] = lambda _ns: True  # noqa: E731
-        term_end_ns: Callable[[str], float] = lambda _ns: term_end()  # noqa: E731
-        if (shards := self.shards) is not None:
-            is_leader, leads_ns, term_end_ns = shards.leading, shards.leads, shards.term_end
         return Orphans(
             self.seed,
             self.dependents,
             self.settings,
             self.metrics,
             served=self.served,
-            is_leader=is_leader,
-            leads=leads_ns,
-            term_end=term_end_ns,
+            leadership=self.leadership,
         )
 
     def served(self) -> set[str] | None:
@@ -169,10 +157,6 @@ class Fleet:
         shoot: KubeClient | None = None
         try:
             shoot = await self._shoot_client(spec)
-            is_leader, term_end = self.is_leader, self.term_end
-            if self.shards is not None:
-                is_leader = functools.partial(self.shards.leads, spec.namespace)
-                term_end = functools.partial(self.shards.term_end, spec.namespace)
             target = Target(
                 spec.name,
                 spec.namespace,
@@ -180,8 +164,7 @@ class Fleet:
                 self.seed,
                 settings=self.settings,
                 dependents=self.dependents,
-                is_leader=is_leader,
-                term_end=term_end,
+                scope=self.leadership.scope(spec.namespace),
                 node_conditions=dict(spec.node_conditions),
                 metrics=self.metrics,
                 watched=self.seed_dependents,

@@ -20,6 +20,7 @@ from typing import Any
 
 from aggregator.kube import KubeClient
 from aggregator.objects import metadata, section
+from aggregator.scope import Scope, Writes
 from aggregator.settings import Leader
 from core import logs
 from core.errors import Conflict, KubeError, NotFound
@@ -74,6 +75,11 @@ class Hold:
         self.observed: tuple[str, str] = ABSENT  # (holder, renewTime) last seen
         self.observed_at = float("-inf")
         self.holder = ""
+        # What this replica wrote under the Lease that may still land (aggregator/scope.py).
+        self.writes = Writes()
+
+    def scope(self) -> Scope:
+        return Scope(self.holds, self.term_end, self.writes)
 
     def holds(self) -> bool:
         return self.clock() - self.renewed_at < self.timings.renew_deadline_s
@@ -181,6 +187,8 @@ class LeaderElector:
         self.identity = identity or new_identity()
         self.clock = clock
         self.hold = Hold(self.identity, settings, clock)
+        self._scope = self.hold.scope()
+        self._settle_s = settings.renew_deadline_s
         self._labels = {GROUP: name, ROLE: "leader"}
         self._shards = Others(self.identity, settings, clock)  # seen while about to take the Lease
 
@@ -195,6 +203,14 @@ class LeaderElector:
         """Until when (by ``clock``) this replica may write: its last renewal plus the renew
         deadline, which ends before any standby may take over (client-go's rule)."""
         return self.hold.term_end()
+
+    def leading(self) -> bool:
+        return self.is_leader()
+
+    def scope(self, namespace: str) -> Scope:
+        """Every target acts in the one Lease's scope."""
+        del namespace
+        return self._scope
 
     async def run(self) -> None:
         was_leader = False
@@ -257,10 +273,16 @@ class LeaderElector:
         return bool(held)
 
     async def release(self) -> None:
-        """Give the lease up on a clean shutdown, so a standby need not wait a lease duration."""
+        """On a clean shutdown: stop acting, wait for the writes in flight (each ends by the term's
+        end), then give the Lease up so a standby need not wait a lease duration; unless a write
+        of this term may still land: then the Lease is left to expire, so that no standby takes
+        over while it can (aggregator/scope.py)."""
         if not self.is_leader():
             return
         self.hold.given_up()
+        if not await self.hold.writes.settled(self._settle_s):
+            log.warning("leader_lease_left_to_expire", why="a write may still land", identity=self.identity)
+            return
         try:
             lease = await self.seed.get(self.path)
             if LeaderRecord.from_object(lease).holder == self.identity:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -32,6 +31,7 @@ from aggregator.metrics import AggregatorMetrics
 from aggregator.objects import metadata
 from aggregator.records import RECORD
 from aggregator.scaler import Scaler
+from aggregator.scope import Alone, Leadership
 from aggregator.settings import Settings
 from core import logs
 from core.errors import KubeError
@@ -55,9 +55,7 @@ class Orphans:
         metrics: AggregatorMetrics,
         *,
         served: Served,
-        is_leader: Callable[[], bool],
-        leads: Callable[[str], bool] = lambda _namespace: True,
-        term_end: Callable[[str], float] = lambda _namespace: math.inf,
+        leadership: Leadership | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.seed = seed
@@ -67,11 +65,9 @@ class Orphans:
         # The namespaces the fleet serves now; None while that is not known (no answer from
         # the source yet, or it fails): then nothing is an orphan.
         self.served = served
-        # Whether this replica sweeps at all, and (sharded) which namespaces and until when:
+        # Whether this replica sweeps at all, and (sharded) which namespaces and in which scope:
         # a namespace's records are restored by the one replica that would act for its target.
-        self.is_leader = is_leader
-        self.leads = leads
-        self.term_end = term_end
+        self.leadership = leadership or Alone()
         self.clock = clock
         self.wake = asyncio.Event()
         # Namespace -> the names carrying our record there, and since when it is orphaned.
@@ -88,13 +84,13 @@ class Orphans:
             # aggregator may serve it.
             return
         while True:
-            if self.is_leader():
+            if self.leadership.leading():
                 await self.sweep()
             else:
                 self._forget()
             self.wake.clear()
             pause_s = self.settings.shoots.sweep_s
-            if self.since or not self.is_leader():
+            if self.since or not self.leadership.leading():
                 # Orphans waiting, or a standby (no I/O) that must sweep soon after it leads.
                 pause_s = min(pause_s, self.settings.shoots.orphan_recheck_s)
             with contextlib.suppress(TimeoutError):
@@ -125,7 +121,10 @@ class Orphans:
         self.scalers = {ns: s for ns, s in self.scalers.items() if ns in orphaned}
         self.metrics.orphans.set(len(orphaned))
         for ns in sorted(orphaned):
-            if now - self.since[ns] >= self.settings.decider.recovery_period_s and self.leads(ns):
+            if (
+                now - self.since[ns] >= self.settings.decider.recovery_period_s
+                and self.leadership.scope(ns).leads()
+            ):
                 await self._restore(ns)
 
     async def _list(self) -> dict[str, dict[str, str]]:
@@ -150,7 +149,7 @@ class Orphans:
                 self._dependents(self.found[namespace]),
                 settings=self.settings.scaling,
                 label=namespace,
-                deadline=functools.partial(self.term_end, namespace),
+                scope=self.leadership.scope(namespace),
                 clock=self.clock,
             )
             log.info("orphan_restoring", namespace=namespace, resources=sorted(self.found[namespace]))

@@ -206,7 +206,7 @@ def snapshot(t: Target) -> dict[str, Any]:
         "dependents": t.scaler.snapshot(),
         "dry_run": t.settings.scaling.dry_run,
         "held": t.memory.held,
-        "leader": t.is_leader(),
+        "leader": t.scope.leads(),
         **_shoot(t),
         "tick_s": round(t.status.tick_s, 4),
         "history": [(round(at, 1), round(f, 4)) for at, f in list(t.status.history)[-300:]],

@@ -46,6 +46,7 @@ from aggregator.kube import KubeClient
 from aggregator.metrics import AggregatorMetrics
 from aggregator.objects import metadata, resource_version, section
 from aggregator.records import CLEARED, IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
+from aggregator.scope import Scope
 from aggregator.settings import Scaling
 from core import logs
 from core.errors import Conflict, KubeError, NotFound, NotLeading
@@ -142,7 +143,7 @@ class Scaler:
         settings: Scaling | None = None,
         label: str = "",
         clock: Callable[[], float] = time.monotonic,
-        deadline: Callable[[], float] = lambda: math.inf,
+        scope: Scope | None = None,
         metrics: AggregatorMetrics | None = None,
         watched: Callable[[Dependent], DependentState | None] | None = None,
         events: KubeClient | None = None,
@@ -164,8 +165,8 @@ class Scaler:
         self.dry_run = self.settings.dry_run
         self.target = label or namespace
         self.clock = clock
-        # Until when (by ``clock``) this replica may write: the end of its leadership term.
-        self.deadline = deadline
+        # Until when this replica may write, and its writes in flight (aggregator/scope.py).
+        self.scope = scope or Scope()
         self.metrics = metrics or AggregatorMetrics()
         self.log = log.bind(target=self.target)
         self.state: dict[str, DependentState] = {}
@@ -189,9 +190,12 @@ class Scaler:
         self.desired, self.converged = None, False
 
     async def records(self) -> bool:
-        """Whether any dependent carries our record of a scale-down: the state a start continues from."""
+        """Whether any dependent carries our record of a scale-down: the state a start continues
+        from. Read from the seed, not from the watch: a new leader's watch may not have delivered
+        the previous leader's last write yet, and 'nothing recorded' would then be taken for the
+        truth."""
         for d in self.dependents:
-            await self._read(d)
+            await self._get(d)
         return any(s.record is not None for s in self.state.values())
 
     async def converge(self, desired: Desired, reason: str) -> bool:
@@ -205,11 +209,7 @@ class Scaler:
             self._held.clear()
         if desired is Desired.HOLD:
             return True  # a start found records of ours: nothing moves until a fresh verdict
-        recently = now - self._verified_at < self.settings.reverify_s
-        # An ignored dependent that keeps our record is ours again once the operator hands it
-        # back: look now and then, as while scaled down.
-        kept = any(s.ignored and s.record is not None for s in self.state.values())
-        if self.converged and (recently or (desired is Desired.RUNNING and not kept)):
+        if self.converged and self._still_converged(desired, now):
             return True
         direction = Direction.DOWN if desired is Desired.SCALED_DOWN else Direction.UP
         base = self._direction_since
@@ -225,6 +225,18 @@ class Scaler:
         ]
         self.converged, self._verified_at = not missing, now
         return self.converged
+
+    def _still_converged(self, desired: Desired, now: float) -> bool:
+        """Whether a converged actuator may skip this tick. Running, it looks at the watch (no
+        I/O) for a record of ours: a write of a previous holder that landed after the hand-over,
+        a watch that had not delivered it when this one started. Without a watch, and while
+        scaled down (someone may raise a dependent), it reads the seed again every
+        ``reverify_s``."""
+        if desired is Desired.RUNNING and self.watched is not None:
+            seen = [self._watched(d) for d in self.dependents]
+            if all(s is not None for s in seen):
+                return not any(s is not None and s.record is not None for s in seen)
+        return now - self._verified_at < self.settings.reverify_s
 
     async def _level(
         self, level: Sequence[Dependent], direction: Direction, base: float, reason: str
@@ -417,14 +429,16 @@ class Scaler:
             return None
         path, body = _patch(d.path(self.namespace), write, state.resource_version)
         on_object = write.annotations is not None
-        remaining = self.deadline() - self.clock()
+        remaining = self.scope.term_end() - self.clock()
         if remaining <= 0:
             raise NotLeading("not the leader: no writes")
         try:
-            async with asyncio.timeout(remaining):
-                written = await self.seed.merge_patch(path, body)
-        except TimeoutError as e:
-            raise NotLeading(f"leadership ended during a write to {d.name}") from e
+            with self.scope.writes.write(d.path(self.namespace)):
+                try:
+                    async with asyncio.timeout(remaining):
+                        written = await self.seed.merge_patch(path, body)
+                except TimeoutError as e:
+                    raise NotLeading(f"leadership ended during a write to {d.name}") from e
         except (Conflict, NotFound):
             self._distrust.add(d.name)  # what it was computed from is not the seed's: ask the seed
             self._supersede(d, state.resource_version)

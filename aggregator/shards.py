@@ -46,6 +46,7 @@ from typing import Any
 from aggregator.kube import KubeClient
 from aggregator.leader import GROUP, ROLE, Hold, LeaderRecord, Others, list_ours, new_identity, role
 from aggregator.objects import metadata, resource_version
+from aggregator.scope import Scope
 from aggregator.settings import Leader
 from core import logs
 from core.errors import Conflict, KubeError, NotFound
@@ -100,6 +101,7 @@ class Shards:
         self.collection = leases_path(settings.namespace)
         self.names, self.member_names = lease_names(name, count)
         self.holds = [Hold(self.identity, settings, clock) for _ in self.names]
+        self._scopes = [h.scope() for h in self.holds]
         self.members = [Hold(self.identity, settings, clock) for _ in self.member_names]
         # When the first LIST was answered (None: not yet).
         self.listed_at: float | None = None
@@ -118,6 +120,10 @@ class Shards:
 
     def term_end(self, target: str) -> float:
         return self.holds[shard_of(target, self.count)].term_end()
+
+    def scope(self, target: str) -> Scope:
+        """A target acts in its shard's scope."""
+        return self._scopes[shard_of(target, self.count)]
 
     def sweeps(self) -> bool:
         return self.holds[0].holds()
@@ -297,7 +303,12 @@ class Shards:
         return True
 
     async def _release(self, name: str, hold: Hold, lease: Mapping[str, Any]) -> None:
-        hold.given_up()  # no more acting on it from this moment, written or not
+        """Give a Lease back: no more acting on it from this moment; written free only once every
+        write made under it has a known fate, else left to expire (aggregator/scope.py)."""
+        hold.given_up()
+        if not hold.writes.idle:
+            log.info("lease_left_to_expire", lease=name, why="a write may still land", identity=self.identity)
+            return
         spec = {**dict(lease.get("spec") or {}), "holderIdentity": ""}
         with contextlib.suppress(Conflict, NotFound):
             await self.seed.request(
@@ -307,7 +318,8 @@ class Shards:
 
     async def release(self) -> None:
         """On a clean shutdown: every shard and the member Lease given back, so the others take
-        the shards at once and count one member less."""
+        the shards at once and count one member less; each shard once its writes in flight have
+        ended (by its term's end), and not at all while one may still land."""
         try:
             leases = await list_ours(self.seed, self.collection, self.base)
             held = [
@@ -315,6 +327,9 @@ class Shards:
                 for name, hold in self._every()
                 if name in leases and LeaderRecord.from_object(leases[name]).holder == self.identity
             ]
+            for _, hold in held:
+                hold.given_up()
+            await asyncio.gather(*(h.writes.settled(self.settings.renew_deadline_s) for _, h in held))
             await asyncio.gather(*(self._release(name, hold, leases[name]) for name, hold in held))
         except KubeError as e:
             log.warning("shards_release_failed", error=str(e))

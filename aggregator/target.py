@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -27,6 +26,7 @@ from aggregator.pacer import Pacer
 from aggregator.provisioner import Provisioner
 from aggregator.report import Reporter, TargetStatus, snapshot
 from aggregator.scaler import Scaler
+from aggregator.scope import Scope
 from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Settings
 from aggregator.view import View
@@ -47,8 +47,7 @@ class Target:
         *,
         settings: Settings,
         dependents: Sequence[Dependent],
-        is_leader: Callable[[], bool] = lambda: True,
-        term_end: Callable[[], float] = lambda: math.inf,
+        scope: Scope | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
         node_conditions: Mapping[str, tuple[str, ...]] | None = None,
@@ -58,7 +57,9 @@ class Target:
     ) -> None:
         self.name, self.namespace, self.shoot = name, namespace, shoot
         self.settings, self.params = settings, settings.decider.with_pools(node_conditions)
-        self.is_leader, self.clock = is_leader, clock
+        # Whether this replica acts for the shoot, until when, and its writes (aggregator/scope.py).
+        self.scope = scope or Scope()
+        self.clock = clock
         self.log = log.bind(target=name)
         self.metrics = metrics or AggregatorMetrics()
         self.observed = Observed(clock=clock)
@@ -69,17 +70,17 @@ class Target:
             settings=settings.scaling,
             label=name,
             clock=clock,
-            deadline=term_end,
+            scope=self.scope,
             metrics=self.metrics,
             watched=None if watched is None else functools.partial(watched.get, namespace=namespace),
             events=events,
         )
         self.report = Reporter(name, self.metrics, wall=wall, log=self.log, event=self.scaler.report)
-        self._wire_shoot(seed, wall, term_end)
+        self._wire_shoot(seed, wall)
         self.memory = Memory(Phase.STARTING, clock())
         self._was_leader = False
 
-    def _wire_shoot(self, seed: KubeClient, wall: Callable[[], float], term_end: Callable[[], float]) -> None:
+    def _wire_shoot(self, seed: KubeClient, wall: Callable[[], float]) -> None:
         p, clock = self.params, self.clock
         self.nodes, self.leases = shoot_informers(
             self.shoot,
@@ -117,7 +118,7 @@ class Target:
             lease_duration_s=p.lease_duration_s,
             label=self.name,
             clock=clock,
-            deadline=term_end,
+            deadline=self.scope.term_end,
         )
 
     @property
@@ -141,7 +142,7 @@ class Target:
         await self.nodes.synced.wait()
         await self.leases.synced.wait()
         while True:
-            if self.is_leader():
+            if self.scope.leads():
                 await self.provisioner.reconcile(self.pacer.plan)
             self.observed.changed.clear()
             # Re-check on every change, and now and then regardless (a failed write is retried).
@@ -197,7 +198,7 @@ class Target:
         return verdict
 
     def _lead(self, now: float) -> bool:
-        leader = self.is_leader()
+        leader = self.scope.leads()
         if leader and not self._was_leader and self.memory.phase is not Phase.STARTING:
             # A standby judged without acting; as the new leader it resumes from the
             # annotations, like a restart, but its observations are already warm.

@@ -24,6 +24,7 @@ from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent, Step
 from aggregator.fleet import Fleet, Running
 from aggregator.metrics import AggregatorMetrics
 from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
+from aggregator.scope import Alone, Scope
 from aggregator.sources import Polled, TargetSpec
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
@@ -330,7 +331,18 @@ def quick(w: World) -> tuple[Dependent, ...]:
 
 def quick_fleet(w: World, *, leader: bool = True, metrics: AggregatorMetrics | None = None) -> Fleet:
     settings = with_settings(w.settings, recovery_period_s=0.05, poll_s=0.02, sweep_s=0.05, mode="file")
-    return Fleet(settings, w.seed, quick(w), metrics or AggregatorMetrics(), is_leader=lambda: leader)  # type: ignore[arg-type]
+    leadership = Alone() if leader else Standby()
+    return Fleet(settings, w.seed, quick(w), metrics or AggregatorMetrics(), leadership=leadership)  # type: ignore[arg-type]
+
+
+class Standby:
+    """A replica that leads nothing."""
+
+    def leading(self) -> bool:
+        return False
+
+    def scope(self, namespace: str) -> Scope:
+        return Scope(lambda: False, lambda: -math.inf)
 
 
 async def until_real(predicate: Any, timeout_s: float = 5.0) -> bool:
@@ -366,11 +378,9 @@ class OneShard:
     def leading(self) -> bool:
         return bool(self.namespaces)
 
-    def leads(self, namespace: str) -> bool:
-        return namespace in self.namespaces
-
-    def term_end(self, _namespace: str) -> float:
-        return math.inf  # a term without end: what is tested is which namespaces are swept
+    def scope(self, namespace: str) -> Scope:
+        # A term without end: what is tested is which namespaces are swept.
+        return Scope(lambda: namespace in self.namespaces)
 
 
 @pytest.mark.parametrize("held", [True, False])
@@ -382,7 +392,7 @@ async def test_sharded_a_removed_targets_records_are_restored_by_its_shards_hold
     await w.outage()
     settings = with_settings(w.settings, recovery_period_s=0.05, poll_s=0.02, sweep_s=0.05, mode="file")
     shards = OneShard(NS, "shoot--p--other") if held else OneShard("shoot--p--other")
-    fleet = Fleet(settings, w.seed, quick(w), AggregatorMetrics(), shards=shards)  # type: ignore[arg-type]
+    fleet = Fleet(settings, w.seed, quick(w), AggregatorMetrics(), leadership=shards)  # type: ignore[arg-type]
     task = asyncio.create_task(fleet.run(Targets()))
     try:
         assert await until_real(w.restored, 2.0) is held, w.replicas()

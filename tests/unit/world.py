@@ -17,6 +17,7 @@ from aggregator.decider import Phase
 from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.looplag import LoopLag
 from aggregator.records import MELTDOWN, REPLICAS
+from aggregator.scope import Scope
 from aggregator.settings import Settings, Shoots
 from aggregator.target import Target
 from aggregator.witness import NODE_LEASE_NAMESPACE
@@ -144,8 +145,7 @@ class World:
             dependents=self.dependents,
             clock=self.clock,
             wall=lambda: WALL0 + self.clock(),
-            is_leader=is_leader or (lambda: self.leader),
-            term_end=term_end or (lambda: self.term_end),
+            scope=Scope(is_leader or (lambda: self.leader), term_end or (lambda: self.term_end)),
         )
         target.provisioner.min_gap_s = 0.0
         if replace_first:
@@ -210,7 +210,7 @@ class World:
                     informer.synced.set()
                 except KubeError:
                     pass
-            if provision and t.is_leader():
+            if provision and t.scope.leads():
                 await t.provisioner.reconcile(t.pacer.plan)
             await t.tick()
         self.trace.append((self.clock(), self.replicas()))
