@@ -170,6 +170,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     election = Election.of(settings, clients.election)
     metrics = _metrics(settings, election)
     heap = Heap()
+    lag = LoopLag(observe=metrics.loop_lag.observe)
     fleet = Fleet(
         settings,
         clients.targets,
@@ -180,9 +181,9 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         events=clients.events,
         watch_dependents=True,
         on_change=heap.changed,
+        lag_since=lag.worst_since,
     )
     source = source_for(shoots, clients.watches, settings.watching)
-    lag = LoopLag(observe=metrics.loop_lag.observe)
     runner = None
     if settings.serving.metrics_addr is not None:
         status = functools.partial(_status, settings, election, fleet, source, lag)

@@ -523,6 +523,12 @@ def blocked(verdict: Verdict, before: Memory, now: float, why: str) -> Verdict:
     return replace(verdict, memory=memory, reason=f"scale-down blocked: {why}", scale_down=False)
 
 
+def deferred(verdict: Verdict, before: Memory) -> Verdict:
+    """The interlocks could not check (our own overload): nothing happens this tick, and the
+    phase stays as it was, confirmation kept, so the next tick checks again."""
+    return replace(verdict, memory=before, reason=f"{verdict.reason}; checking again", scale_down=False)
+
+
 def take_over(now: float) -> Memory:
     """A standby becomes leader: like a start, it resumes from the record in the annotations
     (its view is already warm, so it judges as soon as that has been read)."""

@@ -51,6 +51,7 @@ class Fleet:
         events: KubeClient | None = None,
         watch_dependents: bool = False,
         on_change: Callable[[], None] = lambda: None,
+        lag_since: Callable[[float], float] = lambda _since: 0.0,
     ) -> None:
         self.settings = settings
         self.seed = seed
@@ -65,6 +66,9 @@ class Fleet:
         self.leadership = leadership or Alone()
         # Told when targets start or stop (aggregator/heap.py).
         self.on_change = on_change
+        # How late the event loop ran since a moment (aggregator/looplag.py): the interlocks
+        # tell our own overload from the shoot's silence by it.
+        self.lag_since = lag_since
         self.running: dict[str, Running] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.source_error = ""
@@ -77,6 +81,7 @@ class Fleet:
         self.seed_dependents = (
             SeedDependents(self.watches, dependents, settings.watching) if watch_dependents else None
         )
+        self._source: TargetSource | None = None
         self.orphans = self._orphans()
 
     def _orphans(self) -> Orphans:
@@ -86,6 +91,7 @@ class Fleet:
             self.settings,
             self.metrics,
             served=self.served,
+            owner=self.owner,
             leadership=self.leadership,
         )
 
@@ -96,7 +102,13 @@ class Fleet:
             return None
         return {r.spec.namespace for r in self.running.values()}
 
+    def owner(self, namespace: str) -> str:
+        """Why the namespace's owner decides its controllers now: the source skips its Cluster
+        (hibernated, deleting, migrating, ...); "" when nothing says so."""
+        return str(getattr(self._source, "skipped", {}).get(namespace, ""))
+
     async def run(self, source: TargetSource) -> None:
+        self._source = source
         sweep = asyncio.create_task(self.orphans.run(), name="orphans")
         feed = asyncio.create_task(source.run(), name="targets-source")
         if self.seed_dependents is not None:
@@ -169,6 +181,7 @@ class Fleet:
                 metrics=self.metrics,
                 watched=self.seed_dependents,
                 events=self.events,
+                lag_since=self.lag_since,
             )
             running.target, running.error = target, ""
             async with asyncio.TaskGroup() as tg:

@@ -10,6 +10,7 @@ in the view: nothing is judged again for a lease duration.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,7 +20,7 @@ from aggregator.evidence import Evidence
 from aggregator.kube import KubeClient
 from aggregator.view import View
 from aggregator.watcher import Informer
-from core.errors import KubeError
+from core.errors import KubeError, TransportError
 from core.lease import LeaseView
 
 
@@ -32,6 +33,9 @@ class Interlock(StrEnum):
     LIST_DISAGREES = "list_disagrees"
     # The stale nodes' kubelets renewed after their agents went quiet: the agents fail.
     PATH_ALIVE = "kubelets_renewing"
+    # A probe or LIST that timed out while our own event loop ran late: evidence of our own
+    # load, not of the shoot's. Checked again at the next tick; nothing else is undone.
+    SELF_OVERLOADED = "self_overloaded"
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,11 @@ class Refusal:
 
     interlock: Interlock
     detail: str
+
+    @property
+    def deferred(self) -> bool:
+        """Nothing was learnt about the shoot: try again at the next tick, confirmation kept."""
+        return self.interlock is Interlock.SELF_OVERLOADED
 
     def __str__(self) -> str:
         return f"{self.interlock}: {self.detail}"
@@ -55,6 +64,8 @@ class Interlocks:
         *,
         watches_fresh: Callable[[], bool],
         probe_timeout_s: float,
+        lag_since: Callable[[float], float] = lambda _since: 0.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.shoot = shoot
         self.leases = leases
@@ -62,6 +73,9 @@ class Interlocks:
         self.view = view
         self.watches_fresh = watches_fresh
         self.probe_timeout_s = probe_timeout_s
+        # How late our own event loop ran since a moment (aggregator/looplag.py).
+        self.lag_since = lag_since
+        self.clock = clock
 
     async def refusal(self, confirm: Callable[[], Verdict]) -> Refusal | None:
         """Why a scale-down must not happen now; None when every check passes. ``confirm``
@@ -70,6 +84,7 @@ class Interlocks:
         of its own would drift from the watch); the tick's own verdict was made before it."""
         # Judged before the requests: a failed confirming LIST leaves the watches looking stale.
         fresh = self.watches_fresh()
+        started = self.clock()
         # Sent together: one after the other, each added its own round trip to a real
         # scale-down (a kubelet LIST is 225-284 ms at 5000 nodes, docs/scale.md; the interlocks
         # took 1.4 s in a seed-wide outage of 250 targets, bench/seed.py). Their failures are
@@ -84,6 +99,8 @@ class Interlocks:
         for r in (probed, listed, *_):
             if isinstance(r, BaseException) and not isinstance(r, KubeError):
                 raise r  # a bug, not an answer
+        if (late := self._overloaded(started, probed, listed)) is not None:
+            return late
         if isinstance(probed, KubeError):
             self.view.gap("the shoot KAPI did not answer the probe")
             return Refusal(Interlock.KAPI_PROBE, str(probed))
@@ -94,6 +111,25 @@ class Interlocks:
             self.view.gap("the confirming LIST failed")
             return Refusal(Interlock.LIST_FAILED, str(listed))
         return _disagreement(confirm())
+
+    def _overloaded(self, started: float, *answers: object) -> Refusal | None:
+        """A probe or LIST that ran out of time while our own loop was late by a good part of
+        that time: the time went to our other targets (a seed-wide cut runs every target's
+        interlocks at once), so it says nothing of the shoot. The view has no gap, confirmation
+        goes on, and the checks run again at the next tick."""
+        timed_out = [a for a in answers if isinstance(a, TransportError) and a.kind == "timeout"]
+        lag_s = self.lag_since(started)
+        if not timed_out or lag_s < self.probe_timeout_s * OVERLOAD_SHARE:
+            return None
+        return Refusal(
+            Interlock.SELF_OVERLOADED, f"{timed_out[0]} while our own event loop ran {lag_s:.2f}s late"
+        )
+
+
+# A time-out is our own doing when the loop ran late by this share of the probe's time-out or
+# more (0.75 s of the 3 s): the targets' interlocks share one loop, and a seed-wide cut's TLS
+# handshakes and LISTs kept it 1.76 s late (250 targets, docs/scale.md).
+OVERLOAD_SHARE = 0.25
 
 
 def _disagreement(confirmed: Verdict) -> Refusal | None:

@@ -53,6 +53,12 @@ class LoopLag:
         if lag_s > self.blocked_s:
             log.warning("loop_blocked", lag_s=round(lag_s, 3))
 
+    def worst_since(self, since: float) -> float:
+        """The longest lag recorded since ``since`` (by ``clock``), and the one running now: a
+        timer due but not yet fired is late already."""
+        late = [lag for when, lag in self.samples if when >= since]
+        return max(late, default=0.0)
+
     def quantile(self, q: float) -> float:
         """The lag at quantile ``q`` over the window (nearest rank); 0 before any sample."""
         lags = sorted(lag for _, lag in self.samples)

@@ -55,6 +55,7 @@ class Orphans:
         metrics: AggregatorMetrics,
         *,
         served: Served,
+        owner: Callable[[str], str] = lambda _namespace: "",
         leadership: Leadership | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -65,6 +66,10 @@ class Orphans:
         # The namespaces the fleet serves now; None while that is not known (no answer from
         # the source yet, or it fails): then nothing is an orphan.
         self.served = served
+        # Why a namespace's own controller decides its dependents now ("" when nothing says so):
+        # a Cluster gardenlet hibernates, deletes or migrates. Its records are handed back, not
+        # restored: raising a hibernated shoot's controllers would fight the owner's 0.
+        self.owner = owner
         # Whether this replica sweeps at all, and (sharded) which namespaces and in which scope:
         # a namespace's records are restored by the one replica that would act for its target.
         self.leadership = leadership or Alone()
@@ -128,15 +133,22 @@ class Orphans:
                 await self._restore(ns)
 
     async def _list(self) -> dict[str, dict[str, str]]:
-        """Namespace -> {name: kind} of every object carrying our label across the seed."""
+        """Namespace -> {name: kind} of every object carrying our record across the seed: by our
+        label, and the configured dependents by name with our annotation (the annotation is the
+        record; a label someone dropped must not hide it)."""
         found: dict[str, dict[str, str]] = {}
         # Only the kinds that are configured: the seed's RBAC grants no more.
         kinds = sorted({(d.api_version, d.kind) for d in self.dependents})
         for api_version, kind in kinds:
             path = COLLECTIONS[(api_version, kind)]
-            for obj in (await self.seed.get(path, labelSelector=RECORD)).get("items") or []:
+            listed = [await self.seed.get(path, labelSelector=RECORD)]
+            for name in sorted(
+                {d.name for d in self.dependents if (d.api_version, d.kind) == (api_version, kind)}
+            ):
+                listed.append(await self.seed.get(path, fieldSelector=f"metadata.name={name}"))
+            for obj in (o for answer in listed for o in answer.get("items") or []):
                 meta = metadata(obj)
-                if meta.get("namespace") and meta.get("name"):
+                if meta.get("namespace") and meta.get("name") and RECORD in (meta.get("annotations") or {}):
                     found.setdefault(str(meta["namespace"]), {})[str(meta["name"])] = kind
         return found
 
@@ -153,9 +165,14 @@ class Orphans:
                 clock=self.clock,
             )
             log.info("orphan_restoring", namespace=namespace, resources=sorted(self.found[namespace]))
-        reason = "no target serves this namespace any more: restoring what it scaled down"
-        if await scaler.converge(Desired.RUNNING, reason):
-            log.info("orphan_restored", namespace=namespace)
+        if owner := self.owner(namespace):
+            reason = f"its Cluster is {owner}: the controllers are gardenlet's to run, our marks are removed"
+            done = await scaler.hand_back(reason)
+        else:
+            reason = "no target serves this namespace any more: restoring what it scaled down"
+            done = await scaler.converge(Desired.RUNNING, reason)
+        if done:
+            log.info("orphan_restored", namespace=namespace, handed_back=owner or None)
             for store in (self.found, self.since, self.scalers):
                 store.pop(namespace, None)
 

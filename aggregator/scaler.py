@@ -72,6 +72,10 @@ class DependentState:
     protected: bool = False  # ``meltdown-protection-active``, whoever wrote it
     ignored: bool = False
     resource_version: str = ""
+    # Our record is in the object as our annotation, and carries our label (the sweep lists by
+    # it); False for a record this process remembers and the object lost (``Scaler._store``).
+    written: bool = True
+    labeled: bool = True
 
     @classmethod
     def from_object(cls, name: str, obj: Mapping[str, Any]) -> DependentState:
@@ -90,6 +94,7 @@ class DependentState:
             protected=MELTDOWN in ann,
             ignored=ann.get(IGNORE_SCALING) == "true",
             resource_version=resource_version(obj),
+            labeled=section(meta, "labels").get(RECORD) == "true",
         )
 
     @property
@@ -106,8 +111,14 @@ class DependentState:
         return fallback if fallback is not None and fallback > 0 else 1
 
     def marks_complete(self) -> bool:
-        """Our record, and dependency-watchdog's keys beside it saying the same."""
-        return self.record is not None and self.protected and self.dwd_replicas == str(self.record.replicas)
+        """Our record with its label, and dependency-watchdog's keys beside it saying the same."""
+        return (
+            self.record is not None
+            and self.written
+            and self.labeled
+            and self.protected
+            and self.dwd_replicas == str(self.record.replicas)
+        )
 
     def to_status(self) -> dict[str, Any]:
         return {
@@ -173,17 +184,23 @@ class Scaler:
         self.errors: dict[str, str] = {}
         self.desired: Desired | None = None
         self.converged = False
-        self._direction_since = 0.0
-        self._level_done_at: dict[int, float] = {}
-        self._at_target_since: dict[str, float] = {}
+        self._episode(0.0)
         self._verified_at = -math.inf
-        self._reported: set[tuple[str, str]] = set()
-        # Dependents seen held at 0 in this episode: one running again was raised by someone else.
-        self._held: set[str] = set()
+        # The record last seen on each dependent that carries one of ours (``_remembered``).
+        self._lowered: dict[str, Record] = {}
         # Written to their target, waiting for their controller to follow (``_settled``).
         self._following: set[str] = set()
         # Events in flight: a report is never on the way of the next write.
         self._reports: set[asyncio.Task[None]] = set()
+
+    def _episode(self, now: float) -> None:
+        """A new direction: its levels, their waits and what was told start again."""
+        self._direction_since = now
+        self._level_done_at: dict[int, float] = {}
+        self._at_target_since: dict[str, float] = {}
+        self._reported: set[tuple[str, str]] = set()
+        # Dependents seen held at 0 in this episode: one running again was raised by someone else.
+        self._held: set[str] = set()
 
     def forget(self) -> None:
         """Read everything again before trusting that it converged."""
@@ -203,10 +220,7 @@ class Scaler:
         now = self.clock()
         if desired is not self.desired:
             self.desired, self.converged = desired, False
-            self._direction_since, self._level_done_at = now, {}
-            self._at_target_since.clear()
-            self._reported.clear()
-            self._held.clear()
+            self._episode(now)
         if desired is Desired.HOLD:
             return True  # a start found records of ours: nothing moves until a fresh verdict
         if self.converged and self._still_converged(desired, now):
@@ -225,6 +239,22 @@ class Scaler:
         ]
         self.converged, self._verified_at = not missing, now
         return self.converged
+
+    async def hand_back(self, reason: str) -> bool:
+        """Remove our marks from every dependent and leave its replicas as they are: its owner
+        (gardenlet hibernating, deleting or migrating the shoot) decides them now, and Gardener
+        does not scale up what carries ``meltdown-protection-active``. True once none is left."""
+        done = True
+        for d in self.dependents:
+            try:
+                state = await self._get(d)
+                if state.exists and state.record is not None and state.written:
+                    await self._write(d, Write(CLEARED), state, reason)
+                    self._report_later(self._event(d, state, "HandedBack", f"{reason}", "Normal"))
+            except KubeError as e:
+                self.errors[d.name] = str(e)
+                done = False
+        return done and not self.dry_run
 
     def _still_converged(self, desired: Desired, now: float) -> bool:
         """Whether a converged actuator may skip this tick. Running, it looks at the watch (no
@@ -412,10 +442,28 @@ class Scaler:
         return self._store(DependentState.from_object(d.name, obj))
 
     def _store(self, state: DependentState) -> DependentState:
+        state = self._remembered(state)
         if state.exists:
             self.metrics.missing.remove_matching(target=self.target, resource=state.name)
         self.state[state.name] = state
         self.metrics.foreign_records.set(sum(s.foreign for s in self.state.values()), target=self.target)
+        return state
+
+    def _remembered(self, state: DependentState) -> DependentState:
+        """The dependent with the record this process last saw on it, where the object lost it:
+        another writer removed our annotation while it was held at 0 (dependency-watchdog's
+        scale-up leaves ours, an operator or a script may not). Lowered by us and still at 0, it
+        is still ours: the scale-down writes the record back, the scale-up restores its count.
+        Running without our record, nothing of ours is left on it."""
+        if state.record is not None:
+            self._lowered[state.name] = state.record
+        elif not state.exists or state.replicas != 0:
+            self._lowered.pop(state.name, None)
+        elif (record := self._lowered.get(state.name)) is not None:
+            if (state.name, "lost") not in self._reported:
+                self._reported.add((state.name, "lost"))
+                self.log.warning("record_lost", resource=state.name, remembered=record.replicas)
+            return replace(state, record=record, written=False)
         return state
 
     async def _write(

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aggregator.budget import Pacing
-from aggregator.decider import Memory, Phase, Verdict, blocked, decide, take_over
+from aggregator.decider import Memory, Phase, Verdict, blocked, decide, deferred, take_over
 from aggregator.dependents import Dependent
 from aggregator.evidence import Evidence
 from aggregator.interlocks import Interlocks, Refusal
@@ -54,12 +54,13 @@ class Target:
         metrics: AggregatorMetrics | None = None,
         watched: SeedDependents | None = None,
         events: KubeClient | None = None,
+        lag_since: Callable[[float], float] = lambda _since: 0.0,
     ) -> None:
         self.name, self.namespace, self.shoot = name, namespace, shoot
         self.settings, self.params = settings, settings.decider.with_pools(node_conditions)
         # Whether this replica acts for the shoot, until when, and its writes (aggregator/scope.py).
         self.scope = scope or Scope()
-        self.clock = clock
+        self.clock, self.lag_since = clock, lag_since
         self.log = log.bind(target=name)
         self.metrics = metrics or AggregatorMetrics()
         self.observed = Observed(clock=clock)
@@ -101,6 +102,8 @@ class Target:
             self.view,
             watches_fresh=self._watches_fresh,
             probe_timeout_s=self.settings.watching.probe_timeout_s,
+            lag_since=self.lag_since,
+            clock=clock,
         )
         write_budget = self.settings.provisioning.write_budget
         self.pacer = Pacer(
@@ -182,7 +185,9 @@ class Target:
         # 4. The interlocks, only on the replica that acts: as a new leader a standby starts
         #    from the records and checks before any write of its own.
         if verdict.scale_down and leader and (refusal := await self.interlocks(pacing)) is not None:
-            verdict = blocked(verdict, before, now, str(refusal))
+            verdict = (
+                deferred(verdict, before) if refusal.deferred else blocked(verdict, before, now, str(refusal))
+            )
             self.report.refused(refusal)
         self.report.verdict(verdict)
         self.report.gaps(self.view)

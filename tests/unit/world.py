@@ -146,6 +146,7 @@ class World:
             clock=self.clock,
             wall=lambda: WALL0 + self.clock(),
             scope=Scope(is_leader or (lambda: self.leader), term_end or (lambda: self.term_end)),
+            lag_since=self.loop_lag.worst_since,
         )
         target.provisioner.min_gap_s = 0.0
         if replace_first:
