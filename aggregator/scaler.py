@@ -83,18 +83,22 @@ class DependentState:
         ann = section(meta, "annotations")
         replicas = spec.get("replicas")
         record = ann.get(RECORD)
+        labeled = section(meta, "labels").get(RECORD) == "true"
         return cls(
             name=name,
             exists=True,
             replicas=1 if replicas is None else int(replicas),
             current=int(status.get("replicas") or 0),
             ready=int(status.get("readyReplicas") or 0),
-            record=None if record is None else Record.parse(str(record)),
+            # Our label alone is our mark too (another writer removed the annotation): ours, its
+            # count from dependency-watchdog's key we wrote beside it (``restore_to``).
+            record=Record.parse(str(record)) if record is not None else (Record(None) if labeled else None),
             dwd_replicas=None if ann.get(REPLICAS) is None else str(ann[REPLICAS]),
             protected=MELTDOWN in ann,
             ignored=ann.get(IGNORE_SCALING) == "true",
             resource_version=resource_version(obj),
-            labeled=section(meta, "labels").get(RECORD) == "true",
+            written=record is not None,
+            labeled=labeled,
         )
 
     @property
@@ -452,19 +456,21 @@ class Scaler:
     def _remembered(self, state: DependentState) -> DependentState:
         """The dependent with the record this process last saw on it, where the object lost it:
         another writer removed our annotation while it was held at 0 (dependency-watchdog's
-        scale-up leaves ours, an operator or a script may not). Lowered by us and still at 0, it
-        is still ours: the scale-down writes the record back, the scale-up restores its count.
-        Running without our record, nothing of ours is left on it."""
-        if state.record is not None:
+        scale-up leaves ours, an operator or a script may not). Lowered by us and still at 0, or
+        still carrying our label, it is still ours: the scale-down writes the record back, the
+        scale-up restores its count. Running without a mark of ours, nothing of ours is on it."""
+        if state.record is not None and state.written:
             self._lowered[state.name] = state.record
-        elif not state.exists or state.replicas != 0:
+            return state
+        if state.record is None and (not state.exists or state.replicas != 0):
             self._lowered.pop(state.name, None)
-        elif (record := self._lowered.get(state.name)) is not None:
-            if (state.name, "lost") not in self._reported:
-                self._reported.add((state.name, "lost"))
-                self.log.warning("record_lost", resource=state.name, remembered=record.replicas)
-            return replace(state, record=record, written=False)
-        return state
+            return state
+        if (record := self._lowered.get(state.name)) is None:
+            return state  # our label alone (its count from the keys beside it), or nothing of ours
+        if (state.name, "lost") not in self._reported:
+            self._reported.add((state.name, "lost"))
+            self.log.warning("record_lost", resource=state.name, remembered=record.replicas)
+        return replace(state, record=record, written=False)
 
     async def _write(
         self, d: Dependent, write: Write, state: DependentState, reason: str

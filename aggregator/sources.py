@@ -226,7 +226,7 @@ class SecretKubeconfig:
             self.error = f"cannot be decoded: {e}"
             return False
         except KubeconfigError as e:
-            self.error = str(e)
+            self.error = str(e).removeprefix(f"kubeconfig {self.source}: ")  # __call__ names it
             return False
         self._endpoint, self._data, self.error = endpoint, seen, ""
         return True

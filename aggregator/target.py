@@ -13,6 +13,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.budget import Pacing
@@ -63,7 +64,7 @@ class Target:
         self.clock, self.lag_since = clock, lag_since
         self.log = log.bind(target=name)
         self.metrics = metrics or AggregatorMetrics()
-        self.observed = Observed(clock=clock)
+        self.observed = Observed(clock=clock, wall=lambda: datetime.fromtimestamp(wall(), UTC))
         self.scaler = Scaler(
             seed,
             namespace,

@@ -188,6 +188,13 @@ class Shoot:
         self.proxies.append(proxy)
         return proxy
 
+    def shoot_proxy(self) -> FaultProxy:
+        """A FaultProxy in front of the shoot's API server, for the aggregator's own requests
+        (``start_aggregator(DWD_SHOOT_KUBECONFIG=...)``): the agents keep the direct path."""
+        proxy = FaultProxy(self.shoot).open()
+        self.proxies.append(proxy)
+        return proxy
+
     def sampler(self, every_s: float = 0.1) -> Sampler:
         sampler = Sampler(self.seed.admin_client(), self.namespace, every_s)
         self.samplers.append(sampler)

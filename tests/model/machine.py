@@ -1,0 +1,315 @@
+"""The stateful model: what the aggregator's world can do, as rules, and its guarantees, as
+invariants, explored by hypothesis (docs/decision.md, "The model").
+
+Rules: the path cut and healed (every node, a quorum, a minority, one), agents failing on a
+working path (403, killed) and back, kubelets stopping and starting, nodes added and deleted,
+a replica restarted (cleanly or killed) or cut off from the seed, writes held by a slow seed
+and landing later, seed faults (409, 429, 500, time-outs), a seed watch that falls behind,
+dependency-watchdog's scale-down and scale-up, an operator's scale and ``ignore-scaling``, our
+annotation or label removed, the Cluster hibernated, migrated and back, the shoot's token
+revoked, its API server down, node clocks stepped; the settings drawn from their allowed ranges.
+
+Invariants, after every step (``World.violations``) and at the quiet end (``teardown``):
+  I1  no scale-down while more than (1 - failure fraction) of the judged candidates' kubelets
+      renew;
+  I2  once path, credentials and leadership are healthy, every controller is back within the
+      recovery period, the blind limit, a leader's lease duration and MCM's scale-up delay, and
+      nothing is at 0 at the quiet end;
+  I3  a restored count is the recorded one or what another writer set meanwhile;
+  I4  dry-run writes nothing to the seed but its election Leases;
+  I5  nothing is raised on a shoot whose owner (gardenlet) wants it at 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import Coroutine
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS
+from testenv.controllers import CONTROLLERS
+from tests.model.world import World, deployment_path
+
+DEPENDENTS = sorted(CONTROLLERS)
+# MCM comes back this long after KCM (dependency-watchdog's order, aggregator/dependents.py).
+SCALE_UP_DELAYS_S = 30.0
+
+
+@st.composite
+def settings(draw: Any) -> dict[str, Any]:
+    """The settings, drawn from their allowed ranges (aggregator/settings.py)."""
+    interval = draw(st.sampled_from([0.5, 1.0, 2.0]))
+    lease = draw(st.sampled_from([2 * interval, 4.0, 8.0, 12.0]).filter(lambda x: x >= 2 * interval))
+    failure = draw(st.sampled_from([0.5, 0.6, 0.8]))
+    return {
+        "fast_interval_s": interval,
+        "lease_duration_s": lease,
+        "failure_fraction": failure,
+        "recovery_fraction": draw(st.sampled_from([0.2, 0.4]).filter(lambda x: x <= failure)),
+        "confirm_period_s": draw(st.sampled_from([0.0, 2.0, 4.0])),
+        "recovery_period_s": draw(st.sampled_from([0.0, 5.0, 10.0])),
+        "min_candidates": draw(st.sampled_from([1, 2, 3])),
+        "node_grace_s": draw(st.sampled_from([0.0, 20.0])),
+        "blind_limit_s": draw(st.sampled_from([max(lease, 10.0), 30.0, 120.0])),
+    }
+
+
+SOME = st.sampled_from(["all", "quorum", "minority", "one"])
+
+
+class Model(RuleBasedStateMachine):
+    dry_run = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.w: World | None = None
+
+    def run(self, work: Coroutine[Any, Any, Any]) -> Any:
+        return self.loop.run_until_complete(work)
+
+    @property
+    def world(self) -> World:
+        assert self.w is not None
+        return self.w
+
+    @initialize(drawn=settings(), nodes=st.integers(2, 8), seed=st.integers(0, 2**16))
+    def start(self, drawn: dict[str, Any], nodes: int, seed: int) -> None:
+        self.w = World(random.Random(seed), drawn | {"dry_run": self.dry_run}, nodes)
+        self.run(self.world.run(25))  # a leader, both replicas judging
+
+    def pick(self, which: str, offset: int = 0) -> list[str]:
+        names = sorted(self.world.nodes)
+        f = self.world.p.failure_fraction
+        k = {
+            "all": len(names),
+            "quorum": math.ceil(f * len(names)),
+            "minority": max(0, math.floor((1 - f) * len(names) - 1e-9)),
+            "one": 1,
+        }[which]
+        rotated = names[offset % max(1, len(names)) :] + names[: offset % max(1, len(names))]
+        return rotated[:k]
+
+    # -- time
+    @rule(seconds=st.sampled_from([1, 2, 3, 5, 8, 13, 21, 40]))
+    def wait(self, seconds: int) -> None:
+        self.run(self.world.run(seconds))
+
+    # -- the path, the agents, the kubelets
+    @rule(which=SOME, offset=st.integers(0, 7))
+    def cut(self, which: str, offset: int) -> None:
+        for n in self.pick(which, offset):
+            self.world.nodes[n].path = False
+
+    @rule()
+    def heal(self) -> None:
+        for node in self.world.nodes.values():
+            node.path = True
+
+    @rule(which=SOME, offset=st.integers(0, 7), how=st.sampled_from(["403", "killed"]))
+    def agents_fail(self, which: str, offset: int, how: str) -> None:
+        for n in self.pick(which, offset):
+            self.world.nodes[n].agent = how
+
+    @rule()
+    def agents_recover(self) -> None:
+        for node in self.world.nodes.values():
+            node.agent = "ok"
+
+    @rule(which=SOME, offset=st.integers(0, 7))
+    def kubelets_stop(self, which: str, offset: int) -> None:
+        for n in self.pick(which, offset):
+            self.world.nodes[n].kubelet = False
+
+    @rule()
+    def kubelets_start(self) -> None:
+        for node in self.world.nodes.values():
+            node.kubelet = True
+
+    @rule(offset=st.integers(0, 7), dt=st.sampled_from([-0.5, -0.25, 0.25, 0.5]))
+    def clock_step(self, offset: int, dt: float) -> None:
+        """NTP steps a node's clock (agent and kubelet share it)."""
+        for n in self.pick("one", offset):
+            self.world.nodes[n].skew_s += dt
+
+    @precondition(lambda self: self.w is not None and len(self.w.nodes) < 10)
+    @rule()
+    def add_node(self) -> None:
+        self.world.add_node()
+
+    @precondition(lambda self: self.w is not None and len(self.w.nodes) > 1)
+    @rule(offset=st.integers(0, 7))
+    def delete_node(self, offset: int) -> None:
+        for n in self.pick("one", offset):
+            self.world.delete_node(n)
+
+    # -- the aggregator's replicas and their seed
+    @rule(replica=st.integers(0, 1), clean=st.booleans())
+    def restart(self, replica: int, clean: bool) -> None:
+        self.run(self.world.restart(replica, clean=clean)())
+
+    @rule(replica=st.integers(0, 1))
+    def crash(self, replica: int) -> None:
+        """Killed, and not back until it is restarted."""
+        self.world.down[replica] = True
+
+    @rule(replica=st.integers(0, 1), cut=st.booleans())
+    def seed_cut(self, replica: int, cut: bool) -> None:
+        """The replica cannot reach the seed (its term ends; another takes over)."""
+        self.world.replicas[replica].seed.cut = cut
+
+    @rule(replica=st.integers(0, 1), hold=st.booleans())
+    def seed_holds_writes(self, replica: int, hold: bool) -> None:
+        self.world.replicas[replica].seed.hold = hold
+
+    @rule(how_many=st.integers(1, 4))
+    def land(self, how_many: int) -> None:
+        self.world.land(how_many)
+
+    @rule(
+        replica=st.integers(0, 1),
+        faults=st.lists(st.sampled_from(["409", "429", "500", "held"]), min_size=1, max_size=4),
+    )
+    def seed_faults(self, replica: int, faults: list[str]) -> None:
+        self.world.replicas[replica].seed.faults = faults
+
+    @rule(replica=st.integers(0, 1), behind=st.booleans())
+    def seed_watch_behind(self, replica: int, behind: bool) -> None:
+        self.world.replicas[replica].watch_behind = behind
+
+    # -- the shoot's API server and credentials
+    @rule(up=st.booleans())
+    def kapi(self, up: bool) -> None:
+        self.world.kapi_up = up
+
+    @rule(ok=st.booleans())
+    def token(self, ok: bool) -> None:
+        self.world.token_ok = ok
+
+    # -- the seed's other writers
+    @rule(name=st.sampled_from(DEPENDENTS))
+    def dwd_scale_down(self, name: str) -> None:
+        w = self.world
+        current = w.replicas_now()[name]
+        if current > 0:
+            w.write_seed(name, replicas=0, annotations={REPLICAS: str(current), MELTDOWN: ""})
+            w.dwd_lowered.add(name)
+
+    @rule(name=st.sampled_from(DEPENDENTS))
+    def dwd_scale_up(self, name: str) -> None:
+        """Any dependent at 0 goes to its ``replicas`` annotation (1 without), whoever lowered it."""
+        w = self.world
+        if not w.served():
+            return
+        if w.replicas_now()[name] == 0:
+            obj = w.seed.objects[deployment_path(name)]
+            to = int((obj["metadata"].get("annotations") or {}).get(REPLICAS, "1"))
+            w.write_seed(name, replicas=to)
+            w.wanted[name] = to
+        w.write_seed(name, annotations={MELTDOWN: None})
+        w.dwd_lowered.discard(name)
+
+    @rule(name=st.sampled_from(DEPENDENTS), replicas=st.sampled_from([1, 2, 5]))
+    def operator_scale(self, name: str, replicas: int) -> None:
+        if self.world.served():
+            self.world.write_seed(name, replicas=replicas)
+            self.world.wanted[name] = replicas
+
+    @rule(name=st.sampled_from(DEPENDENTS), on=st.booleans())
+    def ignore_scaling(self, name: str, on: bool) -> None:
+        self.world.write_seed(name, annotations={IGNORE_SCALING: "true" if on else None})
+
+    @rule(name=st.sampled_from(DEPENDENTS), what=st.sampled_from(["annotation", "label"]))
+    def lose_record(self, name: str, what: str) -> None:
+        """Another writer removes our annotation, or our label: one of our two marks. One that
+        strips both has taken the dependent over, as dependency-watchdog's own marks are its
+        (docs/decision.md): that is not a record lost."""
+        meta = self.world.seed.objects[deployment_path(name)]["metadata"]
+        annotated, labeled = RECORD in (meta.get("annotations") or {}), RECORD in (meta.get("labels") or {})
+        if what == "annotation" and labeled:
+            self.world.write_seed(name, annotations={RECORD: None})
+        elif what == "label" and annotated:
+            self.world.write_seed(name, labels={RECORD: None})
+
+    # -- gardenlet
+    @rule(to=st.sampled_from(["hibernated", "migrating"]))
+    def owner_takes_over(self, to: str) -> None:
+        """gardenlet hibernates the shoot (or moves its control plane): the controllers at 0."""
+        w = self.world
+        if not w.served():
+            return
+        w.cluster = to
+        for name in DEPENDENTS:
+            w.write_seed(name, replicas=0)
+        for r in w.replicas:
+            r.orphans.wake.set()
+
+    @rule()
+    def owner_gives_back(self) -> None:
+        """Woken up (or back from a failed migration): gardenlet scales up what is not marked."""
+        w = self.world
+        if w.served():
+            return
+        w.cluster = "served"
+        for name in DEPENDENTS:
+            if MELTDOWN not in (w.seed.objects[deployment_path(name)]["metadata"].get("annotations") or {}):
+                w.write_seed(name, replicas=w.wanted[name])
+
+    # -- the guarantees
+    @invariant()
+    def nothing_violated(self) -> None:
+        if self.w is not None:
+            assert not self.w.violations, self.w.violations
+
+    def teardown(self) -> None:
+        try:
+            if self.w is not None:
+                self.run(self.quiet_end())
+        finally:
+            self.loop.close()
+
+    async def quiet_end(self) -> None:
+        """I2, I3: everything healthy and handed back; every controller back at what its owners
+        want, without our marks, in time, and still there at the end."""
+        w = self.world
+        w.kapi_up, w.token_ok = True, True
+        for node in w.nodes.values():
+            node.path, node.agent, node.kubelet = True, "ok", True
+        for i, r in enumerate(w.replicas):
+            r.seed.cut, r.seed.hold, r.seed.faults, r.watch_behind = False, False, [], False
+            if w.down[i]:
+                await w.restart(i, clean=False)()
+        for name in DEPENDENTS:
+            w.write_seed(name, annotations={IGNORE_SCALING: None})
+        if not w.served():
+            self.owner_gives_back()
+        for name in sorted(w.dwd_lowered):
+            self.dwd_scale_up(name)
+        w.land()
+        start, back = w.clock(), None
+        p = w.p
+        bound = p.recovery_period_s + p.blind_limit_s + 15.0 + p.lease_duration_s + SCALE_UP_DELAYS_S + 10.0
+        while w.clock() - start < bound + 20:
+            await w.step()
+            w.land()
+            home = w.replicas_now() == w.wanted and not any(
+                w.marks(n) & {RECORD, MELTDOWN} for n in DEPENDENTS
+            )
+            if home and back is None:
+                back = w.clock() - start
+            elif not home:
+                back = None
+        assert not w.violations, w.violations
+        assert back is not None, (
+            f"I2: not back at the quiet end: {w.replicas_now()} want {w.wanted}, marks {[w.marks(n) for n in DEPENDENTS]}"
+        )
+        assert back <= bound, f"I2: back only {back:.0f}s after the quiet began (bound {bound:.0f}s)"
+
+
+class DryRunModel(Model):
+    dry_run = True

@@ -1,0 +1,53 @@
+"""The stateful model in CI: a bounded, repeatable exploration (a fixed seed), after a replay of
+every example it has found before (tests/model/examples/, committed: each a regression case).
+
+``make soak`` explores for as long as it is given (``DWD_MODEL_EXAMPLES``, random seeds).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, seed, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
+
+from core import logs
+from tests.model.machine import DryRunModel, Model
+
+EXAMPLES = Path(__file__).parent / "examples"
+# The CI budget: about a minute per machine on this 2-core machine.
+BUDGET = {"Model": 70, "DryRunModel": 25}
+SEED = 20261202
+
+
+def explore(machine: type[RuleBasedStateMachine], examples: int, fixed_seed: int | None) -> None:
+    logs.configure("console", "critical")  # a run logs thousands of transitions
+    test = get_state_machine_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=DirectoryBasedExampleDatabase(str(EXAMPLES / machine.__name__)),
+            print_blob=True,
+        ),
+    )
+    if fixed_seed is not None:
+        test = seed(fixed_seed)(test)
+    test()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("machine", [Model, DryRunModel], ids=lambda m: m.__name__)
+def test_the_guarantees_hold_in_every_interleaving_the_model_explores(
+    machine: type[RuleBasedStateMachine],
+) -> None:
+    soak = os.environ.get("DWD_MODEL_EXAMPLES")
+    if soak:
+        explore(machine, int(soak), None)
+    else:
+        explore(machine, BUDGET[machine.__name__], SEED)

@@ -1,0 +1,516 @@
+"""The aggregator's world in memory, for the stateful model (tests/model/machine.py).
+
+One shoot and its seed as fake API servers (tests/unit/fakekube.py), a manual clock, and
+everything that writes them besides the aggregator, played by the world: each node's agent
+and kubelet (renewing at their own phase, on the node's own clock, while the node's path, its
+agent and its kubelet work), gardenlet (hibernation, migration), dependency-watchdog and
+operators. The aggregator itself is real: per replica a Target, a LeaderElector and the
+Orphans sweep, wired as the Fleet wires them, each reaching the seed through a ``Link`` that
+can be cut off, hold writes past their caller's patience (they land when the world says so),
+or answer with faults.
+
+The world keeps the truth the invariants are checked against (``Truth``): since when each
+node's kubelet could renew, what every writer wanted each controller at, what the aggregator
+wrote and when.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from aggregator.decider import candidates
+from aggregator.dependents import DEFAULT_DEPENDENTS
+from aggregator.leader import LeaderElector
+from aggregator.metrics import AggregatorMetrics
+from aggregator.orphans import Orphans
+from aggregator.records import MELTDOWN, RECORD, REPLICAS
+from aggregator.seeddependents import SeedDependents
+from aggregator.settings import Leader, Settings, Shoots
+from aggregator.target import Target
+from aggregator.witness import KUBELET_JITTER, NODE_LEASE_NAMESPACE
+from core.errors import Conflict, KubeError, TransportError, api_error
+from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, format_micro_time, lease_path
+from testenv.controllers import CONTROLLERS
+from tests.unit.fakekube import FakeKube, managed
+
+NS = "shoot--p--s"
+WALL0 = 1_796_000_000.0
+LEADER_NS = "garden"
+RENEW_FIELDS = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
+KUBELET_INTERVAL_S = 10.0
+
+
+def deployment_path(name: str) -> str:
+    return f"/apis/apps/v1/namespaces/{NS}/deployments/{name}"
+
+
+def at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(WALL0 + seconds, UTC)
+
+
+def with_settings(settings: Settings, **changes: Any) -> Settings:
+    groups: dict[str, dict[str, Any]] = {}
+    for key, value in changes.items():
+        group = next(
+            g.name for g in fields(settings) if key in {f.name for f in fields(getattr(settings, g.name))}
+        )
+        groups.setdefault(group, {})[key] = value
+    return replace(settings, **{g: replace(getattr(settings, g), **kw) for g, kw in groups.items()})
+
+
+@dataclass
+class Node:
+    name: str
+    created: float
+    skew_s: float  # the node's clock against ours: agent and kubelet share it
+    kubelet_phase_s: float
+    path: bool = True  # the node reaches KAPI through its external name
+    agent: str = "ok"  # "ok", "403" (answered, refused), "killed"
+    kubelet: bool = True
+    agent_due: float = 0.0
+    kubelet_due: float = 0.0
+    # Since when the kubelet has been able to renew without a break (inf: it cannot now).
+    kubelet_ok_since: float = 0.0
+
+
+@dataclass
+class Sent:
+    """A write of the aggregator's to the seed, as it was sent."""
+
+    at: float
+    replica: int
+    method: str
+    path: str
+    body: Any
+
+
+class Link:
+    """One replica's connection to an API server: cut off, holding writes, or failing the next
+    writes with chosen faults; every write it sends is recorded."""
+
+    def __init__(self, world: World, kube: FakeKube, replica: int, seed: bool) -> None:
+        self.world, self.kube, self.replica, self.seed = world, kube, replica, seed
+        self.cut = False
+        self.hold = False
+        self.faults: list[str] = []
+
+    async def request(
+        self, method: str, path: str, *, body: Any = None, params: Any = None, **kw: Any
+    ) -> Any:
+        if self.cut:
+            raise TransportError("connect", f"{method} {path}: connection refused")
+        if method == "GET" or not self.seed:
+            return await self.kube.request(method, path, body=body, params=params, **kw)
+        self.world.sent.append(Sent(self.world.clock(), self.replica, method, path, copy.deepcopy(body)))
+        self.world.on_write(self.world.sent[-1])
+        if path.endswith("/events"):
+            return body  # told, not kept: the fake's LISTs would slow down with every Event
+        fault = self.faults.pop(0) if self.faults else ("held" if self.hold else "")
+        if fault == "409":
+            raise Conflict(409, "Conflict", f"{path}: the object has been modified")
+        if fault in ("429", "500"):
+            raise api_error(int(fault), f'{{"reason":"Injected","message":"{fault}"}}')
+        if fault == "held":
+            self.world.pending.append((method, path, copy.deepcopy(body)))
+            raise TransportError("timeout", f"{method} {path}: no answer", sent=True)
+        return await self.kube.request(method, path, body=body, params=params, **kw)
+
+    async def get(self, path: str, **params: str) -> Any:
+        return await self.request("GET", path, params=params)
+
+    async def create(self, path: str, body: Any) -> Any:
+        return await self.request("POST", path, body=body)
+
+    async def merge_patch(self, path: str, body: Any) -> Any:
+        return await self.request("PATCH", path, body=body)
+
+    async def delete(self, path: str, body: Any = None) -> Any:
+        return await self.request("DELETE", path, body=body)
+
+    async def probe(self, *, timeout_s: float, path: str = "/readyz") -> None:
+        if self.cut:
+            raise TransportError("connect", "probe: connection refused")
+        await self.kube.probe(timeout_s=timeout_s, path=path)
+
+    def watch(self, *args: Any, **kw: Any) -> Any:
+        return self.kube.watch(*args, **kw)
+
+    async def close(self) -> None:
+        pass
+
+
+class Replica:
+    """One aggregator process: its election, its target (while the Cluster is served), its sweep."""
+
+    def __init__(self, world: World, index: int, generation: int) -> None:
+        self.world, self.index = world, index
+        self.seed = Link(world, world.seed, index, seed=True)
+        self.shoot = Link(world, world.shoot, index, seed=False)
+        settings = world.settings
+        self.elector = LeaderElector(
+            self.seed,  # type: ignore[arg-type]
+            Leader(True, LEADER_NS),
+            identity=f"replica-{index}-{generation}",
+            clock=world.clock,
+        )
+        self.next_election = world.clock()
+        self.watch = SeedDependents(self.seed, DEFAULT_DEPENDENTS, settings.watching)  # type: ignore[arg-type]
+        self.watch_behind = False
+        self.target: Target | None = None
+        self.metrics = AggregatorMetrics()
+        self.orphans = Orphans(
+            self.seed,  # type: ignore[arg-type]
+            DEFAULT_DEPENDENTS,
+            settings,
+            self.metrics,
+            served=lambda: {NS} if world.served() else set(),
+            owner=lambda ns: world.owner(),
+            leadership=self.elector,
+            clock=world.clock,
+        )
+
+    def new_target(self) -> Target:
+        w = self.world
+        scope = self.elector.scope(NS)
+        target = Target(
+            "shoot",
+            NS,
+            self.shoot,  # type: ignore[arg-type]
+            self.seed,  # type: ignore[arg-type]
+            settings=w.settings,
+            dependents=DEFAULT_DEPENDENTS,
+            scope=scope,
+            clock=w.clock,
+            wall=lambda: WALL0 + w.clock(),
+            metrics=self.metrics,
+            watched=self.watch,
+        )
+        target.provisioner.min_gap_s = 0.0
+        return target
+
+    async def step(self) -> None:
+        w = self.world
+        if w.clock() >= self.next_election:
+            self.next_election += 2.0
+            try:
+                await self.elector._try_once()
+            except KubeError:
+                pass
+        if not self.watch_behind:
+            for informer in self.watch.informers.values():
+                try:
+                    await informer.list_now()
+                    informer.synced.set()
+                except KubeError:
+                    pass
+        if w.served():
+            await self._target_step()
+        else:
+            self.target = None  # the fleet stops a target its source no longer names
+            if self.elector.leading():
+                await self.orphans.sweep()
+
+    async def _target_step(self) -> None:
+        w = self.world
+        if self.target is None:
+            self.target = self.new_target()
+        t = self.target
+        for informer in (t.nodes, t.leases):
+            try:
+                await informer.list_now()
+                informer.synced.set()
+            except KubeError:
+                pass
+        if t.scope.leads() and t.nodes.synced.is_set() and t.leases.synced.is_set():
+            await t.provisioner.reconcile(t.pacer.plan)
+        verdict = await t.tick()
+        if verdict.scale_down and t.scope.leads():
+            w.scaled_down(self, t)  # a standby's verdict writes nothing: it resumes from records
+
+
+class World:
+    def __init__(self, rng: random.Random, settings: dict[str, Any], nodes: int, replicas: int = 2) -> None:
+        self.rng = rng
+        self.clock = Clock()
+        self.shoot, self.seed = FakeKube(), FakeKube()
+        self.shoot.wall = self.seed.wall = lambda: at(self.clock()).strftime("%Y-%m-%dT%H:%M:%SZ")
+        base = Settings(Shoots(shoot_kubeconfig="-", namespace=NS, mode="gardener"))
+        self.settings = with_settings(base, follow_polls=0, **settings)
+        self.p = self.settings.decider
+        self.nodes: dict[str, Node] = {}
+        self.counter = 0
+        for _ in range(nodes):
+            self.add_node(old=True)
+        for name, replicas_ in CONTROLLERS.items():
+            self.seed.put(
+                deployment_path(name),
+                {
+                    "spec": {"replicas": replicas_},
+                    "status": {"replicas": replicas_, "readyReplicas": replicas_},
+                },
+            )
+        self.kapi_up = True
+        self.token_ok = True
+        self.cluster = "served"  # or "hibernated", "migrating"
+        self.pending: list[tuple[str, str, Any]] = []
+        self.sent: list[Sent] = []
+        self.violations: list[str] = []
+        # What the controllers' owners want them at when nobody protects them: what they
+        # started at, or what an operator (or dependency-watchdog's scale-up) set since.
+        self.wanted = dict(CONTROLLERS)
+        self.dwd_lowered: set[str] = set()
+        self.generations = [0] * replicas
+        self.replicas = [Replica(self, i, 0) for i in range(replicas)]
+        self.down = [False] * replicas  # a replica that is not running (crashed, not restarted)
+
+    # -- the truth
+    def served(self) -> bool:
+        return self.cluster == "served"
+
+    def owner(self) -> str:
+        return "" if self.served() else self.cluster
+
+    def replicas_now(self) -> dict[str, int]:
+        return {n: int(self.seed.objects[deployment_path(n)]["spec"]["replicas"]) for n in CONTROLLERS}
+
+    def marks(self, name: str) -> set[str]:
+        ann = self.seed.objects[deployment_path(name)]["metadata"].get("annotations") or {}
+        return {k for k in (RECORD, REPLICAS, MELTDOWN) if k in ann}
+
+    def renewing(self, now: float) -> set[str]:
+        """The nodes whose kubelet has been renewing for long enough that the second witness
+        must know: a whole kubelet interval, the margin and the slack, and a tick."""
+        window = (
+            KUBELET_INTERVAL_S * (1 + KUBELET_JITTER)
+            + self.p.witness_margin_s
+            + self.p.witness_slack_s
+            + 2 * self.p.tick_s
+        )
+        return {n for n, node in self.nodes.items() if node.kubelet_ok_since <= now - window}
+
+    def scaled_down(self, replica: Replica, target: Target) -> None:
+        """I1: a scale-down only while at least the failure fraction of the candidates the verdict
+        judged are not renewing their kubelets."""
+        now = self.clock()
+        p = target.params
+        counted = candidates(
+            target.observed.nodes,
+            target.observed.leases,
+            now,
+            p,
+            target.pacer.last().fast,
+            machines=target.evidence.machines.phases(),
+        )
+        alive = self.renewing(now) & set(counted)
+        if counted and len(alive) > (1 - p.failure_fraction) * len(counted) + 1e-9:
+            self.violations.append(
+                f"I1 at {now:.1f}: replica {replica.index} scaled down with {len(alive)} of "
+                f"{len(counted)} candidates' kubelets renewing ({sorted(alive)}): {target.status.reason}"
+            )
+
+    def on_write(self, sent: Sent) -> None:
+        """I4 (dry-run writes nothing but its election Leases) and I5 (nothing raised on a shoot
+        whose owner wants it at 0), as each write is sent."""
+        election = sent.path.startswith(f"/apis/coordination.k8s.io/v1/namespaces/{LEADER_NS}/leases")
+        if self.settings.scaling.dry_run and not election:
+            self.violations.append(f"I4 at {sent.at:.1f}: dry-run wrote {sent.method} {sent.path}")
+        if not self.served() and _raises(sent.body):
+            self.violations.append(
+                f"I5 at {sent.at:.1f}: raised {sent.path} while {self.cluster}: {sent.body}"
+            )
+
+    # -- nodes
+    def add_node(self, *, old: bool = False) -> str:
+        name = f"node-{self.counter:03d}"
+        self.counter += 1
+        now = self.clock()
+        node = Node(
+            name,
+            created=now - (3600 if old else 0),
+            skew_s=self.rng.choice([0.0, 3.7, -120.0, 86400.0]),
+            kubelet_phase_s=self.rng.uniform(0, KUBELET_INTERVAL_S),
+        )
+        node.agent_due = now + self.rng.uniform(0, self.p.fast_interval_s)
+        node.kubelet_due = now + node.kubelet_phase_s
+        node.kubelet_ok_since = now - 3600 if old else now
+        self.nodes[name] = node
+        self.shoot.put(
+            f"/api/v1/nodes/{name}",
+            {"metadata": {"uid": f"uid-{name}", "creationTimestamp": _iso(at(node.created))}},
+        )
+        if old:
+            self.shoot.put(
+                lease_path(DEFAULT_LEASE_NAMESPACE, name),
+                {
+                    "metadata": {
+                        "annotations": {RENEW_INTERVAL: f"{self.p.fast_interval_s:g}s"},
+                        "ownerReferences": [{"kind": "Node", "name": name, "uid": f"uid-{name}"}],
+                    },
+                    "spec": {
+                        "holderIdentity": name,
+                        "leaseDurationSeconds": round(self.p.lease_duration_s),
+                        "renewTime": format_micro_time(at(now - 60)),
+                    },
+                },
+            )
+            last = node.kubelet_due - KUBELET_INTERVAL_S
+            spec = {
+                "holderIdentity": name,
+                "leaseDurationSeconds": 40,
+                "renewTime": self.node_time(node, last),
+            }
+            self.shoot.put(lease_path(NODE_LEASE_NAMESPACE, name), {"spec": spec})
+        return name
+
+    def delete_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self.shoot.objects.pop(f"/api/v1/nodes/{name}", None)
+
+    def node_time(self, node: Node, t: float) -> str:
+        return format_micro_time(at(t + node.skew_s))
+
+    def can_reach(self, node: Node) -> bool:
+        return node.path and self.kapi_up and node.name in self.nodes
+
+    def _renew_agents(self, now: float) -> None:
+        for node in self.nodes.values():
+            while node.agent_due <= now:
+                due = node.agent_due
+                lease = self.shoot.objects.get(lease_path(DEFAULT_LEASE_NAMESPACE, node.name))
+                interval = self.p.fast_interval_s
+                if lease is not None and node.agent == "ok" and self.can_reach(node):
+                    lease["spec"]["renewTime"] = self.node_time(node, due)
+                    lease["spec"]["holderIdentity"] = node.name
+                    lease["metadata"]["resourceVersion"] = self.shoot._next_rv()
+                    managed(lease, "dwd-lease-agent", _iso(at(due)), RENEW_FIELDS)
+                    text = (lease["metadata"].get("annotations") or {}).get(RENEW_INTERVAL, "")
+                    interval = _seconds(text) or interval
+                node.agent_due = due + interval
+
+    def _renew_kubelets(self, now: float) -> None:
+        for node in self.nodes.values():
+            ok = node.kubelet and self.can_reach(node)
+            if not ok:
+                node.kubelet_ok_since = math.inf
+            elif node.kubelet_ok_since == math.inf:
+                node.kubelet_ok_since = now
+            while node.kubelet_due <= now:
+                due = node.kubelet_due
+                if ok:
+                    path = lease_path(NODE_LEASE_NAMESPACE, node.name)
+                    spec = {
+                        "holderIdentity": node.name,
+                        "leaseDurationSeconds": 40,
+                        "renewTime": self.node_time(node, due),
+                    }
+                    if path in self.shoot.objects:
+                        self.shoot.objects[path]["spec"] = spec
+                        self.shoot.objects[path]["metadata"]["resourceVersion"] = self.shoot._next_rv()
+                    else:
+                        self.shoot.put(path, {"spec": spec})
+                node.kubelet_due = due + KUBELET_INTERVAL_S * (1 + self.rng.uniform(0, KUBELET_JITTER))
+
+    # -- time
+    async def step(self) -> None:
+        self.clock.now += self.p.tick_s
+        now = self.clock()
+        self._renew_agents(now)
+        self._renew_kubelets(now)
+        self.shoot.down = not self.kapi_up
+        for i, replica in enumerate(self.replicas):
+            replica.shoot.cut = not self.token_ok
+            if not self.down[i]:
+                await replica.step()
+
+    async def run(self, seconds: float) -> None:
+        for _ in range(max(1, round(seconds / self.p.tick_s))):
+            await self.step()
+
+    # -- the seed's other writers
+    def write_seed(
+        self,
+        name: str,
+        *,
+        replicas: int | None = None,
+        annotations: dict[str, str | None] | None = None,
+        labels: dict[str, str | None] | None = None,
+    ) -> None:
+        obj = self.seed.objects[deployment_path(name)]
+        meta = obj["metadata"]
+        for key, value in (annotations or {}).items():
+            have = meta.setdefault("annotations", {})
+            if value is None:
+                have.pop(key, None)
+            else:
+                have[key] = value
+        for key, value in (labels or {}).items():
+            have = meta.setdefault("labels", {})
+            if value is None:
+                have.pop(key, None)
+            else:
+                have[key] = value
+        if replicas is not None:
+            obj["spec"]["replicas"] = replicas
+            obj["status"] = {"replicas": replicas, "readyReplicas": replicas}
+        meta["resourceVersion"] = self.seed._next_rv()
+
+    def land(self, how_many: int | None = None) -> None:
+        """The held writes reach the seed now (the first ``how_many``), each checked against
+        the object as it is now."""
+        n = len(self.pending) if how_many is None else how_many
+        landing, self.pending = self.pending[:n], self.pending[n:]
+        for method, path, body in landing:
+            try:
+                self.seed._write(method, path, body)
+            except KubeError:
+                continue
+            if not self.served() and _raises(body):
+                self.violations.append(
+                    f"I5 at {self.clock():.1f}: a held write raised {path} while {self.cluster}"
+                )
+
+    def restart(self, index: int, *, clean: bool) -> Callable[[], Any]:
+        """A replica stops (cleanly: it steps down first) and a new process starts in its place."""
+        old = self.replicas[index]
+
+        async def stop() -> None:
+            if clean and not self.down[index]:
+                await old.elector.release()
+            self.generations[index] += 1
+            self.replicas[index] = Replica(self, index, self.generations[index])
+            self.replicas[index].seed.faults = list(old.seed.faults)
+            self.down[index] = False
+
+        return stop
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _raises(body: Any) -> bool:
+    spec = (body or {}).get("spec") if isinstance(body, dict) else None
+    return isinstance(spec, dict) and isinstance(spec.get("replicas"), int) and spec["replicas"] > 0
+
+
+def _iso(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        from core.durations import parse_duration
+
+        return parse_duration(text)
+    except ValueError:
+        return None
