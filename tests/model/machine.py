@@ -306,7 +306,8 @@ class Model(RuleBasedStateMachine):
                 back = None
         assert not w.violations, w.violations
         assert back is not None, (
-            f"I2: not back at the quiet end: {w.replicas_now()} want {w.wanted}, marks {[w.marks(n) for n in DEPENDENTS]}"
+            f"I2: not back at the quiet end: {w.replicas_now()} want {w.wanted}, "
+            f"marks {[w.marks(n) for n in DEPENDENTS]}"
         )
         assert back <= bound, f"I2: back only {back:.0f}s after the quiet began (bound {bound:.0f}s)"
 

@@ -198,10 +198,8 @@ class Replica:
         w = self.world
         if w.clock() >= self.next_election:
             self.next_election += 2.0
-            try:
+            with contextlib.suppress(KubeError):
                 await self.elector._try_once()
-            except KubeError:
-                pass
         if not self.watch_behind:
             for informer in self.watch.informers.values():
                 try:
