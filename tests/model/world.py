@@ -16,6 +16,7 @@ wrote and when.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import random
