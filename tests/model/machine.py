@@ -182,6 +182,11 @@ class Model(RuleBasedStateMachine):
     def seed_watch_behind(self, replica: int, behind: bool) -> None:
         self.world.replicas[replica].watch_behind = behind
 
+    @rule(replica=st.integers(0, 1), lag=st.sampled_from([0.0, 1.8]))
+    def overloaded(self, replica: int, lag: float) -> None:
+        """A seed-wide burst: the replica's event loop runs late and its probes time out."""
+        self.world.replicas[replica].shoot.overloaded = lag
+
     # -- the shoot's API server and credentials
     @rule(up=st.booleans())
     def kapi(self, up: bool) -> None:
@@ -249,11 +254,23 @@ class Model(RuleBasedStateMachine):
         for r in w.replicas:
             r.orphans.wake.set()
 
+    @rule(back=st.booleans())
+    def target_removed(self, back: bool) -> None:
+        """The target leaves the targets file (or its Cluster object goes), and comes back: nobody
+        decides its controllers meanwhile, so what we hold down is restored by the sweep."""
+        w = self.world
+        if back and w.cluster == "removed":
+            w.cluster = "served"
+        elif not back and w.served():
+            w.cluster = "removed"
+            for r in w.replicas:
+                r.orphans.wake.set()
+
     @rule()
     def owner_gives_back(self) -> None:
         """Woken up (or back from a failed migration): gardenlet scales up what is not marked."""
         w = self.world
-        if w.served():
+        if not w.owner():
             return
         w.cluster = "served"
         for name in DEPENDENTS:
@@ -282,12 +299,13 @@ class Model(RuleBasedStateMachine):
             node.path, node.agent, node.kubelet = True, "ok", True
         for i, r in enumerate(w.replicas):
             r.seed.cut, r.seed.hold, r.seed.faults, r.watch_behind = False, False, [], False
+            r.shoot.overloaded = 0.0
             if w.down[i]:
                 await w.restart(i, clean=False)()
         for name in DEPENDENTS:
             w.write_seed(name, annotations={IGNORE_SCALING: None})
-        if not w.served():
-            self.owner_gives_back()
+        self.owner_gives_back()
+        self.target_removed(back=True)
         for name in sorted(w.dwd_lowered):
             self.dwd_scale_up(name)
         w.land()
@@ -310,6 +328,26 @@ class Model(RuleBasedStateMachine):
             f"marks {[w.marks(n) for n in DEPENDENTS]}"
         )
         assert back <= bound, f"I2: back only {back:.0f}s after the quiet began (bound {bound:.0f}s)"
+        await self.protection_still_works()
+
+    async def protection_still_works(self) -> None:
+        """I6: whatever happened before, a cut of every node is still scaled down, in the time a
+        cut takes from a healthy start: the agents' lease duration, the confirm period, the
+        kubelets' next renewals, a few ticks."""
+        w, p = self.world, self.world.p
+        if len(w.nodes) < p.min_candidates or w.settings.scaling.dry_run:
+            return
+        for node in w.nodes.values():
+            node.path = False
+        start = w.clock()
+        bound = p.lease_duration_s + p.confirm_period_s + p.witness_margin_s + 10.4 + p.witness_slack_s
+        bound += 4 * p.tick_s + 5.0
+        while w.clock() - start < bound and any(w.replicas_now().values()):
+            await w.step()
+        assert not w.violations, w.violations
+        assert not any(w.replicas_now().values()), (
+            f"I6: a cut not scaled down within {bound:.0f}s: {w.replicas_now()}"
+        )
 
 
 class DryRunModel(Model):
