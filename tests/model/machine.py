@@ -23,9 +23,10 @@ Invariants, after every step (``World.violations``) and at the quiet end (``tear
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import random
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from hypothesis import strategies as st
@@ -60,6 +61,24 @@ def settings(draw: Any) -> dict[str, Any]:
 
 
 SOME = st.sampled_from(["all", "quorum", "minority", "one"])
+# Each event lets time pass after it (none, a few ticks, a lease duration and a confirm period,
+# a kubelet's interval and more): an event undone before it could matter finds nothing.
+THEN = st.sampled_from([0, 3, 13, 30])
+
+
+def event(**strategies: Any) -> Callable[[Callable[..., None]], Any]:
+    """A rule that does something to the world, then lets ``then`` seconds pass."""
+
+    def wrap(fn: Callable[..., None]) -> Any:
+        @functools.wraps(fn)
+        def run(self: Model, then: int, **kw: Any) -> None:
+            fn(self, **kw)
+            if then:
+                self.run(self.world.run(then))
+
+        return rule(then=THEN, **strategies)(run)
+
+    return wrap
 
 
 class Model(RuleBasedStateMachine):
@@ -101,69 +120,69 @@ class Model(RuleBasedStateMachine):
         self.run(self.world.run(seconds))
 
     # -- the path, the agents, the kubelets
-    @rule(which=SOME, offset=st.integers(0, 7))
+    @event(which=SOME, offset=st.integers(0, 7))
     def cut(self, which: str, offset: int) -> None:
         for n in self.pick(which, offset):
             self.world.nodes[n].path = False
 
-    @rule()
+    @event()
     def heal(self) -> None:
         for node in self.world.nodes.values():
             node.path = True
 
-    @rule(which=SOME, offset=st.integers(0, 7), how=st.sampled_from(["403", "killed"]))
+    @event(which=SOME, offset=st.integers(0, 7), how=st.sampled_from(["403", "killed"]))
     def agents_fail(self, which: str, offset: int, how: str) -> None:
         for n in self.pick(which, offset):
             self.world.nodes[n].agent = how
 
-    @rule()
+    @event()
     def agents_recover(self) -> None:
         for node in self.world.nodes.values():
             node.agent = "ok"
 
-    @rule(which=SOME, offset=st.integers(0, 7))
+    @event(which=SOME, offset=st.integers(0, 7))
     def kubelets_stop(self, which: str, offset: int) -> None:
         for n in self.pick(which, offset):
             self.world.nodes[n].kubelet = False
 
-    @rule()
+    @event()
     def kubelets_start(self) -> None:
         for node in self.world.nodes.values():
             node.kubelet = True
 
-    @rule(offset=st.integers(0, 7), dt=st.sampled_from([-0.5, -0.25, 0.25, 0.5]))
+    @event(offset=st.integers(0, 7), dt=st.sampled_from([-0.5, -0.25, 0.25, 0.5]))
     def clock_step(self, offset: int, dt: float) -> None:
         """NTP steps a node's clock (agent and kubelet share it)."""
         for n in self.pick("one", offset):
             self.world.nodes[n].skew_s += dt
 
     @precondition(lambda self: self.w is not None and len(self.w.nodes) < 10)
-    @rule()
+    @event()
     def add_node(self) -> None:
         self.world.add_node()
 
     @precondition(lambda self: self.w is not None and len(self.w.nodes) > 1)
-    @rule(offset=st.integers(0, 7))
+    @event(offset=st.integers(0, 7))
     def delete_node(self, offset: int) -> None:
         for n in self.pick("one", offset):
             self.world.delete_node(n)
 
     # -- the aggregator's replicas and their seed
-    @rule(replica=st.integers(0, 1), clean=st.booleans())
+    @event(replica=st.integers(0, 1), clean=st.booleans())
     def restart(self, replica: int, clean: bool) -> None:
         self.run(self.world.restart(replica, clean=clean)())
 
-    @rule(replica=st.integers(0, 1))
+    @event(replica=st.integers(0, 1))
     def crash(self, replica: int) -> None:
         """Killed, and not back until it is restarted."""
         self.world.down[replica] = True
 
-    @rule(replica=st.integers(0, 1), cut=st.booleans())
+    @event(replica=st.integers(0, 1), cut=st.booleans())
     def seed_cut(self, replica: int, cut: bool) -> None:
         """The replica cannot reach the seed (its term ends; another takes over)."""
         self.world.replicas[replica].seed.cut = cut
 
-    @rule(replica=st.integers(0, 1), hold=st.booleans())
+    @event(replica=st.integers(0, 1), hold=st.booleans())
     def seed_holds_writes(self, replica: int, hold: bool) -> None:
         self.world.replicas[replica].seed.hold = hold
 
@@ -171,33 +190,33 @@ class Model(RuleBasedStateMachine):
     def land(self, how_many: int) -> None:
         self.world.land(how_many)
 
-    @rule(
+    @event(
         replica=st.integers(0, 1),
         faults=st.lists(st.sampled_from(["409", "429", "500", "held"]), min_size=1, max_size=4),
     )
     def seed_faults(self, replica: int, faults: list[str]) -> None:
         self.world.replicas[replica].seed.faults = faults
 
-    @rule(replica=st.integers(0, 1), behind=st.booleans())
+    @event(replica=st.integers(0, 1), behind=st.booleans())
     def seed_watch_behind(self, replica: int, behind: bool) -> None:
         self.world.replicas[replica].watch_behind = behind
 
-    @rule(replica=st.integers(0, 1), lag=st.sampled_from([0.0, 1.8]))
+    @event(replica=st.integers(0, 1), lag=st.sampled_from([0.0, 1.8]))
     def overloaded(self, replica: int, lag: float) -> None:
         """A seed-wide burst: the replica's event loop runs late and its probes time out."""
         self.world.replicas[replica].shoot.overloaded = lag
 
     # -- the shoot's API server and credentials
-    @rule(up=st.booleans())
+    @event(up=st.booleans())
     def kapi(self, up: bool) -> None:
         self.world.kapi_up = up
 
-    @rule(ok=st.booleans())
+    @event(ok=st.booleans())
     def token(self, ok: bool) -> None:
         self.world.token_ok = ok
 
     # -- the seed's other writers
-    @rule(name=st.sampled_from(DEPENDENTS))
+    @event(name=st.sampled_from(DEPENDENTS))
     def dwd_scale_down(self, name: str) -> None:
         w = self.world
         current = w.replicas_now()[name]
@@ -205,7 +224,7 @@ class Model(RuleBasedStateMachine):
             w.write_seed(name, replicas=0, annotations={REPLICAS: str(current), MELTDOWN: ""})
             w.dwd_lowered.add(name)
 
-    @rule(name=st.sampled_from(DEPENDENTS))
+    @event(name=st.sampled_from(DEPENDENTS))
     def dwd_scale_up(self, name: str) -> None:
         """Any dependent at 0 goes to its ``replicas`` annotation (1 without), whoever lowered it."""
         w = self.world
@@ -219,17 +238,17 @@ class Model(RuleBasedStateMachine):
         w.write_seed(name, annotations={MELTDOWN: None})
         w.dwd_lowered.discard(name)
 
-    @rule(name=st.sampled_from(DEPENDENTS), replicas=st.sampled_from([1, 2, 5]))
+    @event(name=st.sampled_from(DEPENDENTS), replicas=st.sampled_from([1, 2, 5]))
     def operator_scale(self, name: str, replicas: int) -> None:
         if self.world.served():
             self.world.write_seed(name, replicas=replicas)
             self.world.wanted[name] = replicas
 
-    @rule(name=st.sampled_from(DEPENDENTS), on=st.booleans())
+    @event(name=st.sampled_from(DEPENDENTS), on=st.booleans())
     def ignore_scaling(self, name: str, on: bool) -> None:
         self.world.write_seed(name, annotations={IGNORE_SCALING: "true" if on else None})
 
-    @rule(name=st.sampled_from(DEPENDENTS), what=st.sampled_from(["annotation", "label"]))
+    @event(name=st.sampled_from(DEPENDENTS), what=st.sampled_from(["annotation", "label"]))
     def lose_record(self, name: str, what: str) -> None:
         """Another writer removes our annotation, or our label: one of our two marks. One that
         strips both has taken the dependent over, as dependency-watchdog's own marks are its
@@ -242,7 +261,7 @@ class Model(RuleBasedStateMachine):
             self.world.write_seed(name, labels={RECORD: None})
 
     # -- gardenlet
-    @rule(to=st.sampled_from(["hibernated", "migrating"]))
+    @event(to=st.sampled_from(["hibernated", "migrating"]))
     def owner_takes_over(self, to: str) -> None:
         """gardenlet hibernates the shoot (or moves its control plane): the controllers at 0."""
         w = self.world
@@ -254,7 +273,7 @@ class Model(RuleBasedStateMachine):
         for r in w.replicas:
             r.orphans.wake.set()
 
-    @rule(back=st.booleans())
+    @event(back=st.booleans())
     def target_removed(self, back: bool) -> None:
         """The target leaves the targets file (or its Cluster object goes), and comes back: nobody
         decides its controllers meanwhile, so what we hold down is restored by the sweep."""
@@ -266,7 +285,7 @@ class Model(RuleBasedStateMachine):
             for r in w.replicas:
                 r.orphans.wake.set()
 
-    @rule()
+    @event()
     def owner_gives_back(self) -> None:
         """Woken up (or back from a failed migration): gardenlet scales up what is not marked."""
         w = self.world
@@ -304,10 +323,10 @@ class Model(RuleBasedStateMachine):
                 await w.restart(i, clean=False)()
         for name in DEPENDENTS:
             w.write_seed(name, annotations={IGNORE_SCALING: None})
-        self.owner_gives_back()
-        self.target_removed(back=True)
+        self.owner_gives_back(then=0)
+        self.target_removed(then=0, back=True)
         for name in sorted(w.dwd_lowered):
-            self.dwd_scale_up(name)
+            self.dwd_scale_up(then=0, name=name)
         w.land()
         start, back = w.clock(), None
         p = w.p
