@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: deps install testenv image manifests lowest test unit integration e2e lint fmt bench demo clean coverage
+.PHONY: deps install testenv image manifests lowest test unit integration e2e lint fmt bench demo clean coverage soak
 
 install: $(STAMP)
 
@@ -45,6 +45,12 @@ integration: deps install testenv
 
 e2e: deps install testenv image
 	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+
+# The model of docs/decision.md explored for SOAK_MINUTES on fresh random seeds (CI runs a
+# fixed-seed slice of it in `make test`).
+SOAK_MINUTES ?= 30
+soak: install
+	DWD_SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/pytest -q -s -p no:cacheprovider tests/model/test_model.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -26,6 +26,7 @@ import asyncio
 import functools
 import math
 import random
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -39,6 +40,8 @@ from tests.model.world import World, deployment_path
 DEPENDENTS = sorted(CONTROLLERS)
 # MCM comes back this long after KCM (dependency-watchdog's order, aggregator/dependents.py).
 SCALE_UP_DELAYS_S = 30.0
+# Sequences and steps run, per machine (the soak reports them).
+COUNTS: Counter[tuple[str, str]] = Counter()
 
 
 @st.composite
@@ -299,10 +302,12 @@ class Model(RuleBasedStateMachine):
     # -- the guarantees
     @invariant()
     def nothing_violated(self) -> None:
+        COUNTS[type(self).__name__, "steps"] += 1
         if self.w is not None:
             assert not self.w.violations, self.w.violations
 
     def teardown(self) -> None:
+        COUNTS[type(self).__name__, "sequences"] += 1
         try:
             if self.w is not None:
                 self.run(self.quiet_end())

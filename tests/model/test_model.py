@@ -1,13 +1,15 @@
 """The stateful model in CI: a bounded, repeatable exploration (a fixed seed), after a replay of
 every example it has found before (tests/model/examples/, committed: each a regression case).
 
-``make soak`` explores for as long as it is given (``DWD_MODEL_EXAMPLES``, random seeds).
+``make soak`` explores for as long as it is given (``DWD_SOAK_MINUTES``, fresh random seeds) and
+prints how many sequences and steps it ran.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,12 +20,14 @@ from hypothesis import HealthCheck, seed, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.stateful import RuleBasedStateMachine, get_state_machine_test
 
-from tests.model.machine import DryRunModel, Model
+from tests.model.machine import COUNTS, DryRunModel, Model
 
 EXAMPLES = Path(__file__).parent / "examples"
 # The CI budget: about a minute per machine on this 2-core machine.
 BUDGET = {"Model": 70, "DryRunModel": 25}
 SEED = 20261202
+SOAK_MINUTES = float(os.environ.get("DWD_SOAK_MINUTES") or 0)
+SOAK_SHARE = {"Model": 0.75, "DryRunModel": 0.25}
 
 
 @contextmanager
@@ -57,13 +61,19 @@ def explore(machine: type[RuleBasedStateMachine], examples: int, fixed_seed: int
         test()
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(0 if SOAK_MINUTES else 600)
 @pytest.mark.parametrize("machine", [Model, DryRunModel], ids=lambda m: m.__name__)
 def test_the_guarantees_hold_in_every_interleaving_the_model_explores(
     machine: type[RuleBasedStateMachine],
 ) -> None:
-    soak = os.environ.get("DWD_MODEL_EXAMPLES")
-    if soak:
-        explore(machine, int(soak), None)
-    else:
-        explore(machine, BUDGET[machine.__name__], SEED)
+    name = machine.__name__
+    if not SOAK_MINUTES:
+        explore(machine, BUDGET[name], SEED)
+        return
+    started = time.monotonic()
+    while time.monotonic() - started < SOAK_MINUTES * 60 * SOAK_SHARE[name]:
+        explore(machine, 10, None)  # a fresh random seed each round
+    print(
+        f"\nsoak {name}: {COUNTS[name, 'sequences']} sequences, {COUNTS[name, 'steps']} steps "
+        f"in {(time.monotonic() - started) / 60:.1f} min, no invariant broken"
+    )

@@ -1,0 +1,38 @@
+"""The counterexamples the model found in the product, each shrunk and kept as a named case
+(docs/decision.md, "The model"): the rules hypothesis chose, in its order, then the quiet end
+that checks every invariant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.model.machine import Model
+
+KCM = "kube-controller-manager"
+# The shipped defaults (aggregator/settings.py), as the model's drawn settings.
+DEFAULTS: dict[str, Any] = {
+    "fast_interval_s": 2.0,
+    "lease_duration_s": 8.0,
+    "failure_fraction": 0.6,
+    "recovery_fraction": 0.4,
+    "confirm_period_s": 4.0,
+    "recovery_period_s": 10.0,
+    "min_candidates": 1,
+    "node_grace_s": 0.0,
+    "blind_limit_s": 30.0,
+}
+
+
+def test_a_record_whose_annotation_was_lost_before_a_restart_is_still_restored() -> None:
+    """Held down by a cut, KCM loses our annotation (another writer) and both replicas are
+    killed before the leader wrote it back: the new processes find our label alone. Before
+    the label alone counted as our mark, KCM stayed at 0 on a healed shoot (I2)."""
+    m = Model()
+    m.start(drawn=DEFAULTS, nodes=3, seed=1)
+    m.cut(then=30, which="all", offset=0)
+    assert not any(m.world.replicas_now().values()), m.world.replicas_now()
+    m.lose_record(then=0, name=KCM, what="annotation")
+    m.crash(then=0, replica=0)
+    m.crash(then=0, replica=1)
+    m.heal(then=0)
+    m.teardown()
