@@ -68,7 +68,8 @@ def test_the_guarantees_hold_in_every_interleaving_the_model_explores(
 ) -> None:
     name = machine.__name__
     if not SOAK_MINUTES:
-        explore(machine, BUDGET[name], SEED)
+        # DWD_MODEL_EXAMPLES: a longer run on the same seed (python -m tests.model.mutants).
+        explore(machine, int(os.environ.get("DWD_MODEL_EXAMPLES") or BUDGET[name]), SEED)
         return
     started = time.monotonic()
     while time.monotonic() - started < SOAK_MINUTES * 60 * SOAK_SHARE[name]:

@@ -1,0 +1,144 @@
+"""Does the model find what it should? Each of the review's holes put back into the product, one
+at a time, in a scratch worktree, and the model explored against it on fixed seeds:
+
+    python -m tests.model.mutants [--examples N] [NAME ...]
+
+runs on the committed HEAD and prints, per mutant, whether an invariant broke and which, and
+how long it took. A mutant the model does not catch names a rule or an invariant it lacks.
+Not a test: it runs for minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# name: (file, the code as it is, the hole put back), and the issue's hole it stands for.
+MUTANTS: dict[str, tuple[str, str, str, str]] = {
+    "witness_ignored": (
+        "aggregator/decider.py",
+        "        kubelets,\n        margin_s=p.witness_margin_s,",
+        "        None,\n        margin_s=p.witness_margin_s,",
+        "1: the kubelets not asked",
+    ),
+    "witness_reads_once": (
+        "aggregator/decider.py",
+        "silent = said.silent_by(stale, kubelets.read_at if confirming and kubelets is not None else now)",
+        "silent = stale",
+        "1: pending nodes counted silent",
+    ),
+    "blind_never_restores": (
+        "aggregator/decider.py",
+        "if now - blind_since >= p.blind_limit_s:",
+        "if False:",
+        "2: blind for good, held for good",
+    ),
+    "release_ignores_writes": (
+        "aggregator/leader.py",
+        "if not await self.hold.writes.settled(self._settle_s):",
+        "if False:",
+        "3: a Lease released with writes in flight",
+    ),
+    "converged_never_looks": (
+        "aggregator/scaler.py",
+        "return not any(s is not None and s.record is not None for s in seen)",
+        "return True",
+        "3: a converged actuator never looks again",
+    ),
+    "records_from_watch": (
+        "aggregator/scaler.py",
+        "        for d in self.dependents:\n            await self._get(d)\n        return any(",
+        "        return any(",
+        "3: a takeover trusts a watch that is behind",
+    ),
+    "no_memory": (
+        "aggregator/scaler.py",
+        "if (record := self._lowered.get(state.name)) is None:",
+        "if (record := None) is None:",
+        "4a: a lost annotation forgotten",
+    ),
+    "label_only_not_ours": (
+        "aggregator/scaler.py",
+        "(Record(None) if labeled else None)",
+        "None",
+        "4: our label alone not our mark",
+    ),
+    "restore_hibernated": (
+        "aggregator/orphans.py",
+        "if owner := self.owner(namespace):",
+        "if False:",
+        "5: the sweep raises a hibernated shoot",
+    ),
+    "overload_gaps": (
+        "aggregator/interlocks.py",
+        "if (late := self._overloaded(started, probed, listed)) is not None:",
+        "if (late := None) is not None:",
+        "6: our own overload read as the shoot's",
+    ),
+}
+
+
+def run(name: str, examples: int, tree: Path) -> tuple[str, float]:
+    path, old, new, _ = MUTANTS[name]
+    subprocess.run(["git", "-C", str(tree), "checkout", "-q", "--", "."], check=True)
+    subprocess.run(["git", "-C", str(tree), "clean", "-fdq", "tests/model/examples"], check=True)
+    source = tree / path
+    text = source.read_text()
+    if text.count(old) != 1:
+        return f"stale mutant: {path} no longer has its code once", 0.0
+    source.write_text(text.replace(old, new))
+    started = time.monotonic()
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "not DryRun",
+            "tests/model/test_model.py",
+        ],
+        check=False,
+        cwd=tree,
+        env=dict(os.environ, PYTHONPATH=str(tree), DWD_MODEL_EXAMPLES=str(examples)),
+        capture_output=True,
+        text=True,
+    )
+    took = time.monotonic() - started
+    if out.returncode == 0:
+        return "not caught", took
+    broke = re.findall(r"\b(I[1-6])\b[^\n]{0,100}", out.stdout)
+    return (f"caught: {broke[0]}" if broke else "caught: " + out.stdout.strip().splitlines()[-1]), took
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("names", nargs="*", help=f"mutants to run (default: all): {', '.join(MUTANTS)}")
+    ap.add_argument("--examples", type=int, default=150, help="sequences explored per mutant")
+    args = ap.parse_args()
+    if unknown := sorted(set(args.names) - MUTANTS.keys()):
+        ap.error(f"no such mutant: {', '.join(unknown)}")
+    with tempfile.TemporaryDirectory() as scratch:
+        tree = Path(scratch) / "tree"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(tree)], check=True)
+        try:
+            print(f"{'mutant':<24} {'hole':<42} {'s':>5}  result")
+            for name in args.names or list(MUTANTS):
+                result, took = run(name, args.examples, tree)
+                print(f"{name:<24} {MUTANTS[name][3]:<42} {took:5.0f}  {result[:110]}", flush=True)
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+
+
+if __name__ == "__main__":
+    main()
