@@ -281,7 +281,8 @@ class Scaling:
     """The actuator (aggregator/scaler.py) and what it scales."""
 
     dry_run: bool = var("DWD_DRY_RUN", False, "boolean")
-    """Decide, log and count every write it would make, write nothing to the seed but the election's Leases."""
+    """Decide, log and count every write it would make; write nothing to the seed but the
+    election's Leases."""
     dependents_file: str = var("DWD_DEPENDENTS_FILE", "", "string")
     """YAML in dependency-watchdog's ``dependentResourceInfos`` shape; empty: DWD's order."""
     # Once converged while scaled down, look again this often: someone may scale a
