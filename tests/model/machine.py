@@ -251,15 +251,18 @@ class Model(RuleBasedStateMachine):
     def ignore_scaling(self, name: str, on: bool) -> None:
         self.world.write_seed(name, annotations={IGNORE_SCALING: "true" if on else None})
 
-    @event(name=st.sampled_from(DEPENDENTS), what=st.sampled_from(["annotation", "label"]))
+    @event(name=st.sampled_from(DEPENDENTS), what=st.sampled_from(["annotation", "annotations", "label"]))
     def lose_record(self, name: str, what: str) -> None:
-        """Another writer removes our annotation, or our label: one of our two marks. One that
-        strips both has taken the dependent over, as dependency-watchdog's own marks are its
-        (docs/decision.md): that is not a record lost."""
+        """Another writer removes our annotation, every annotation (a re-apply of the manifest:
+        dependency-watchdog's count beside ours goes too), or our label: one of our two marks.
+        One that strips both has taken the dependent over, as dependency-watchdog's own marks
+        are its (docs/decision.md): that is not a record lost."""
         meta = self.world.seed.objects[deployment_path(name)]["metadata"]
         annotated, labeled = RECORD in (meta.get("annotations") or {}), RECORD in (meta.get("labels") or {})
         if what == "annotation" and labeled:
             self.world.write_seed(name, annotations={RECORD: None})
+        elif what == "annotations" and labeled:
+            self.world.write_seed(name, annotations=dict.fromkeys(meta.get("annotations") or {}))
         elif what == "label" and annotated:
             self.world.write_seed(name, labels={RECORD: None})
 

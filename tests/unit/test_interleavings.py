@@ -198,6 +198,7 @@ async def test_a_scale_down_that_lands_after_a_hand_over_is_restored_by_the_new_
     leader = {"a": True, "b": False}
     w.new_target(is_leader=lambda: leader["a"])
     b = w.new_target(is_leader=lambda: leader["b"], replace_first=False)
+    b.scaler.watched = lambda d: current(w, d.name)  # B's seed watch: current, never behind
     await w.settle()
     w.alive -= set(w.names[:7])
     await w.until(lambda: w.target.memory.phase is Phase.CONFIRMING, 20, "confirming")
@@ -211,6 +212,11 @@ async def test_a_scale_down_that_lands_after_a_hand_over_is_restored_by_the_new_
     assert w.replicas()[MCM] == 0
     took = await w.until(w.restored, 45, "B restores what A's late write lowered")
     assert took <= 15, took
+
+
+def current(w: World, name: str) -> DependentState:
+    """A seed watch that is never behind."""
+    return DependentState.from_object(name, w.seed.objects[deployment_path(name)])
 
 
 async def test_a_new_leader_whose_watch_is_behind_the_old_leaders_record_still_restores() -> None:
@@ -228,7 +234,7 @@ async def test_a_new_leader_whose_watch_is_behind_the_old_leaders_record_still_r
         behind[name] = DependentState.from_object(name, obj)
     target = w.new_target()
     watch = {"behind": True}
-    target.scaler.watched = lambda d: behind[d.name] if watch["behind"] else None
+    target.scaler.watched = lambda d: behind[d.name] if watch["behind"] else current(w, d.name)
     await w.run(20)
     watch["behind"] = False  # the watch delivers what the seed has had all along
     took = await w.until(w.restored, 60, "every controller back")
@@ -301,6 +307,19 @@ async def test_our_record_removed_by_another_writer_while_held_down_is_still_res
     w.alive = set(w.names)
     took = await w.until(lambda: w.replicas() == CONTROLLERS, 60, "every controller back")
     assert took <= 45, took
+
+
+async def test_annotations_wiped_while_held_down_restore_the_count_this_process_lowered() -> None:
+    """A re-apply of KCM's manifest wipes every annotation (ours and dependency-watchdog's count
+    beside it) while it is held at 0; our label stays. The count comes from what this process
+    lowered, not from the fallback of 1."""
+    w = World()
+    await w.settle()
+    await w.outage()
+    w.annotate(KCM, {RECORD: None, REPLICAS: None, MELTDOWN: None})
+    await w.run(1)
+    w.alive = set(w.names)
+    await w.until(lambda: w.replicas() == CONTROLLERS, 60, "every controller back at its count")
 
 
 async def test_a_dropped_label_or_annotation_is_written_back_while_held_down() -> None:
