@@ -40,6 +40,8 @@ from tests.model.world import World, deployment_path
 DEPENDENTS = sorted(CONTROLLERS)
 # MCM comes back this long after KCM (dependency-watchdog's order, aggregator/dependents.py).
 SCALE_UP_DELAYS_S = 30.0
+# A watch that gets no answer is given up on after this (docs/decision.md, "One tick").
+BLIND_NOTICED_S = 27.0
 # Sequences and steps run, per machine (the soak reports them).
 COUNTS: Counter[tuple[str, str]] = Counter()
 
@@ -336,6 +338,7 @@ class Model(RuleBasedStateMachine):
         for name in sorted(w.dwd_lowered):
             self.dwd_scale_up(then=0, name=name)
         w.land()
+        await self.blind_end()
         start, back = w.clock(), None
         p = w.p
         bound = p.recovery_period_s + p.blind_limit_s + 15.0 + p.lease_duration_s + SCALE_UP_DELAYS_S + 10.0
@@ -356,6 +359,30 @@ class Model(RuleBasedStateMachine):
         )
         assert back <= bound, f"I2: back only {back:.0f}s after the quiet began (bound {bound:.0f}s)"
         await self.protection_still_works()
+
+    def held_by_us(self) -> list[str]:
+        w, out = self.world, []
+        for name in DEPENDENTS:
+            meta = w.seed.objects[deployment_path(name)]["metadata"]
+            ours = RECORD in (meta.get("annotations") or {}) or RECORD in (meta.get("labels") or {})
+            if ours and w.replicas_now()[name] == 0:
+                out.append(name)
+        return out
+
+    async def blind_end(self) -> None:
+        """I2, blind: the shoot refuses the aggregator for good (a revoked token). Whatever it
+        holds down comes back within the blind limit, seen or not: noticed (a watch's longest
+        silence), the limit, MCM's scale-up delay."""
+        w, p = self.world, self.world.p
+        w.token_ok = False
+        bound = BLIND_NOTICED_S + p.blind_limit_s + SCALE_UP_DELAYS_S + 15.0
+        start = w.clock()
+        while w.clock() - start < bound and self.held_by_us():
+            await w.step()
+            w.land()
+        assert not w.violations, w.violations
+        assert not self.held_by_us(), f"I2: {self.held_by_us()} held at 0 while blind for {bound:.0f}s"
+        w.token_ok = True
 
     async def protection_still_works(self) -> None:
         """I6: whatever happened before, a cut of every node is still scaled down, in the time a
