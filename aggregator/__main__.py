@@ -33,7 +33,7 @@ from aggregator.server import make_app, render_table, serve
 from aggregator.settings import MAX_SHARDS, Settings, Shoots, Watching
 from aggregator.shards import Shards
 from aggregator.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
-from core import logs
+from core import cli, logs
 from core.errors import ConfigError, KubeError
 
 log = logs.get("aggregator")
@@ -248,9 +248,22 @@ def status_main(argv: list[str]) -> int:
     return 0
 
 
+USAGE = """  dwd-lease-aggregator                 run (settings from the environment)
+  dwd-lease-aggregator status [...]    what a running aggregator decides (status --help)
+  dwd-lease-aggregator --help | --version"""
+
+
 def main() -> None:
     if sys.argv[1:2] == ["status"]:
         sys.exit(status_main(sys.argv[2:]))
+    cli.answer(
+        "dwd-lease-aggregator",
+        sys.argv[1:],
+        about="scales a shoot's controllers down while a quorum of its nodes cannot reach its API "
+        "server, and back (docs/decision.md)",
+        usage=USAGE,
+        read=Settings.read,
+    )
     try:
         settings = Settings.from_env(os.environ)
         dependents = DEFAULT_DEPENDENTS

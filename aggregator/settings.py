@@ -362,7 +362,17 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Every variable read and checked; every problem raised at once (ConfigError). A
+        ``DWD_`` variable the aggregator does not know is one: its writes are the dangerous
+        direction, and a typo'd ``DWD_DRY_RUN`` would scale for real."""
         r = EnvReader(env)
+        settings = cls.read(r)
+        r.problems.extend(r.unknown())
+        r.finish()
+        return settings
+
+    @classmethod
+    def read(cls, r: EnvReader) -> Settings:
         shoots = Shoots.from_env(r)
         provisioning = Provisioning.from_env(r)
         decider = Decider.from_env(r)
@@ -371,7 +381,6 @@ class Settings:
         leader = Leader.from_env(r)
         metrics_addr = r.address("DWD_METRICS_ADDR")
         serving = Serving(metrics_addr, *r.logging())
-        r.finish()
         return cls(
             shoots=shoots,
             decider=decider,

@@ -238,3 +238,36 @@ def test_the_back_off_schedules_keep_their_numbers() -> None:
     spread = [Watching().backoff.spread(1.0) for _ in range(200)]
     assert 0.8 <= min(spread) < max(spread) <= 1.2
     assert Shoots().restart.spread(4.0) == 4.0
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("DWD_DRYRUN", "DWD_DRY_RUN"),
+        ("DWD_RENEW_INTERVALL", "DWD_RENEW_INTERVAL"),
+        ("DWD_FAILURE_FRACTON", "DWD_FAILURE_FRACTION"),
+    ],
+)
+def test_an_unknown_setting_refuses_the_start_naming_the_nearest(
+    kubeconfig: str, typo: str, meant: str
+) -> None:
+    """``DWD_DRYRUN=true`` ignored would scale for real where the operator asked for dry-run."""
+    env = {"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "shoot--p--s", typo: "true"}
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env(env)
+    assert f"{typo}: not a setting (did you mean {meant}?)" in str(e.value)
+
+
+def test_every_setting_the_aggregator_reads_is_known_in_every_mode(kubeconfig: str, tmp_path: Path) -> None:
+    """No variable of ours is taken for a typo, whichever mode reads it."""
+    from core.config import EnvReader, settings_help
+
+    names = [line.split()[0] for line in settings_help(Settings.read).splitlines()]
+    targets = tmp_path / "targets.yaml"
+    targets.write_text("[]\n")
+    for mode in ("env", f"file:{targets}", "gardener"):
+        env = dict.fromkeys(names, "") | {"DWD_TARGETS": mode, "DWD_SHOOT_KUBECONFIG": kubeconfig}
+        env["DWD_NAMESPACE"] = "shoot--p--s"
+        r = EnvReader(env)
+        Settings.read(r)
+        assert r.unknown() == [], mode
