@@ -60,8 +60,13 @@ class EnvReader:
             self.problem(name, str(e))
             return parse_duration(default)
         if seconds < min_s or (max_s is not None and seconds > max_s):
-            upper = f" and {format_duration(max_s)}" if max_s is not None else ""
-            self.problem(name, f"{text} is out of range (between {format_duration(min_s)}{upper})")
+            allowed = (
+                f"at least {format_duration(min_s)}"
+                if max_s is None
+                else f"between {format_duration(min_s)} and {format_duration(max_s)}"
+            )
+            self.problem(name, f"{text} is out of range ({allowed})")
+            return parse_duration(default)  # so no relation with another setting blames that one
         return seconds
 
     def fraction(self, name: str, default: float) -> float:
@@ -75,6 +80,7 @@ class EnvReader:
             return default
         if not 0.0 < value <= 1.0:
             self.problem(name, f"{text} is not a fraction in (0, 1]")
+            return default
         return value
 
     def integer(self, name: str, default: int, *, min_value: int | None = None) -> int:
@@ -88,6 +94,7 @@ class EnvReader:
             return default
         if min_value is not None and value < min_value:
             self.problem(name, f"{value} is below the minimum {min_value}")
+            return default
         return value
 
     def number(self, name: str, default: float, *, min_value: float = 0.0) -> float:
@@ -101,6 +108,7 @@ class EnvReader:
             return default
         if not value > min_value:
             self.problem(name, f"{text} must be greater than {min_value:g}")
+            return default
         return value
 
     def boolean(self, name: str, default: bool) -> bool:
