@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -50,3 +51,13 @@ def test_a_dead_link_is_found(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text("# Top\n\n## A section\n\n[ok](#a-section) [gone](#b) [file](nowhere.md)\n")
     assert dead_links(page) == ["#b: no such heading in page.md", "nowhere.md: no such file"]
+
+
+def test_every_alert_has_a_runbook_section() -> None:
+    rules = yaml.safe_load((ROOT / "manifests" / "monitoring" / "prometheusrule.yaml").read_text())
+    alerts = [r for g in rules["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    runbook = anchors(ROOT / "docs" / "runbook.md")
+    for alert in alerts:
+        url = alert["annotations"].get("runbook_url", "")
+        path, _, anchor = url.partition("#")
+        assert path == "docs/runbook.md" and anchor in runbook, (alert["alert"], url)
