@@ -50,7 +50,7 @@ e2e: deps install testenv image
 # fixed-seed slice of it in `make test`).
 SOAK_MINUTES ?= 30
 soak: install
-	DWD_SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/pytest -q -s -p no:cacheprovider tests/model/test_model.py
+	DWDDEV_SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/pytest -q -s -p no:cacheprovider tests/model/test_model.py
 
 lint: install
 	$(BIN)/ruff check .

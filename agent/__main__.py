@@ -12,7 +12,7 @@ import uvloop
 from agent.client import LeaseClient
 from agent.renewer import Renewer
 from agent.settings import RETIRED, Settings
-from core import logs
+from core import cli, logs
 from core.config import ConfigError
 from core.metrics import Registry, serve_metrics
 
@@ -23,6 +23,9 @@ async def run(settings: Settings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     registry = Registry()
+    registry.gauge(
+        "dwd_agent_settings_unknown", "DWD_ variables set that this agent does not know (ignored)"
+    ).set(len(settings.unknown))
     client = LeaseClient.for_settings(settings)
     renewer = Renewer(settings, client, registry)
     server = None
@@ -35,16 +38,31 @@ async def run(settings: Settings) -> None:
             server.close()
 
 
+USAGE = """  dwd-lease-agent              renew this node's lease until SIGTERM
+  dwd-lease-agent --help | --version"""
+
+
 def main() -> None:
+    cli.answer(
+        "dwd-lease-agent",
+        sys.argv[1:],
+        about="renews this node's lease through the path KCM judges (docs/agent.md)",
+        usage=USAGE,
+        read=Settings.read,
+    )
     try:
         settings = Settings.from_env(os.environ)
     except ConfigError as e:
         print(f"dwd-lease-agent: {e}", file=sys.stderr)
         sys.exit(2)
     logs.configure(settings.log_format, settings.log_level)
+    log = logs.get("agent")
     for name, why in RETIRED.items():
         if name in os.environ:
-            logs.get("agent").warning("setting_ignored", setting=name, why=why)
+            log.warning("setting_ignored", setting=name, why=why)
+    for problem in settings.unknown:
+        # Not fatal: an agent rolled back under newer manifests must keep renewing on every node.
+        log.warning("setting_unknown", problem=problem)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(run(settings))
 

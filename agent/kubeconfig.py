@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from core.errors import unreadable
+
 # Keys of a kubeconfig user that carry a secret in the file itself.
 EMBEDDED_CREDENTIALS = ("client-key-data", "token", "password")
 
@@ -51,7 +53,7 @@ def read_endpoint(path: str) -> Endpoint:
     try:
         doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
-        raise KubeconfigError(f"{path}: not YAML ({str(e).splitlines()[0]})") from None
+        raise KubeconfigError(f"{path}: {unreadable(e)}") from None
     if not isinstance(doc, Mapping):
         raise KubeconfigError(f"{path}: not a kubeconfig (no mapping at the top)")
     embedded = _embedded_credentials(path, doc)

@@ -6,7 +6,7 @@ import contextlib
 import os
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import urlsplit
 
 from agent.kubeconfig import Endpoint, KubeconfigError, read_endpoint
@@ -51,10 +51,19 @@ class Settings:
     metrics_addr: tuple[str, int] | None = None
     log_format: LogFormat = "auto"
     log_level: str = "info"
+    # DWD_ variables set that the agent does not know: warned about and counted, not fatal
+    # (an agent rolled back under newer manifests must not crash-loop on every node).
+    unknown: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         r = EnvReader(env)
+        settings = cls.read(r)
+        r.finish()
+        return replace(settings, unknown=tuple(r.unknown(ignore=RETIRED)))
+
+    @classmethod
+    def read(cls, r: EnvReader) -> Settings:
         endpoint, kubeconfig = _endpoint(r)
         node = r.string("NODE_NAME", required=True)
         if node and not is_dns_subdomain(node):
@@ -67,7 +76,6 @@ class Settings:
         ca_file = _ca_file(r, endpoint, kubeconfig)
         metrics = r.address("DWD_METRICS_ADDR")
         log_format, log_level = r.logging()
-        r.finish()
         return cls(
             apiserver_url=endpoint.server,
             node_name=node,
@@ -99,7 +107,9 @@ def _endpoint(r: EnvReader) -> tuple[Endpoint, str]:
     url = r.string("DWD_APISERVER_URL").rstrip("/")
     setting, kubeconfig, where = "DWD_APISERVER_URL", "", ""
     endpoint = Endpoint(url)
-    if not url:
+    if url:
+        r.also("DWD_KUBELET_KUBECONFIG")  # known; DWD_APISERVER_URL overrides it
+    else:
         # kubelet's own server is the default: it is the path KCM judges (docs/install.md).
         setting = "DWD_KUBELET_KUBECONFIG"
         kubeconfig = r.string(setting, DEFAULT_KUBELET_KUBECONFIG)

@@ -33,8 +33,8 @@ from aggregator.server import make_app, render_table, serve
 from aggregator.settings import MAX_SHARDS, Settings, Shoots, Watching
 from aggregator.shards import Shards
 from aggregator.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
-from core import logs
-from core.errors import ConfigError, KubeError
+from core import cli, logs
+from core.errors import ConfigError, KubeconfigError, KubeError
 
 log = logs.get("aggregator")
 
@@ -166,7 +166,11 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     shoots = settings.shoots
     endpoint = KubeconfigSource(shoots.seed_kubeconfig) if shoots.seed_kubeconfig else in_cluster
     clients = SeedClients.of(endpoint)
-    endpoint()  # credentials we cannot even load stop start-up; an unreachable server is retried
+    try:
+        endpoint()  # credentials we cannot even load stop start-up; an unreachable server is retried
+    except KubeconfigError as e:
+        where = "DWD_SEED_KUBECONFIG" if shoots.seed_kubeconfig else "in-cluster (DWD_SEED_KUBECONFIG unset)"
+        raise ConfigError([f"{where}: {e}"]) from None
     election = Election.of(settings, clients.election)
     metrics = _metrics(settings, election)
     heap = Heap()
@@ -184,10 +188,15 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         lag_since=lag.worst_since,
     )
     source = source_for(shoots, clients.watches, settings.watching)
+    if isinstance(source, FileSource):
+        try:  # a file that is bad at start stops it; one that breaks later keeps the last good set
+            await source.desired()
+        except KubeError as e:
+            raise ConfigError([f"DWD_TARGETS: {e}"]) from None
     runner = None
     if settings.serving.metrics_addr is not None:
         status = functools.partial(_status, settings, election, fleet, source, lag)
-        app = make_app(metrics.registry, status, fleet.reconciled.is_set)
+        app = make_app(metrics.registry, status, fleet.unready)
         runner = await serve(app, *settings.serving.metrics_addr)
     dry_run = settings.scaling.dry_run
     log.info("aggregator_started", identity=election.identity, targets=shoots.mode, dry_run=dry_run)
@@ -245,12 +254,28 @@ def status_main(argv: list[str]) -> int:
         print(f"dwd-lease-aggregator status: {args.url}: {e}", file=sys.stderr)
         return 1
     print(json.dumps(status, indent=2) if args.json else render_table(status))
+    if error := status.get("source_error"):
+        print(f"dwd-lease-aggregator status: the targets are unavailable: {error}", file=sys.stderr)
+        return 1
     return 0
+
+
+USAGE = """  dwd-lease-aggregator                 run (settings from the environment)
+  dwd-lease-aggregator status [...]    what a running aggregator decides (status --help)
+  dwd-lease-aggregator --help | --version"""
 
 
 def main() -> None:
     if sys.argv[1:2] == ["status"]:
         sys.exit(status_main(sys.argv[2:]))
+    cli.answer(
+        "dwd-lease-aggregator",
+        sys.argv[1:],
+        about="scales a shoot's controllers down while a quorum of its nodes cannot reach its API "
+        "server, and back (docs/decision.md)",
+        usage=USAGE,
+        read=Settings.read,
+    )
     try:
         settings = Settings.from_env(os.environ)
         dependents = DEFAULT_DEPENDENTS
@@ -263,6 +288,9 @@ def main() -> None:
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(run(settings, dependents))
+    except ConfigError as e:
+        print(f"dwd-lease-aggregator: {e}", file=sys.stderr)
+        sys.exit(2)
     except KubeError as e:
         print(f"dwd-lease-aggregator: {e}", file=sys.stderr)
         sys.exit(1)

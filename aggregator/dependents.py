@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from core.durations import parse_duration
-from core.errors import ConfigError
+from core.errors import ConfigError, unreadable
 
 # Which API paths serve the scale subresource of each supported kind.
 KIND_PATHS = {
@@ -90,7 +90,7 @@ def load_dependents(path: str) -> tuple[Dependent, ...]:
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
-        raise ConfigError([f"DWD_DEPENDENTS_FILE: {path}: {e}"]) from e
+        raise ConfigError([f"DWD_DEPENDENTS_FILE: {path}: {unreadable(e)}"]) from e
     items = raw.get("dependentResourceInfos") if isinstance(raw, dict) else raw
     if not isinstance(items, list) or not items:
         raise ConfigError([f"DWD_DEPENDENTS_FILE: {path}: expected a non-empty list dependentResourceInfos"])

@@ -102,6 +102,16 @@ class Fleet:
             return None
         return {r.spec.namespace for r in self.running.values()}
 
+    def unready(self) -> str:
+        """Why this aggregator is not ready (``/readyz``); "" when it is: the targets' source has
+        answered and does not fail now (a targets file that broke after start keeps the last
+        good set running, and says so here)."""
+        if not self.reconciled.is_set():
+            return "the targets' source has not answered yet"
+        if self.source_error:
+            return f"the targets are unavailable: {self.source_error}"
+        return ""
+
     def owner(self, namespace: str) -> str:
         """Why the namespace's owner decides its controllers now: the source skips its Cluster
         (hibernated, deleting, migrating, ...); "" when nothing says so."""

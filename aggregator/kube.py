@@ -35,6 +35,7 @@ from core.errors import (
     TransportKind,
     api_error,
     raise_for_watch_event,
+    unreadable,
 )
 from core.files import Reloaded
 
@@ -64,7 +65,7 @@ def load_kubeconfig(path: str | os.PathLike[str]) -> Endpoint:
     try:
         raw = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as e:
-        raise KubeconfigError(f"kubeconfig {path}: cannot be read: {e}") from e
+        raise KubeconfigError(f"kubeconfig {path}: {unreadable(e)}") from e
     return load_kubeconfig_dict(raw, path)
 
 

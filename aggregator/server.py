@@ -14,7 +14,9 @@ from core.metrics import CONTENT_TYPE, Registry
 StatusFn = Callable[[], dict[str, Any]]
 
 
-def make_app(registry: Registry, status: StatusFn, ready: Callable[[], bool]) -> web.Application:
+def make_app(registry: Registry, status: StatusFn, unready: Callable[[], str]) -> web.Application:
+    """``unready``: why the aggregator is not ready ("" when it is)."""
+
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=registry.render().encode(), headers={"Content-Type": CONTENT_TYPE})
 
@@ -22,7 +24,8 @@ def make_app(registry: Registry, status: StatusFn, ready: Callable[[], bool]) ->
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        return web.Response(text="ok\n") if ready() else web.Response(status=503, text="not ready\n")
+        why = unready()
+        return web.Response(status=503, text=f"not ready: {why}\n") if why else web.Response(text="ok\n")
 
     async def status_json(_: web.Request) -> web.Response:
         return web.json_response(status())

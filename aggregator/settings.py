@@ -22,6 +22,7 @@ from typing import Literal
 
 from aggregator.candidates import NodeConditions
 from core.config import EnvReader, read_vars, var
+from core.durations import format_duration
 from core.errors import ConfigError
 from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label
 from core.logs import LogFormat
@@ -133,8 +134,9 @@ class Decider:
         problems = []
         if self.fast_interval_s * 2 > self.lease_duration_s:
             problems.append(
-                "DWD_LEASE_DURATION: must be at least twice DWD_RENEW_INTERVAL "
-                "(one lost renewal must not make a node stale)"
+                f"DWD_LEASE_DURATION: {format_duration(self.lease_duration_s)} must be at least twice "
+                f"DWD_RENEW_INTERVAL ({format_duration(self.fast_interval_s)}): one lost renewal must "
+                "not make a node stale"
             )
         if self.recovery_fraction > self.failure_fraction:
             problems.append(
@@ -142,7 +144,10 @@ class Decider:
                 f"DWD_FAILURE_FRACTION ({self.failure_fraction})"
             )
         if self.blind_limit_s < self.lease_duration_s:
-            problems.append("DWD_BLIND_LIMIT: must be at least DWD_LEASE_DURATION")
+            problems.append(
+                f"DWD_BLIND_LIMIT: {format_duration(self.blind_limit_s)} must be at least "
+                f"DWD_LEASE_DURATION ({format_duration(self.lease_duration_s)})"
+            )
         _check(problems)
 
     def with_pools(self, pools: Mapping[str, tuple[str, ...]] | None) -> Decider:
@@ -205,8 +210,10 @@ class Leader:
             # client-go rejects the same: a leader must stop before a standby may start.
             _check(
                 [
-                    "DWD_LEADER_RENEW_DEADLINE: needs DWD_LEADER_LEASE_DURATION > "
-                    "DWD_LEADER_RENEW_DEADLINE > DWD_LEADER_RETRY_PERIOD"
+                    "DWD_LEADER_RENEW_DEADLINE: needs DWD_LEADER_LEASE_DURATION "
+                    f"({format_duration(self.lease_duration_s)}) > DWD_LEADER_RENEW_DEADLINE "
+                    f"({format_duration(self.renew_deadline_s)}) > DWD_LEADER_RETRY_PERIOD "
+                    f"({format_duration(self.retry_period_s)})"
                 ]
             )
 
@@ -362,7 +369,17 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
+        """Every variable read and checked; every problem raised at once (ConfigError). A
+        ``DWD_`` variable the aggregator does not know is one: its writes are the dangerous
+        direction, and a typo'd ``DWD_DRY_RUN`` would scale for real."""
         r = EnvReader(env)
+        settings = cls.read(r)
+        r.problems.extend(r.unknown())
+        r.finish()
+        return settings
+
+    @classmethod
+    def read(cls, r: EnvReader) -> Settings:
         shoots = Shoots.from_env(r)
         provisioning = Provisioning.from_env(r)
         decider = Decider.from_env(r)
@@ -371,7 +388,6 @@ class Settings:
         leader = Leader.from_env(r)
         metrics_addr = r.address("DWD_METRICS_ADDR")
         serving = Serving(metrics_addr, *r.logging())
-        r.finish()
         return cls(
             shoots=shoots,
             decider=decider,

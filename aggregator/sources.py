@@ -29,7 +29,7 @@ from aggregator.objects import ClusterView, metadata, section
 from aggregator.settings import Watching
 from aggregator.watcher import Informer
 from core import logs
-from core.errors import KubeconfigError, KubeError
+from core.errors import KubeconfigError, KubeError, unreadable
 
 # The sources log as part of the fleet they feed.
 log = logs.get("fleet")
@@ -86,7 +86,7 @@ class FileSource(Polled):
         try:
             raw = yaml.safe_load(await asyncio.to_thread(Path(self.path).read_text))
         except (OSError, yaml.YAMLError) as e:
-            raise KubeconfigError(f"targets file {self.path}: {e}") from e
+            raise KubeconfigError(f"targets file {self.path}: {unreadable(e)}") from e
         items = raw.get("targets") if isinstance(raw, dict) else None
         if not isinstance(items, list):
             raise KubeconfigError(f"targets file {self.path}: expected a list under 'targets'")

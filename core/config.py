@@ -7,8 +7,10 @@ manifest in one round instead of one variable per crash loop.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Mapping, Sequence
+import difflib
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -17,7 +19,7 @@ from core.errors import ConfigError
 from core.logs import LEVELS, LogFormat
 
 # ConfigError lives with the other errors; the agent still catches it from here.
-__all__ = ["ConfigError", "EnvReader", "Var", "read_vars", "var", "variables"]
+__all__ = ["ConfigError", "EnvReader", "Var", "read_vars", "settings_help", "var", "variables"]
 
 T = TypeVar("T", bound=str)
 
@@ -28,8 +30,12 @@ class EnvReader:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = env
         self.problems: list[str] = []
+        # Every variable asked for, with its default as shown: what this program knows
+        # (``unknown``) and what ``--help`` lists.
+        self.asked: dict[str, str] = {}
 
-    def _raw(self, name: str) -> str | None:
+    def _raw(self, name: str, default: object = "") -> str | None:
+        self.asked.setdefault(name, default if isinstance(default, str) else format_default(default))
         value = self.env.get(name)
         if value is None or value.strip() == "":
             return None
@@ -39,7 +45,7 @@ class EnvReader:
         self.problems.append(f"{name}: {message}")
 
     def string(self, name: str, default: str = "", *, required: bool = False) -> str:
-        value = self._raw(name)
+        value = self._raw(name, "(required)" if required else default)
         if value is None:
             if required:
                 self.problem(name, "is required")
@@ -47,19 +53,24 @@ class EnvReader:
         return value
 
     def duration(self, name: str, default: str, *, min_s: float = 0.0, max_s: float | None = None) -> float:
-        text = self._raw(name) or default
+        text = self._raw(name, default) or default
         try:
             seconds = parse_duration(text)
         except ValueError as e:
             self.problem(name, str(e))
             return parse_duration(default)
         if seconds < min_s or (max_s is not None and seconds > max_s):
-            upper = f" and {format_duration(max_s)}" if max_s is not None else ""
-            self.problem(name, f"{text} is out of range (between {format_duration(min_s)}{upper})")
+            allowed = (
+                f"at least {format_duration(min_s)}"
+                if max_s is None
+                else f"between {format_duration(min_s)} and {format_duration(max_s)}"
+            )
+            self.problem(name, f"{text} is out of range ({allowed})")
+            return parse_duration(default)  # so no relation with another setting blames that one
         return seconds
 
     def fraction(self, name: str, default: float) -> float:
-        text = self._raw(name)
+        text = self._raw(name, default)
         if text is None:
             return default
         try:
@@ -69,10 +80,11 @@ class EnvReader:
             return default
         if not 0.0 < value <= 1.0:
             self.problem(name, f"{text} is not a fraction in (0, 1]")
+            return default
         return value
 
     def integer(self, name: str, default: int, *, min_value: int | None = None) -> int:
-        text = self._raw(name)
+        text = self._raw(name, default)
         if text is None:
             return default
         try:
@@ -82,10 +94,11 @@ class EnvReader:
             return default
         if min_value is not None and value < min_value:
             self.problem(name, f"{value} is below the minimum {min_value}")
+            return default
         return value
 
     def number(self, name: str, default: float, *, min_value: float = 0.0) -> float:
-        text = self._raw(name)
+        text = self._raw(name, default)
         if text is None:
             return default
         try:
@@ -95,10 +108,11 @@ class EnvReader:
             return default
         if not value > min_value:
             self.problem(name, f"{text} must be greater than {min_value:g}")
+            return default
         return value
 
     def boolean(self, name: str, default: bool) -> bool:
-        text = self._raw(name)
+        text = self._raw(name, default)
         if text is None:
             return default
         lowered = text.lower()
@@ -110,7 +124,7 @@ class EnvReader:
         return default
 
     def choice(self, name: str, default: T, choices: Sequence[T]) -> T:
-        text = self._raw(name)
+        text = self._raw(name, f"{default} (or {', '.join(c for c in choices if c != default)})")
         if text is None:
             return default
         for c in choices:
@@ -121,7 +135,7 @@ class EnvReader:
 
     def address(self, name: str) -> tuple[str, int] | None:
         """``host:port`` (``:port`` binds every interface); empty means off."""
-        text = self._raw(name)
+        text = self._raw(name, "(off)")
         if text is None:
             return None
         host, sep, port = text.rpartition(":")
@@ -135,9 +149,45 @@ class EnvReader:
         fmt: LogFormat = self.choice("DWD_LOG_FORMAT", "auto", ("json", "console", "auto"))
         return fmt, self.choice("DWD_LOG_LEVEL", "info", LEVELS)
 
+    def also(self, *names: str) -> None:
+        """Variables this program knows that this run did not read (one setting that overrides
+        another): not unknown when set."""
+        for name in names:
+            self.asked.setdefault(name, "")
+
+    def unknown(self, prefix: str = "DWD_", ignore: Collection[str] = ()) -> list[str]:
+        """Every set variable with ``prefix`` that nothing asked for, with the nearest known name:
+        a typo that would otherwise be silently ignored (``DWD_DRYRUN=true``: live scaling where
+        the operator asked for none). Call it after everything was read."""
+        known = sorted(self.asked)
+        out = []
+        for name in sorted(n for n in self.env if n.startswith(prefix) and n not in self.asked):
+            if name in ignore:
+                continue
+            near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            out.append(f"{name}: not a setting{f' (did you mean {near[0]}?)' if near else ''}")
+        return out
+
     def finish(self) -> None:
         if self.problems:
             raise ConfigError(self.problems)
+
+
+def format_default(value: object) -> str:
+    """A default as an operator would write it."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def settings_help(read: Callable[[EnvReader], object]) -> str:
+    """The variables ``read`` asks for, with their defaults, in the order it reads them: read
+    from an empty environment, so the list is what the program does, not a copy of it."""
+    r = EnvReader({})
+    with contextlib.suppress(ConfigError):  # required variables are missing from an empty environment
+        read(r)
+    width = max(map(len, r.asked), default=0)
+    return "\n".join(f"  {name:<{width}}  {default or '(empty)'}" for name, default in r.asked.items())
 
 
 Kind = Literal["duration", "fraction", "number", "integer", "boolean", "string"]

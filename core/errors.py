@@ -170,6 +170,18 @@ _BY_STATUS: dict[int, type[ApiError]] = {
 }
 
 
+def unreadable(e: Exception) -> str:
+    """A file that could not be read or parsed, on one line: the OS's reason, or what is wrong
+    with its YAML and where (PyYAML's own message spans four lines with a caret). Duck-typed:
+    the agent imports YAML only while it reads a kubeconfig."""
+    if isinstance(e, OSError):
+        return e.strerror or str(e)
+    problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
+    mark = getattr(e, "problem_mark", None)
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"not valid YAML ({where}{problem})"
+
+
 def parse_retry_after(value: str | None) -> float | None:
     """Retry-After in seconds; the API server only ever sends the delta form."""
     if value is None:

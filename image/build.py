@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = ROOT / "build" / "images"
-CACHE_DIR = Path(os.environ.get("DWD_IMAGE_CACHE", Path.home() / ".cache" / "dwd-lease" / "images"))
+CACHE_DIR = Path(os.environ.get("DWDDEV_IMAGE_CACHE", Path.home() / ".cache" / "dwd-lease" / "images"))
 TARGETS = ("agent", "aggregator")
 TOOLS = ("podman", "buildah", "runc", "skopeo", "mmdebstrap")
 # The inputs of the images besides the sources: a change to any of them is a new build.
@@ -237,9 +237,9 @@ def _build_one(target: str, bases: dict[str, str], directory: Path) -> None:
 
 
 def source_url() -> str:
-    """Where the sources come from: DWD_IMAGE_SOURCE, else the clone's remote when it is a URL.
+    """Where the sources come from: DWDDEV_IMAGE_SOURCE, else the clone's remote when it is a URL.
     Not part of the cache key: a label, not an input."""
-    if url := os.environ.get("DWD_IMAGE_SOURCE"):
+    if url := os.environ.get("DWDDEV_IMAGE_SOURCE"):
         return url
     proc = subprocess.run(
         ["git", "-C", str(ROOT), "config", "remote.origin.url"], capture_output=True, text=True, check=False

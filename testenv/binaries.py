@@ -74,7 +74,7 @@ def go_version() -> str:
 
 
 def cache_root() -> Path:
-    explicit = os.environ.get("DWD_TESTENV_CACHE")
+    explicit = os.environ.get("DWDDEV_TESTENV_CACHE")
     if explicit:
         return Path(explicit)
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")

@@ -99,7 +99,7 @@ def test_the_seed_component_is_labelled_as_gardenlets_own(installed: dict[str, l
     spec = template["spec"]
     assert spec["priorityClassName"] == "gardener-system-800"
     assert "affinity" not in spec  # the resource manager's HA webhook spreads it
-    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"}}
+    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "100m", "memory": "192Mi"}}
     assert deployment["spec"]["revisionHistoryLimit"] == 2
     vpa = by_kind(seed, "VerticalPodAutoscaler")
     assert vpa["spec"]["targetRef"] == {
@@ -136,6 +136,9 @@ def test_the_shoot_part_is_a_managed_resource_of_gardeners_shape(
         "metadata"
     ]["labels"].items()
     assert daemonset["spec"]["revisionHistoryLimit"] == 2
+    # Not node-critical: that would keep new nodes tainted while the agent cannot run.
+    for labels in (daemonset["metadata"]["labels"], daemonset["spec"]["template"]["metadata"]["labels"]):
+        assert "node.gardener.cloud/critical-component" not in labels
     assert daemonset["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
     assert "limits" not in daemonset["spec"]["template"]["spec"]["containers"][0]["resources"]
     # The agent's VPA is for shoots that run one, apart: in the ManagedResource it would fail

@@ -303,7 +303,7 @@ def test_status_page_in_chromium(shoot: Shoot, tmp_path: Path) -> None:
     assert shoot.namespace in dom
     assert ">healthy<" in dom
     assert "node-0" in dom and "stale" in dom
-    shot = Path(os.environ.get("DWD_STATUS_SCREENSHOT", tmp_path / "status.png"))
+    shot = Path(os.environ.get("DWDDEV_STATUS_SCREENSHOT", tmp_path / "status.png"))
     subprocess.run(
         [*base, f"--screenshot={shot}", "--window-size=1100,700", "--hide-scrollbars", url],
         capture_output=True,

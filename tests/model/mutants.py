@@ -110,7 +110,7 @@ def run(name: str, examples: int, tree: Path) -> tuple[str, float]:
         ],
         check=False,
         cwd=tree,
-        env=dict(os.environ, PYTHONPATH=str(tree), DWD_MODEL_EXAMPLES=str(examples)),
+        env=dict(os.environ, PYTHONPATH=str(tree), DWDDEV_MODEL_EXAMPLES=str(examples)),
         capture_output=True,
         text=True,
     )

@@ -1,7 +1,7 @@
 """The stateful model in CI: a bounded, repeatable exploration (a fixed seed), after a replay of
 every example it has found before (tests/model/examples/, committed: each a regression case).
 
-``make soak`` explores for as long as it is given (``DWD_SOAK_MINUTES``, fresh random seeds) and
+``make soak`` explores for as long as it is given (``DWDDEV_SOAK_MINUTES``, fresh random seeds) and
 prints how many sequences and steps it ran.
 """
 
@@ -26,7 +26,7 @@ EXAMPLES = Path(__file__).parent / "examples"
 # The CI budget: about a minute per machine on this 2-core machine.
 BUDGET = {"Model": 70, "DryRunModel": 25}
 SEED = 20261202
-SOAK_MINUTES = float(os.environ.get("DWD_SOAK_MINUTES") or 0)
+SOAK_MINUTES = float(os.environ.get("DWDDEV_SOAK_MINUTES") or 0)
 SOAK_SHARE = {"Model": 0.75, "DryRunModel": 0.25}
 
 
@@ -68,8 +68,8 @@ def test_the_guarantees_hold_in_every_interleaving_the_model_explores(
 ) -> None:
     name = machine.__name__
     if not SOAK_MINUTES:
-        # DWD_MODEL_EXAMPLES: a longer run on the same seed (python -m tests.model.mutants).
-        explore(machine, int(os.environ.get("DWD_MODEL_EXAMPLES") or BUDGET[name]), SEED)
+        # DWDDEV_MODEL_EXAMPLES: a longer run on the same seed (python -m tests.model.mutants).
+        explore(machine, int(os.environ.get("DWDDEV_MODEL_EXAMPLES") or BUDGET[name]), SEED)
         return
     started = time.monotonic()
     while time.monotonic() - started < SOAK_MINUTES * 60 * SOAK_SHARE[name]:

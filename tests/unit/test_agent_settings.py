@@ -64,3 +64,17 @@ def test_interval_range(token: str) -> None:
     base = {"DWD_APISERVER_URL": "https://a.example", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
     with pytest.raises(ConfigError, match="DWD_RENEW_INTERVAL: 10ms is out of range"):
         Settings.from_env({**base, "DWD_RENEW_INTERVAL": "10ms"})
+
+
+def test_an_unknown_setting_is_kept_to_warn_about_not_fatal(token: str) -> None:
+    """An agent rolled back under newer manifests must keep renewing on every node."""
+    env = {
+        "DWD_APISERVER_URL": "https://api.shoot.example",
+        "NODE_NAME": "n1",
+        "DWD_TOKEN_FILE": token,
+        "DWD_APISERVER_ULR": "https://typo.example",
+        "DWD_KUBELET_KUBECONFIG": "/etc/ignored-when-the-url-is-set",
+        "DWD_REQUEST_TIMEOUT": "5s",  # retired: warned about on its own
+    }
+    s = Settings.from_env(env)
+    assert s.unknown == ("DWD_APISERVER_ULR: not a setting (did you mean DWD_APISERVER_URL?)",)

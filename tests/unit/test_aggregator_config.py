@@ -70,7 +70,9 @@ def test_relations(kubeconfig: str) -> None:
     base = {"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "ns"}
     with pytest.raises(ConfigError, match=r"DWD_RECOVERY_FRACTION: 0\.7 must not exceed"):
         Settings.from_env({**base, "DWD_RECOVERY_FRACTION": "0.7"})
-    with pytest.raises(ConfigError, match="DWD_LEASE_DURATION: must be at least twice"):
+    with pytest.raises(
+        ConfigError, match=r"DWD_LEASE_DURATION: 3s must be at least twice DWD_RENEW_INTERVAL \(2s\)"
+    ):
         Settings.from_env({**base, "DWD_LEASE_DURATION": "3s", "DWD_RENEW_INTERVAL": "2s"})
 
 
@@ -221,7 +223,7 @@ def test_an_exec_plugins_token_is_renewed_before_it_expires(tmp_path: Path) -> N
 def test_each_group_checks_its_own_relations_wherever_it_is_built(kubeconfig: str) -> None:
     with pytest.raises(ConfigError, match="DWD_LEADER_RENEW_DEADLINE: needs"):
         Leader(lease_duration_s=10.0, renew_deadline_s=10.0)
-    with pytest.raises(ConfigError, match="DWD_BLIND_LIMIT: must be at least DWD_LEASE_DURATION"):
+    with pytest.raises(ConfigError, match=r"DWD_BLIND_LIMIT: 4s must be at least DWD_LEASE_DURATION \(8s\)"):
         Decider(blind_limit_s=4.0)
     base = {"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "ns"}
     with pytest.raises(ConfigError, match="DWD_LEADER_RENEW_DEADLINE: needs") as e:
@@ -238,3 +240,62 @@ def test_the_back_off_schedules_keep_their_numbers() -> None:
     spread = [Watching().backoff.spread(1.0) for _ in range(200)]
     assert 0.8 <= min(spread) < max(spread) <= 1.2
     assert Shoots().restart.spread(4.0) == 4.0
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("DWD_DRYRUN", "DWD_DRY_RUN"),
+        ("DWD_RENEW_INTERVALL", "DWD_RENEW_INTERVAL"),
+        ("DWD_FAILURE_FRACTON", "DWD_FAILURE_FRACTION"),
+    ],
+)
+def test_an_unknown_setting_refuses_the_start_naming_the_nearest(
+    kubeconfig: str, typo: str, meant: str
+) -> None:
+    """``DWD_DRYRUN=true`` ignored would scale for real where the operator asked for dry-run."""
+    env = {"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "shoot--p--s", typo: "true"}
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env(env)
+    assert f"{typo}: not a setting (did you mean {meant}?)" in str(e.value)
+
+
+def test_every_setting_the_aggregator_reads_is_known_in_every_mode(kubeconfig: str, tmp_path: Path) -> None:
+    """No variable of ours is taken for a typo, whichever mode reads it."""
+    from core.config import EnvReader, settings_help
+
+    names = [line.split()[0] for line in settings_help(Settings.read).splitlines()]
+    targets = tmp_path / "targets.yaml"
+    targets.write_text("[]\n")
+    for mode in ("env", f"file:{targets}", "gardener"):
+        env = dict.fromkeys(names, "") | {"DWD_TARGETS": mode, "DWD_SHOOT_KUBECONFIG": kubeconfig}
+        env["DWD_NAMESPACE"] = "shoot--p--s"
+        r = EnvReader(env)
+        Settings.read(r)
+        assert r.unknown() == [], mode
+
+
+def test_a_value_out_of_range_is_blamed_alone_with_what_is_allowed(kubeconfig: str) -> None:
+    env = {
+        "DWD_SHOOT_KUBECONFIG": kubeconfig,
+        "DWD_NAMESPACE": "shoot--p--s",
+        "DWD_CONFIRM_PERIOD": "-1s",
+        "DWD_FAILURE_FRACTION": "-1",
+    }
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env(env)
+    assert sorted(e.value.problems) == [  # DWD_RECOVERY_FRACTION, not set, is not blamed
+        "DWD_CONFIRM_PERIOD: -1s is out of range (at least 0s)",
+        "DWD_FAILURE_FRACTION: -1 is not a fraction in (0, 1]",
+    ]
+
+
+def test_a_relation_error_shows_the_values(kubeconfig: str) -> None:
+    env = {
+        "DWD_SHOOT_KUBECONFIG": kubeconfig,
+        "DWD_NAMESPACE": "shoot--p--s",
+        "DWD_RENEW_INTERVAL": "5s",
+    }
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env(env)
+    assert "DWD_LEASE_DURATION: 8s must be at least twice DWD_RENEW_INTERVAL (5s)" in str(e.value)

@@ -246,6 +246,7 @@ async def test_a_failing_source_is_reported_and_the_fleet_still_counts_as_reconc
     try:
         await asyncio.wait_for(fleet.reconciled.wait(), 2)
         assert fleet.source_error == "the seed said no" and fleet.snapshot() == []
+        assert fleet.unready() == "the targets are unavailable: the seed said no"  # /readyz: 503
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

@@ -1,5 +1,5 @@
 """Every variable's default is written once, in its settings field (core.config.var); the
-README's tables and docs/design.md's say the same, or this fails naming the row."""
+docs/settings.md's tables and docs/design.md's say the same, or this fails naming the row."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from core.config import Var, variables
 from core.durations import parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = (ROOT / "README.md", ROOT / "docs" / "design.md")
+DOCS = (ROOT / "docs" / "settings.md", ROOT / "docs" / "design.md")
 AGGREGATOR = (Decider, Leader, Provisioning, Scaling, Shoots)
 
 
@@ -66,7 +66,7 @@ FIELDS = [(cls, f, v) for cls in (*AGGREGATOR, AgentSettings) for f, v in variab
 @pytest.mark.parametrize(("cls", "f", "v"), FIELDS, ids=[f"{c.__name__}.{f.name}" for c, f, _ in FIELDS])
 def test_every_documented_default_is_the_fields(cls: type, f: Any, v: Var) -> None:
     where = documented().get(v.name)
-    assert where, f"{v.name} ({cls.__name__}.{f.name}) is in no table of the README"
+    assert where, f"{v.name} ({cls.__name__}.{f.name}) is in no table of docs/settings.md"
     for doc, written in where:
         assert agrees(written, f.default, v), f"{doc}: {v.name} says {written}, the field {f.default!r}"
 

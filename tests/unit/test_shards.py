@@ -148,7 +148,7 @@ async def test_a_dead_replicas_member_lease_stops_counting_after_a_lease_duratio
 )
 def test_a_bad_shard_count_is_named(env: dict[str, str], problem: str) -> None:
     with pytest.raises(ConfigError) as e:
-        Settings.from_env({"DWD_SHOOT_KUBECONFIG": "/k", "DWD_SHOOT_NAMESPACE": "ns", **env})
+        Settings.from_env({"DWD_SHOOT_KUBECONFIG": "/k", "DWD_NAMESPACE": "ns", **env})
     assert any(p.startswith(problem) for p in e.value.problems), e.value.problems
 
 

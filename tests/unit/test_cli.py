@@ -1,0 +1,44 @@
+"""``--help`` and ``--version`` on both programs answer without reading a setting; anything
+else on the command line is refused (the settings are environment variables)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+CLEAN = {"PATH": "/usr/bin:/bin"}  # no DWD_ variables, no NODE_NAME: nothing to start from
+
+
+def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        env=CLEAN,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "wanted"),
+    [
+        ("agent", ["DWD_RENEW_INTERVAL      2s", "NODE_NAME               (required)"]),
+        ("aggregator", ["DWD_DRY_RUN                    false", "DWD_LEASE_DURATION             8s"]),
+    ],
+)
+def test_help_lists_every_setting_with_its_default(module: str, wanted: list[str]) -> None:
+    out = run(module, "--help")
+    assert out.returncode == 0, out.stderr
+    for line in wanted:
+        assert line in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize("module", ["agent", "aggregator"])
+def test_version_and_a_stray_argument(module: str) -> None:
+    version = run(module, "--version")
+    assert version.returncode == 0 and version.stdout.startswith(f"dwd-lease-{module} "), version
+    stray = run(module, "--dry-run")
+    assert stray.returncode == 2 and "unknown argument '--dry-run'" in stray.stderr, stray

@@ -1,0 +1,82 @@
+"""Bad files the aggregator is given stop its start with exit 2 and one line that names the
+variable, the file and what is wrong with it."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+SEED = """apiVersion: v1
+kind: Config
+clusters: [{name: seed, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: seed, user: u}}]
+current-context: c
+"""
+
+
+def start(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aggregator"],
+        env={"PATH": "/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_a_seed_kubeconfig_that_is_not_yaml(tmp_path: Path) -> None:
+    bad = tmp_path / "seed.yaml"
+    bad.write_text(": : : [\n")
+    out = start({"DWD_TARGETS": "gardener", "DWD_SEED_KUBECONFIG": str(bad)})
+    assert out.returncode == 2, out
+    assert f"DWD_SEED_KUBECONFIG: kubeconfig {bad}: not valid YAML (line 1, column 1:" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 2, out.stderr  # the header and one line
+
+
+def test_a_targets_file_that_is_malformed_at_start(tmp_path: Path) -> None:
+    seed, targets = tmp_path / "seed.yaml", tmp_path / "targets.yaml"
+    seed.write_text(SEED)
+    targets.write_text("targets: {namespace: shoot--p--a}\n")
+    out = start({"DWD_TARGETS": f"file:{targets}", "DWD_SEED_KUBECONFIG": str(seed)})
+    assert out.returncode == 2, out
+    assert f"DWD_TARGETS: targets file {targets}: expected a list under 'targets'" in out.stderr
+
+
+def test_status_says_when_the_targets_are_unavailable_and_exits_1(tmp_path: Path) -> None:
+    """A running aggregator whose targets file broke: ``status`` prints what it has and why the
+    targets are missing, and fails (a script's check must not read an empty table as fine)."""
+    status = {"identity": "a", "leader": True, "dry_run": False, "targets": [], "source_error": "bad file"}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(status).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        out = subprocess.run(
+            [sys.executable, "-m", "aggregator", "status", "--url", f"http://127.0.0.1:{server.server_port}"],
+            env={"PATH": "/usr/bin:/bin", "NO_PROXY": "*"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert out.returncode == 1, out
+    assert "the targets are unavailable: bad file" in out.stderr
