@@ -23,7 +23,10 @@ REPLICAS = PREFIX + "replicas"
 MELTDOWN = PREFIX + "meltdown-protection-active"
 IGNORE_SCALING = PREFIX + "ignore-scaling"
 
-# Ours: an annotation holding the record and a label of the same key to list them by.
+# Ours: an annotation holding the record and a label of the same key to list them by, whose
+# value is the count too: a record whose annotations another writer wiped (ours and
+# dependency-watchdog's count beside it) still says what to restore. "true" (the label of
+# earlier versions) is a record whose count is elsewhere.
 RECORD = "dwd-lease.gardener.cloud/scaled-down"
 
 
@@ -54,6 +57,17 @@ class Record:
 
     def text(self) -> str:
         return json.dumps({"replicas": self.replicas, "target": self.target, "at": self.at}, sort_keys=True)
+
+
+def label_value(record: Record) -> str:
+    """Our label's value for ``record``: its count, or "true" when the count is unknown."""
+    return str(record.replicas) if record.replicas is not None else "true"
+
+
+def from_label(value: str) -> Record:
+    """The record our label alone holds (its annotation lost): the count, when it has one."""
+    count = int(value) if value.isdigit() else 0
+    return Record(count if count >= 1 else None)
 
 
 def record_marks(record: Record) -> dict[str, str | None]:

@@ -45,7 +45,17 @@ from aggregator.dependents import Dependent, Direction, levels
 from aggregator.kube import KubeClient
 from aggregator.metrics import AggregatorMetrics
 from aggregator.objects import metadata, resource_version, section
-from aggregator.records import CLEARED, IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
+from aggregator.records import (
+    CLEARED,
+    IGNORE_SCALING,
+    MELTDOWN,
+    RECORD,
+    REPLICAS,
+    Record,
+    from_label,
+    label_value,
+    record_marks,
+)
 from aggregator.scope import Scope
 from aggregator.settings import Scaling
 from core import logs
@@ -72,10 +82,11 @@ class DependentState:
     protected: bool = False  # ``meltdown-protection-active``, whoever wrote it
     ignored: bool = False
     resource_version: str = ""
-    # Our record is in the object as our annotation, and carries our label (the sweep lists by
-    # it); False for a record this process remembers and the object lost (``Scaler._store``).
+    # Our record is in the object as our annotation; False for a record this process remembers
+    # and the object lost (``Scaler._store``). ``label``: our label's value (the sweep lists by
+    # it; it carries the count too), None without one.
     written: bool = True
-    labeled: bool = True
+    label: str | None = None
 
     @classmethod
     def from_object(cls, name: str, obj: Mapping[str, Any]) -> DependentState:
@@ -83,7 +94,7 @@ class DependentState:
         ann = section(meta, "annotations")
         replicas = spec.get("replicas")
         record = ann.get(RECORD)
-        labeled = section(meta, "labels").get(RECORD) == "true"
+        label = section(meta, "labels").get(RECORD)
         return cls(
             name=name,
             exists=True,
@@ -91,14 +102,16 @@ class DependentState:
             current=int(status.get("replicas") or 0),
             ready=int(status.get("readyReplicas") or 0),
             # Our label alone is our mark too (another writer removed the annotation): ours, its
-            # count from dependency-watchdog's key we wrote beside it (``restore_to``).
-            record=Record.parse(str(record)) if record is not None else (Record(None) if labeled else None),
+            # count from the label, else from dependency-watchdog's key beside it (``restore_to``).
+            record=Record.parse(str(record))
+            if record is not None
+            else (from_label(str(label)) if label is not None else None),
             dwd_replicas=None if ann.get(REPLICAS) is None else str(ann[REPLICAS]),
             protected=MELTDOWN in ann,
             ignored=ann.get(IGNORE_SCALING) == "true",
             resource_version=resource_version(obj),
             written=record is not None,
-            labeled=labeled,
+            label=None if label is None else str(label),
         )
 
     @property
@@ -119,7 +132,7 @@ class DependentState:
         return (
             self.record is not None
             and self.written
-            and self.labeled
+            and self.label == label_value(self.record)
             and self.protected
             and self.dwd_replicas == str(self.record.replicas)
         )
@@ -619,7 +632,7 @@ def _patch(path: str, write: Write, resource_version: str) -> tuple[str, dict[st
             **precondition,
             "annotations": dict(write.annotations),
             # The label lists our records across the seed (the leader's sweep for orphans).
-            "labels": {RECORD: None if ours is None else "true"},
+            "labels": {RECORD: None if ours is None else label_value(Record.parse(ours))},
         }
     }
     if write.replicas is not None:

@@ -66,9 +66,15 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
     ),
     "label_only_not_ours": (
         "aggregator/scaler.py",
-        "(Record(None) if labeled else None)",
-        "None",
+        "else (from_label(str(label)) if label is not None else None),",
+        "else None,",
         "4: our label alone not our mark",
+    ),
+    "label_without_count": (
+        "aggregator/records.py",
+        '    return str(record.replicas) if record.replicas is not None else "true"',
+        '    return "true"',
+        "4: a record whose annotations were wiped",
     ),
     "restore_hibernated": (
         "aggregator/orphans.py",

@@ -36,3 +36,20 @@ def test_a_record_whose_annotation_was_lost_before_a_restart_is_still_restored()
     m.crash(then=0, replica=1)
     m.heal(then=0)
     m.teardown()
+
+
+def test_every_annotation_wiped_and_a_restart_still_restore_the_count_taken() -> None:
+    """Found by ``make soak`` (2026-12-03, shrunk by hand from 52 steps): held down by a cut,
+    KCM's annotations are all wiped (ours and dependency-watchdog's count beside it; our label
+    stays), and both replicas are killed before the leader wrote them back. The new processes
+    found our label alone and no count anywhere: KCM came back at 1 (dependency-watchdog's
+    fallback), not 3 (I2). Our label now carries the count."""
+    m = Model()
+    m.start(drawn=DEFAULTS, nodes=3, seed=1)
+    m.cut(then=30, which="all", offset=0)
+    assert not any(m.world.replicas_now().values()), m.world.replicas_now()
+    m.lose_record(then=0, name=KCM, what="annotations")
+    m.crash(then=0, replica=0)
+    m.crash(then=0, replica=1)
+    m.heal(then=0)
+    m.teardown()

@@ -132,7 +132,7 @@ def test_a_rotated_ca_is_read_again(tmp_path: Path, ca: CertificateAuthority, ba
 @pytest.mark.parametrize(
     ("text", "why"),
     [
-        ("a: [", "not YAML"),
+        ("a: [", "not valid YAML (line 2, column 1"),
         ("- 1\n- 2\n", "no mapping at the top"),
         (json.dumps({"clusters": [{"name": "c", "cluster": {}}]}), "the current cluster has no server"),
         (

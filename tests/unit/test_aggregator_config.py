@@ -137,7 +137,7 @@ def test_bad_dependents_name_each_entry(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("key: [unclosed", "cannot be read"),
+        ("key: [unclosed", "not valid YAML (line 1, column 15"),
         ("- a list", "not a kubeconfig"),
         ("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n", "kubeconfig"),
         (

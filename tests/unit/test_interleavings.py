@@ -333,7 +333,7 @@ async def test_a_dropped_label_or_annotation_is_written_back_while_held_down() -
     await w.run(12)
     for name in (MCM, CA):
         meta = w.seed.objects[deployment_path(name)]["metadata"]
-        assert meta["labels"].get(RECORD) == "true" and RECORD in meta["annotations"], meta
+        assert meta["labels"].get(RECORD) == str(CONTROLLERS[name]) and RECORD in meta["annotations"], meta
     assert w.replicas() == DOWN
 
 

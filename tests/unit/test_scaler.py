@@ -60,7 +60,7 @@ async def test_down_records_first_then_scales_level_by_level_every_write_conditi
     for name, replicas in CONTROLLERS.items():  # ours beside them, and listable by its label
         meta = kube.objects[deployment_path(name)]["metadata"]
         assert Record.parse(meta["annotations"][RECORD]).replicas == replicas
-        assert meta["labels"] == {RECORD: "true"}
+        assert meta["labels"] == {RECORD: str(replicas)}  # the count again, should the annotation go
     patches = [(path, body) for method, path, body in kube.writes if method == "PATCH"]
     assert all(body["metadata"]["resourceVersion"] for _, body in patches)
     order = [path.rsplit("/", 2)[-2 if path.endswith("/scale") else -1] for path, _ in patches]
@@ -316,3 +316,16 @@ async def test_a_watch_behind_our_scale_up_is_not_taken_for_the_seed_when_the_sh
             break
         clock.now += 1
     assert view(kube, KCM) == (0, {REPLICAS: "3", MELTDOWN: ""})
+
+
+async def test_a_label_of_an_earlier_version_is_ours_and_rewritten_with_the_count() -> None:
+    """Records written before the label carried the count say "true": still ours (the count from
+    the annotation), and the label is brought up to date while held down."""
+    kube, clock = seed(), Clock()
+    s = scaler(kube, clock)
+    await converge(s, clock, Desired.SCALED_DOWN)
+    meta = kube.objects[deployment_path(KCM)]["metadata"]
+    meta["labels"][RECORD] = "true"
+    s.forget()
+    await converge(s, clock, Desired.SCALED_DOWN)
+    assert meta["labels"][RECORD] == str(CONTROLLERS[KCM])
