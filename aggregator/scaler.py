@@ -120,12 +120,17 @@ class DependentState:
         return self.record is None and (self.dwd_replicas is not None or self.protected)
 
     def restore_to(self) -> int:
-        """The replicas our record took away; an unreadable record falls back to dependency-
-        watchdog's key beside it (we wrote both), then to 1 (dependency-watchdog's rule)."""
+        """The replicas to bring back: our record's count, unless dependency-watchdog's key
+        beside it says otherwise while the dependent is at 0. We write that key with our count,
+        so a different one was written after ours by whoever lowered it last, recording what it
+        took (dependency-watchdog lowering a count an operator raised it to before we looked):
+        what was there last comes back. An unreadable record falls back to that key, then to 1
+        (dependency-watchdog's rule)."""
+        dwd = _as_int(self.dwd_replicas)
+        later = dwd if dwd is not None and dwd > 0 and self.replicas == 0 else None
         if self.record is not None and self.record.replicas is not None:
-            return self.record.replicas
-        fallback = _as_int(self.dwd_replicas)
-        return fallback if fallback is not None and fallback > 0 else 1
+            return later or self.record.replicas
+        return dwd if dwd is not None and dwd > 0 else 1
 
     def marks_complete(self) -> bool:
         """Our record with its label, and dependency-watchdog's keys beside it saying the same."""

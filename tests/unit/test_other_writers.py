@@ -260,6 +260,21 @@ async def test_an_operators_scale_while_held_down_is_lowered_reported_and_restor
     await w.until(lambda: w.replicas() == {**CONTROLLERS, KCM: 5} and not w.annotations(KCM), 80, "restored")
 
 
+async def test_an_operators_scale_lowered_again_by_dependency_watchdog_before_we_looked_is_restored() -> None:
+    """Found by the fault suite: held down, an operator raises MCM to 4, and before our next
+    look (every 10 s while held down) dependency-watchdog lowers it again, recording the 4 it
+    took in its ``replicas`` beside our record. The heal restored our 2: the operator's 4 was
+    lost. What was there last comes back."""
+    w = World()
+    await w.settle()
+    await w.outage()
+    w.scale(MCM, 4)
+    w.annotate(MCM, {REPLICAS: "4"})  # dependency-watchdog's scale-down: the count it takes ...
+    w.scale(MCM, 0)  # ... then the scale
+    w.alive |= set(w.names)
+    await w.until(lambda: w.replicas() == {**CONTROLLERS, MCM: 4} and not w.annotations(MCM), 80, "restored")
+
+
 async def test_an_operators_lower_count_during_the_restore_is_kept() -> None:
     w = World()
     await w.settle()
