@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from aggregator.settings import Shoots
+from aggregator.sources import FileSource
 from core.errors import Forbidden
 from core.lease import lease_path, leases_path
 from testenv import netns
@@ -339,3 +342,29 @@ def test_the_agent_has_no_memory_limit_an_oom_kill_everywhere_would_look_like_an
     (agent,) = daemonset["spec"]["template"]["spec"]["containers"]
     assert agent["resources"]["requests"]["memory"]
     assert "limits" not in agent["resources"], agent["resources"]
+
+
+async def test_the_file_targets_example_is_what_the_aggregator_reads(tmp_path: Path) -> None:
+    """manifests/seed-file-targets: the seed Deployment outside Gardener, its shoots from a
+    ConfigMap; its targets file and its hand-made Secret are in the shapes the aggregator takes."""
+    docs = kustomize_build(MANIFESTS / "seed-file-targets")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    pod = deployment["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert env["DWD_TARGETS"] == f"file:{mounts['targets']}/targets.yaml"
+    assert volumes["targets"]["configMap"]["name"] == config["metadata"]["name"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    (tmp_path / "targets.yaml").write_text(config["data"]["targets.yaml"])
+    wanted = await FileSource(str(tmp_path / "targets.yaml"), Shoots().kubeconfig_secret).desired()
+    assert {n: s.kubeconfig_secret for n, s in wanted.items()} == {
+        "shoot--dev--one": "shoot-access-dwd-lease-aggregator",
+        "shoot--dev--two": "my-shoot-kubeconfig",
+    }
+    secret = yaml.safe_load(
+        (MANIFESTS / "seed-file-targets" / "shoot-access-secret.example.yaml").read_text()
+    )
+    assert secret["metadata"]["name"] == Shoots().kubeconfig_secret
+    assert yaml.safe_load(secret["stringData"]["kubeconfig"])["current-context"] == "shoot"
