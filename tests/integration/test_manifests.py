@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ from aggregator.sources import FileSource
 from core.errors import Forbidden
 from core.lease import lease_path, leases_path
 from testenv import netns
-from testenv.apply import apply, kustomize_build, load_docs
+from testenv.apply import apply, generated, kustomize_build, load_docs
 from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.kubelet import write_kubeconfig
@@ -368,3 +370,49 @@ async def test_the_file_targets_example_is_what_the_aggregator_reads(tmp_path: P
     )
     assert secret["metadata"]["name"] == Shoots().kubeconfig_secret
     assert yaml.safe_load(secret["stringData"]["kubeconfig"])["current-context"] == "shoot"
+
+
+IMAGE = {
+    "dwd-lease-agent": "registry.example/team/dwd-lease-agent",
+    "dwd-lease-aggregator": "registry.example/team/dwd-lease-aggregator",
+}
+
+
+@pytest.mark.parametrize(
+    ("install", "image"),
+    [
+        ("shoot/base", "dwd-lease-agent"),
+        ("seed", "dwd-lease-aggregator"),
+        ("seed-file-targets", "dwd-lease-aggregator"),
+        ("gardener/seed", "dwd-lease-aggregator"),
+        ("gardener/shoot/objects", "dwd-lease-agent"),  # rendered into the ManagedResource's Secret
+    ],
+)
+def test_an_image_set_in_its_one_place_is_the_one_every_install_path_renders(
+    tmp_path: Path, install: str, image: str
+) -> None:
+    """Each install path takes its image from one ``images:`` entry (docs/install.md): an overlay
+    of it, or for the ManagedResource the kustomization its objects are rendered from."""
+    tree = tmp_path / "manifests"
+    shutil.copytree(MANIFESTS, tree)
+    pinned = f"{IMAGE[image]}@sha256:{'0' * 64}"
+    entry = {"name": image, "newName": IMAGE[image], "digest": f"sha256:{'0' * 64}"}
+    if install == "gardener/shoot/objects":
+        kustomization = tree / install / "kustomization.yaml"
+        doc = yaml.safe_load(kustomization.read_text())
+        kustomization.write_text(yaml.safe_dump(doc | {"images": [entry]}))
+        (tmp_path / "manifests" / "gardener" / "shoot" / "objects.yaml").write_text(
+            generated(tmp_path, "manifests/gardener/shoot/objects.yaml")
+        )
+        secret = next(d for d in kustomize_build(tree / "gardener" / "shoot") if d["kind"] == "Secret")
+        docs = load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode())
+    else:
+        overlay = tmp_path / "overlay"
+        overlay.mkdir()
+        (overlay / "kustomization.yaml").write_text(
+            yaml.safe_dump({"resources": [f"../manifests/{install}"], "images": [entry]})
+        )
+        docs = kustomize_build(overlay)
+    workloads = [d for d in docs if d["kind"] in ("DaemonSet", "Deployment")]
+    images = {c["image"] for w in workloads for c in w["spec"]["template"]["spec"]["containers"]}
+    assert images == {pinned}
