@@ -26,8 +26,9 @@ $(STAMP): pyproject.toml
 testenv: install
 	$(BIN)/python -m testenv build
 
-# The objects a ManagedResource delivers, rendered beside it (manifests/gardener/shoot).
-manifests: testenv
+# The objects a ManagedResource delivers, rendered beside it (manifests/gardener/shoot); builds
+# only kustomize (a minute cold), not the test binaries.
+manifests: install
 	$(BIN)/python -m testenv manifests
 
 # Both images as OCI archives under build/images/ (docs/install.md); cached by their inputs.

@@ -28,14 +28,24 @@ async def run(settings: Settings) -> None:
     ).set(len(settings.unknown))
     client = LeaseClient.for_settings(settings)
     renewer = Renewer(settings, client, registry)
-    server = None
-    if settings.metrics_addr is not None:
-        server = await serve_metrics(registry, *settings.metrics_addr)
+    server = await metrics_server(registry, settings.metrics_addr)
     try:
         await renewer.run(stop)
     finally:
         if server is not None:
             server.close()
+
+
+async def metrics_server(registry: Registry, addr: tuple[str, int] | None) -> asyncio.Server | None:
+    """The metrics endpoint, or None: a port another process holds on this node (the agent
+    shares the host's network) costs the metrics, never the renewals."""
+    if addr is None:
+        return None
+    try:
+        return await serve_metrics(registry, *addr)
+    except OSError as e:
+        logs.get("agent").error("metrics_unavailable", addr=f"{addr[0]}:{addr[1]}", error=str(e))
+        return None
 
 
 USAGE = """  dwd-lease-agent              renew this node's lease until SIGTERM

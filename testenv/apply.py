@@ -82,7 +82,7 @@ def kustomize_build(directory: str | Path) -> list[dict[str, Any]]:
 
 def kustomize_text(directory: str | Path) -> str:
     """What ``kustomize build`` prints for ``directory``."""
-    kustomize = binaries.find()["kustomize"]
+    kustomize = binaries.find((binaries.KUSTOMIZE,))["kustomize"]
     out = subprocess.run(
         [str(kustomize), "build", str(directory)], capture_output=True, text=True, check=False
     )

@@ -94,10 +94,12 @@ def binary_path(component: Component) -> Path:
     return cache_dir(component) / component.name
 
 
-def build(*, force: bool = False, log: TextIO = sys.stderr) -> dict[str, Path]:
-    """Build any missing binary; returns the path of each."""
+def build(
+    *, force: bool = False, log: TextIO = sys.stderr, only: tuple[Component, ...] = COMPONENTS
+) -> dict[str, Path]:
+    """Build any missing binary (of ``only``); returns the path of each."""
     out: dict[str, Path] = {}
-    for c in COMPONENTS:
+    for c in only:
         target = binary_path(c)
         target.parent.mkdir(parents=True, exist_ok=True)
         out[c.name] = target
@@ -122,9 +124,9 @@ def build(*, force: bool = False, log: TextIO = sys.stderr) -> dict[str, Path]:
     return out
 
 
-def find() -> dict[str, Path]:
+def find(only: tuple[Component, ...] = COMPONENTS) -> dict[str, Path]:
     """The cached binaries, or a clear error that says how to build them."""
-    found = {c.name: binary_path(c) for c in COMPONENTS}
+    found = {c.name: binary_path(c) for c in only}
     missing = [name for name, path in found.items() if not path.exists()]
     if missing:
         raise FileNotFoundError(

@@ -136,6 +136,10 @@ def test_the_shoot_part_is_a_managed_resource_of_gardeners_shape(
         "metadata"
     ]["labels"].items()
     assert daemonset["spec"]["revisionHistoryLimit"] == 2
+    # Its metrics served as shipped: DwdLeaseAgentNotRenewing needs them.
+    env = {e["name"]: e.get("value") for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DWD_METRICS_ADDR"] == ":16909"
+    assert daemonset["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "16909"
     # Not node-critical: that would keep new nodes tainted while the agent cannot run.
     for labels in (daemonset["metadata"]["labels"], daemonset["spec"]["template"]["metadata"]["labels"]):
         assert "node.gardener.cloud/critical-component" not in labels

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -9,11 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from aggregator.settings import Shoots
+from aggregator.sources import FileSource
 from core.errors import Forbidden
 from core.lease import lease_path, leases_path
 from testenv import netns
-from testenv.apply import apply, kustomize_build, load_docs
+from testenv.apply import apply, generated, kustomize_build, load_docs
 from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.kubelet import write_kubeconfig
@@ -339,3 +344,75 @@ def test_the_agent_has_no_memory_limit_an_oom_kill_everywhere_would_look_like_an
     (agent,) = daemonset["spec"]["template"]["spec"]["containers"]
     assert agent["resources"]["requests"]["memory"]
     assert "limits" not in agent["resources"], agent["resources"]
+
+
+async def test_the_file_targets_example_is_what_the_aggregator_reads(tmp_path: Path) -> None:
+    """manifests/seed-file-targets: the seed Deployment outside Gardener, its shoots from a
+    ConfigMap; its targets file and its hand-made Secret are in the shapes the aggregator takes."""
+    docs = kustomize_build(MANIFESTS / "seed-file-targets")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (config,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    pod = deployment["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert env["DWD_TARGETS"] == f"file:{mounts['targets']}/targets.yaml"
+    assert volumes["targets"]["configMap"]["name"] == config["metadata"]["name"]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    (tmp_path / "targets.yaml").write_text(config["data"]["targets.yaml"])
+    wanted = await FileSource(str(tmp_path / "targets.yaml"), Shoots().kubeconfig_secret).desired()
+    assert {n: s.kubeconfig_secret for n, s in wanted.items()} == {
+        "shoot--dev--one": "shoot-access-dwd-lease-aggregator",
+        "shoot--dev--two": "my-shoot-kubeconfig",
+    }
+    secret = yaml.safe_load(
+        (MANIFESTS / "seed-file-targets" / "shoot-access-secret.example.yaml").read_text()
+    )
+    assert secret["metadata"]["name"] == Shoots().kubeconfig_secret
+    assert yaml.safe_load(secret["stringData"]["kubeconfig"])["current-context"] == "shoot"
+
+
+IMAGE = {
+    "dwd-lease-agent": "registry.example/team/dwd-lease-agent",
+    "dwd-lease-aggregator": "registry.example/team/dwd-lease-aggregator",
+}
+
+
+@pytest.mark.parametrize(
+    ("install", "image"),
+    [
+        ("shoot/base", "dwd-lease-agent"),
+        ("seed", "dwd-lease-aggregator"),
+        ("seed-file-targets", "dwd-lease-aggregator"),
+        ("gardener/seed", "dwd-lease-aggregator"),
+        ("gardener/shoot/objects", "dwd-lease-agent"),  # rendered into the ManagedResource's Secret
+    ],
+)
+def test_an_image_set_in_its_one_place_is_the_one_every_install_path_renders(
+    tmp_path: Path, install: str, image: str
+) -> None:
+    """Each install path takes its image from one ``images:`` entry (docs/install.md): an overlay
+    of it, or for the ManagedResource the kustomization its objects are rendered from."""
+    tree = tmp_path / "manifests"
+    shutil.copytree(MANIFESTS, tree)
+    pinned = f"{IMAGE[image]}@sha256:{'0' * 64}"
+    entry = {"name": image, "newName": IMAGE[image], "digest": f"sha256:{'0' * 64}"}
+    if install == "gardener/shoot/objects":
+        kustomization = tree / install / "kustomization.yaml"
+        doc = yaml.safe_load(kustomization.read_text())
+        kustomization.write_text(yaml.safe_dump(doc | {"images": [entry]}))
+        (tmp_path / "manifests" / "gardener" / "shoot" / "objects.yaml").write_text(
+            generated(tmp_path, "manifests/gardener/shoot/objects.yaml")
+        )
+        secret = next(d for d in kustomize_build(tree / "gardener" / "shoot") if d["kind"] == "Secret")
+        docs = load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode())
+    else:
+        overlay = tmp_path / "overlay"
+        overlay.mkdir()
+        (overlay / "kustomization.yaml").write_text(
+            yaml.safe_dump({"resources": [f"../manifests/{install}"], "images": [entry]})
+        )
+        docs = kustomize_build(overlay)
+    workloads = [d for d in docs if d["kind"] in ("DaemonSet", "Deployment")]
+    images = {c["image"] for w in workloads for c in w["spec"]["template"]["spec"]["containers"]}
+    assert images == {pinned}

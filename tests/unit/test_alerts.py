@@ -200,14 +200,26 @@ def test_leadership_flapping_and_an_agent_that_stopped_renewing_alert(tmp_path: 
 DASHBOARD = RULES.parent / "dashboard.json"
 
 
-def panels() -> dict[str, str]:
-    """Every query of the dashboard by its panel's title (and its letter where a panel has more)."""
+def panels(shoot: str = ".*") -> dict[str, str]:
+    """Every query of the dashboard by its panel's title (and its letter where a panel has more),
+    with the shoot variable as Grafana fills it in (All: ``.*``)."""
     board = json.loads(DASHBOARD.read_text())
     out = {}
     for p in board["panels"]:
         for t in p["targets"]:
-            out[p["title"] if len(p["targets"]) == 1 else f"{p['title']} {t['refId']}"] = t["expr"]
+            title = p["title"] if len(p["targets"]) == 1 else f"{p['title']} {t['refId']}"
+            out[title] = t["expr"].replace("$target", shoot)
     return out
+
+
+def test_every_panel_says_what_it_shows_and_a_shoots_panels_follow_the_shoot_variable() -> None:
+    board = json.loads(DASHBOARD.read_text())
+    assert any(v["name"] == "target" for v in board["templating"]["list"])
+    for p in board["panels"]:
+        assert len(p.get("description", "")) > 20, p["title"]
+        for t in p["targets"]:
+            per_target = "dwd_target_" in t["expr"] or "dwd_scale" in t["expr"] or "dwd_watch" in t["expr"]
+            assert not per_target or 'target=~"$target"' in t["expr"], p["title"]
 
 
 def test_every_panel_is_valid_promql_on_metrics_the_aggregator_exports(tmp_path: Path) -> None:

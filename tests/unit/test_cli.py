@@ -42,3 +42,13 @@ def test_version_and_a_stray_argument(module: str) -> None:
     assert version.returncode == 0 and version.stdout.startswith(f"dwd-lease-{module} "), version
     stray = run(module, "--dry-run")
     assert stray.returncode == 2 and "unknown argument '--dry-run'" in stray.stderr, stray
+
+
+def test_bench_help_lists_the_benchmarks_and_runs_none() -> None:
+    from bench.__main__ import BENCHMARKS
+
+    out = run("bench", "--help")
+    assert out.returncode == 0, out.stderr
+    for name in BENCHMARKS:
+        assert f"  {name} " in out.stdout
+    assert run("bench", "no-such").returncode == 2

@@ -61,3 +61,16 @@ def test_every_alert_has_a_runbook_section() -> None:
         url = alert["annotations"].get("runbook_url", "")
         path, _, anchor = url.partition("#")
         assert path == "docs/runbook.md" and anchor in runbook, (alert["alert"], url)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_table_has_its_header(page: Path) -> None:
+    lines = page.read_text().splitlines()
+    broken = [
+        lines[i]
+        for i in range(len(lines))
+        if lines[i].startswith("|")
+        and (i == 0 or not lines[i - 1].startswith("|"))
+        and not (i + 1 < len(lines) and re.fullmatch(r"\|[\s:|-]+\|", lines[i + 1].strip()))
+    ]
+    assert broken == [], "a table row with no header (a blank line split its table?)"
