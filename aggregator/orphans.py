@@ -134,8 +134,9 @@ class Orphans:
 
     async def _list(self) -> dict[str, dict[str, str]]:
         """Namespace -> {name: kind} of every object carrying our record across the seed: by our
-        label, and the configured dependents by name with our annotation (the annotation is the
-        record; a label someone dropped must not hide it)."""
+        label, and the configured dependents by name with our annotation. Either mark alone is
+        ours (another writer may drop one): a dropped label must not hide a record, nor a
+        dropped annotation."""
         found: dict[str, dict[str, str]] = {}
         # Only the kinds that are configured: the seed's RBAC grants no more.
         kinds = sorted({(d.api_version, d.kind) for d in self.dependents})
@@ -148,7 +149,8 @@ class Orphans:
                 listed.append(await self.seed.get(path, fieldSelector=f"metadata.name={name}"))
             for obj in (o for answer in listed for o in answer.get("items") or []):
                 meta = metadata(obj)
-                if meta.get("namespace") and meta.get("name") and RECORD in (meta.get("annotations") or {}):
+                ours = RECORD in (meta.get("annotations") or {}) or RECORD in (meta.get("labels") or {})
+                if meta.get("namespace") and meta.get("name") and ours:
                     found.setdefault(str(meta["namespace"]), {})[str(meta["name"])] = kind
         return found
 

@@ -270,7 +270,7 @@ class Scaler:
         for d in self.dependents:
             try:
                 state = await self._get(d)
-                if state.exists and state.record is not None and state.written:
+                if state.exists and state.record is not None and (state.written or state.label is not None):
                     await self._write(d, Write(CLEARED), state, reason)
                     self._report_later(self._event(d, state, "HandedBack", f"{reason}", "Normal"))
             except KubeError as e:

@@ -53,3 +53,19 @@ def test_every_annotation_wiped_and_a_restart_still_restore_the_count_taken() ->
     m.crash(then=0, replica=1)
     m.heal(then=0)
     m.teardown()
+
+
+def test_a_record_left_as_our_label_alone_is_handed_back_to_a_migrating_shoots_owner() -> None:
+    """Found by ``make soak`` (2026-12-03, 52 steps, shrunk by hand): held down, an operator
+    raises KCM to 5 and another writer removes our annotation (our label stays); gardenlet
+    migrates the shoot (its controllers to 0). The sweep handed back only the dependents whose
+    annotation it found: KCM kept our label and dependency-watchdog's marks, so gardenlet's
+    restore skipped it as protected, and our blind limit later raised it to our 3 instead of
+    the owner's 5 (I2). A label alone is a record of ours to hand back too."""
+    m = Model()
+    m.start(drawn=DEFAULTS, nodes=3, seed=1)
+    m.cut(then=30, which="all", offset=0)
+    m.operator_scale(then=0, name=KCM, replicas=5)
+    m.lose_record(then=0, name=KCM, what="annotation")
+    m.owner_takes_over(then=30, to="migrating")
+    m.teardown()
