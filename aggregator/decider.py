@@ -112,6 +112,9 @@ class Verdict:
     # Stale candidates whose kubelet cannot tell yet whether the path works (its next renewal is
     # not due): counted stale while confirming, but a scale-down waits for them.
     pending: int = 0
+    # When the first of those kubelets' next renewal is due (our clock): a look right after it
+    # can tell, rather than at the next whole tick (None: nothing pending).
+    wake_at: float | None = None
     # The sample's nodes that do not count, and the rule that leaves each out.
     left_out: Mapping[str, str] = field(default_factory=dict)
 
@@ -384,6 +387,7 @@ def _explained(
         estimate=estimate if verdict.judged else None,
         path_alive=alive,
         pending=len(stale & said.pending.keys()),
+        wake_at=min((due for n, due in said.pending.items() if n in stale), default=None),
         reason=reason,
         left_out=left_out,
     )

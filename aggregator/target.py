@@ -38,6 +38,10 @@ from core.errors import KubeError
 log = logs.get("target")
 
 
+# Looked at this long after a pending kubelet's renewal was due: the read is sent after it.
+WAKE_AFTER_S = 0.05
+
+
 class Target:
     def __init__(
         self,
@@ -80,6 +84,8 @@ class Target:
         self.report = Reporter(name, self.metrics, wall=wall, log=self.log, event=self.scaler.report)
         self._wire_shoot(seed, wall)
         self.memory = Memory(Phase.STARTING, clock())
+        # When the last verdict's first pending kubelet is due (``next_tick_in``).
+        self.wake_at: float | None = None
         self._was_leader = False
 
     def _wire_shoot(self, seed: KubeClient, wall: Callable[[], float]) -> None:
@@ -163,10 +169,19 @@ class Target:
         # current, so nothing is judged; the reason is on the status page.
         self.log.info("target_observing", wait_s=self.params.lease_duration_s)
         while True:
-            await asyncio.sleep(self.params.tick_s)
+            await asyncio.sleep(self.next_tick_in(self.clock()))
             started = self.clock()
             await self.tick()
             self.report.ticked(self.clock() - started)
+
+    def next_tick_in(self, now: float) -> float:
+        """A tick from now, or sooner where a pending kubelet's renewal falls due before it: a
+        scale-down that waits for the kubelets' next renewals looks right after they are due,
+        not up to a whole tick later (a real cut is not slowed by the second witness)."""
+        wake_at = self.wake_at
+        if wake_at is not None and now < wake_at + WAKE_AFTER_S < now + self.params.tick_s:
+            return wake_at + WAKE_AFTER_S - now
+        return self.params.tick_s
 
     async def tick(self) -> Verdict:
         """One look at the shoot, in the order a write needs it."""
@@ -197,6 +212,7 @@ class Target:
             self.report.silent_agents(now, verdict.path_alive, after_s=self.params.witness_every_s)
         self.report.phase(self.memory, verdict.memory, verdict.reason)
         self.memory = verdict.memory
+        self.wake_at = verdict.wake_at
         # 5. The actuator, dry-run too: it reads, decides and reports every write, and makes none.
         if leader and verdict.desired is not None:
             await self.scaler.converge(verdict.desired, self.status.phase_reason)

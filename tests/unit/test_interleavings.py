@@ -83,6 +83,28 @@ async def test_a_real_cut_is_still_scaled_down_before_kcm_acts_at_any_kubelet_ph
     assert took <= 18, took
 
 
+async def test_a_scale_down_waiting_for_the_kubelets_looks_right_after_they_are_due() -> None:
+    """The second witness costs a real cut no tick: a verdict that waits for pending kubelets
+    says when the first is due, and the next look is right after it, not a whole tick later."""
+    w = World()
+    await w.settle()
+    kubelets_at(w, 0.5)  # each kubelet renews just after its agent: pending once the agents stop
+    w.alive.clear()
+    wakes = []
+    for _ in range(int(20 / w.target.params.tick_s)):
+        await w.run(w.target.params.tick_s)
+        if w.target.wake_at is not None:
+            wakes.append(w.target.wake_at)
+    assert wakes, "no verdict waited for a kubelet's renewal"
+    t, now = w.target, w.clock()
+    t.wake_at = now + 0.3
+    assert t.next_tick_in(now) == pytest.approx(0.35)
+    t.wake_at = now + 5
+    assert t.next_tick_in(now) == t.params.tick_s
+    t.wake_at = None
+    assert t.next_tick_in(now) == t.params.tick_s
+
+
 # -- 2: a target that never lists never restores
 
 
