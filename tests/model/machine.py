@@ -33,7 +33,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS
+from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
 from testenv.controllers import CONTROLLERS
 from tests.model.world import World, deployment_path
 
@@ -277,9 +277,21 @@ class Model(RuleBasedStateMachine):
             return
         w.cluster = to
         for name in DEPENDENTS:
+            # A count someone set on a dependent we hold down is seen by us only at our next
+            # look; gardenlet's zero erases it before that. What can come back is our record's.
+            if (recorded := self.recorded(name)) is not None and w.replicas_now()[name] == 0:
+                w.wanted[name] = recorded
             w.write_seed(name, replicas=0)
         for r in w.replicas:
             r.orphans.wake.set()
+
+    def recorded(self, name: str) -> int | None:
+        """The count our marks on ``name`` hold (annotation, else label), None without one."""
+        meta = self.world.seed.objects[deployment_path(name)]["metadata"]
+        if (text := (meta.get("annotations") or {}).get(RECORD)) is not None:
+            return Record.parse(text).replicas
+        label = str((meta.get("labels") or {}).get(RECORD, ""))
+        return int(label) if label.isdigit() else None
 
     @event(back=st.booleans())
     def target_removed(self, back: bool) -> None:
