@@ -34,6 +34,7 @@ class Running:
     spec: TargetSpec
     target: Target | None = None
     error: str = ""
+    stopped: bool = False
 
 
 class Fleet:
@@ -138,6 +139,8 @@ class Fleet:
                 self.reconciled.set()
                 await source.changed(self.settings.shoots.poll_s)
         finally:
+            for r in self.running.values():
+                r.stopped = True
             tasks = [*self.tasks.values(), sweep, feed, *self._watch_tasks]
             for task in tasks:
                 task.cancel()
@@ -148,7 +151,8 @@ class Fleet:
             self.on_change()
         for name in [n for n, r in self.running.items() if n not in desired or desired[n] != r.spec]:
             log.info("target_stopped", target=name)
-            spec = self.running.pop(name).spec
+            stopping = self.running.pop(name)
+            spec, stopping.stopped = stopping.spec, True
             self.tasks.pop(name).cancel()
             self.metrics.forget(name)
             if spec.kubeconfig_secret in self.secrets:
@@ -168,6 +172,10 @@ class Fleet:
         delays = restart.delays()
         while True:
             await self._run_target(running)
+            if running.stopped:
+                # A request that failed as it was cancelled: Python 3.11's TaskGroup raises the
+                # failure and drops the cancellation, which a restart here would lose for good.
+                return
             self.metrics.target_errors.inc(target=running.spec.name)
             delay_s = next(delays)
             log.error("target_failed", target=running.spec.name, error=running.error, retry_in=delay_s)

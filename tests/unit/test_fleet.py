@@ -250,3 +250,25 @@ async def test_a_failing_source_is_reported_and_the_fleet_still_counts_as_reconc
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_target_that_fails_while_it_is_stopped_still_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that fails in the moment the fleet stops: Python 3.11's TaskGroup then raises the
+    failure and drops the cancellation, and a supervisor that took it for a crash restarted the
+    target for ever, so the aggregator never stopped (CI's 120 s timeout)."""
+
+    async def fails_when_cancelled(self: object) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise KubeError("the request in flight failed as it was cancelled") from None
+
+    monkeypatch.setattr("aggregator.target.Target.run", fails_when_cancelled)
+    fleet = Fleet(QUICK, FakeKube(), World().dependents, AggregatorMetrics())  # type: ignore[arg-type]
+    spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
+    task = asyncio.create_task(fleet.run(EnvSource(spec)))
+    await asyncio.wait_for(fleet.reconciled.wait(), 2)
+    await asyncio.sleep(0.05)
+    task.cancel()
+    done, _ = await asyncio.wait([task], timeout=2)
+    assert done, "the fleet did not stop: a target's failure swallowed the cancellation"
