@@ -202,10 +202,16 @@ class Shoot:
         return sampler
 
     def start_aggregator(
-        self, *, seed: FaultProxy | None = None, image: str | None = None, **overrides: str
+        self,
+        *,
+        seed: FaultProxy | None = None,
+        image: str | None = None,
+        module: str = "aggregator",
+        **overrides: str,
     ) -> Process:
-        """The aggregator as a process, or from its ``image`` (the host's network, its files
-        mounted read-only, kubeconfigs carrying their credentials as a Secret's would)."""
+        """The aggregator as a process (``python -m module``), or from its ``image`` (the host's
+        network, its files mounted read-only, kubeconfigs carrying their credentials as a
+        Secret's would)."""
         if seed is not None:
             kubeconfig = seed.kubeconfig(self.tmp / f"seed-proxy-{seed.port}.kubeconfig")
             overrides.setdefault("DWD_SEED_KUBECONFIG", str(kubeconfig))
@@ -226,7 +232,7 @@ class Shoot:
             )
             self.aggregators.append(agg)
             return agg
-        agg = spawn_python(log_path.stem, "aggregator", log_path=log_path, env=self.env(**overrides))
+        agg = spawn_python(log_path.stem, module, log_path=log_path, env=self.env(**overrides))
         self.aggregators.append(agg)
         return agg
 

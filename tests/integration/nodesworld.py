@@ -15,9 +15,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import httpx
+
 from core.lease import DEFAULT_LEASE_NAMESPACE, parse_micro_time
 from testenv.agents import Agents, agents_for
 from testenv.controllers import DOWN
+from testenv.controlplane import free_port
 from testenv.kubelet import Kubelet, node_credentials
 from testenv.process import Process
 from testenv.shoot import FAST_ENV, Shoot
@@ -54,11 +57,13 @@ class NodesWorld:
     webhook: FailingWebhook
     procs: list[Process] = field(default_factory=list)
     aggregator: Process | None = None
+    metrics_port: int = 0
 
     def start(self) -> NodesWorld:
         """Agents and aggregator started; returns once the aggregator judged every node healthy."""
         # The aggregator first: it creates the agents' leases, and an agent that finds none backs off.
-        self.aggregator = self.shoot.start_aggregator()
+        self.metrics_port = free_port()
+        self.aggregator = self.shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{self.metrics_port}")
         url = f"https://localhost:{self.lb.port}"
         self.procs = [self.agents.start(self.agents.env(n, DWD_APISERVER_URL=url)) for n in NODES]
         wait_for(lambda: self.lease_ages_s() and max(self.lease_ages_s()) < 1, 60, "every agent renewing")
@@ -99,6 +104,10 @@ class NodesWorld:
 
     def kubelets_renewed_after(self, wall: float) -> bool:
         return all(k.last.lease > wall for k in self.kubelets)
+
+    def metrics(self) -> str:
+        """The aggregator's /metrics, as Prometheus scrapes it."""
+        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", trust_env=False, timeout=5).text
 
     def event_reasons(self) -> list[str]:
         return [str(e.get("reason")) for e in self.shoot.events()]

@@ -8,15 +8,19 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
+import httpx
 import pytest
 
 from core.errors import Unauthorized
 from core.lease import LAST_OUTAGE, RELEASED, RENEW_INTERVAL, Outage, lease_path
 from testenv.agents import NS, Agents
 from testenv.client import Client
+from testenv.controlplane import free_port
 from testenv.tcpproxy import TcpProxy
 from testenv.wait import wait_for
+from tests.alerting import alert, check, humanize_duration, samples, scraped
 
 pytestmark = pytest.mark.integration
 
@@ -145,17 +149,25 @@ def test_ignores_in_cluster_service_and_proxies(
     assert hits == []
 
 
-def test_outage_is_classified_logged_once_and_reported(agents: Agents) -> None:
+def test_outage_is_classified_logged_once_and_reported(agents: Agents, tmp_path: Path) -> None:
     """The URL points at a port where nothing listens, then a forwarder to the real server opens there."""
     kapi_port = agents.cp.url.rsplit(":", 1)[1]
     proxy = TcpProxy(upstream=("127.0.0.1", int(kapi_port))).open()
+    metrics = free_port()
     try:
         port = proxy.port
         proxy.close()
         agents.create_lease("out-1")
-        agent = agents.start(agents.env("out-1", DWD_APISERVER_URL=f"https://localhost:{port}"))
+        agent = agents.start(
+            agents.env(
+                "out-1",
+                DWD_APISERVER_URL=f"https://localhost:{port}",
+                DWD_METRICS_ADDR=f"127.0.0.1:{metrics}",
+            )
+        )
         wait_for(lambda: "renew_failing" in agent.names(), 10, "the outage to be noticed")
         time.sleep(2.0)  # four more failed renewals
+        never_renewed = scrape(metrics)
         proxy.open()
         wait_for(lambda: renewed(agents, "out-1"), 10, "recovery")
         # The server has the renewal before the agent has read its answer and logged it.
@@ -172,6 +184,14 @@ def test_outage_is_classified_logged_once_and_reported(agents: Agents) -> None:
     outage = Outage.from_annotation(lease["metadata"]["annotations"][LAST_OUTAGE])
     assert outage.failure_class == "connect"
     assert 2.0 <= outage.duration_s < 15
+    # The alert, on what the agent exported before its first renewal: its age is +Inf.
+    late = {"severity": "warning", "pod": "out-1", "duration": "+Inf"}
+    check(
+        tmp_path,
+        scraped(never_renewed, pod="out-1"),
+        alert("1m", "DwdLeaseAgentNotRenewing"),
+        alert("2m", "DwdLeaseAgentNotRenewing", late),
+    )
 
 
 def test_adopts_renew_interval_annotation(agents: Agents) -> None:
@@ -209,23 +229,45 @@ def test_bad_environment_fails_before_any_request(trap: tuple[socket.socket, lis
     assert hits == []
 
 
-def test_metrics_endpoint(agents: Agents) -> None:
-    import httpx
-
-    from testenv.controlplane import free_port
-
+def test_metrics_endpoint(agents: Agents, tmp_path: Path) -> None:
+    kapi_port = agents.cp.url.rsplit(":", 1)[1]
+    proxy = TcpProxy(upstream=("127.0.0.1", int(kapi_port))).open()
     port = free_port()
-    agents.create_lease("met-1")
-    agents.start(agents.env("met-1", DWD_METRICS_ADDR=f"127.0.0.1:{port}"))
-    wait_for(lambda: renewed(agents, "met-1"), 10, "the first renewal")
-    time.sleep(1.2)
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", trust_env=False).text
-    values = {
-        line.split()[0]: float(line.split()[1])
-        for line in text.splitlines()
-        if line and not line.startswith("#")
-    }
-    assert values["dwd_agent_renewals_total"] >= 2
-    assert values["dwd_agent_renew_interval_seconds"] == 0.5
-    assert 0 <= values["dwd_agent_last_success_age_seconds"] < 1.0
-    assert httpx.get(f"http://127.0.0.1:{port}/healthz", trust_env=False).status_code == 200
+    try:
+        agents.create_lease("met-1")
+        url = f"https://localhost:{proxy.port}"
+        agents.start(agents.env("met-1", DWD_APISERVER_URL=url, DWD_METRICS_ADDR=f"127.0.0.1:{port}"))
+        wait_for(lambda: renewed(agents, "met-1"), 10, "the first renewal")
+        time.sleep(1.2)
+        values = samples(scrape(port))
+        assert values["dwd_agent_renewals_total"] >= 2
+        assert values["dwd_agent_renew_interval_seconds"] == 0.5
+        assert 0 <= values["dwd_agent_last_success_age_seconds"] < 1.0
+        # The path breaks: the age the alert reads grows from the last renewal on.
+        proxy.close()
+        time.sleep(1.0)
+        first, at = scrape(port), time.monotonic()
+        time.sleep(2.0)
+        then, apart_s = scrape(port), time.monotonic() - at
+    finally:
+        proxy.shutdown()
+    age = "dwd_agent_last_success_age_seconds"
+    start, end = samples(first)[age], samples(then)[age]
+    assert end > start
+    # At 1m the age is past 30 s and three intervals: pending, then firing 2 minutes on.
+    exported = scraped(first, then, apart_s=apart_s, pod="met-1")
+    step = (end - start) * 60.0 / apart_s
+    check(
+        tmp_path,
+        exported,
+        alert("2m", "DwdLeaseAgentNotRenewing"),
+        alert(
+            "3m",
+            "DwdLeaseAgentNotRenewing",
+            {"severity": "warning", "pod": "met-1", "duration": humanize_duration(start + 3 * step)},
+        ),
+    )
+
+
+def scrape(port: int) -> str:
+    return httpx.get(f"http://127.0.0.1:{port}/metrics", trust_env=False, timeout=5).text

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from aggregator.settings import Decider
 from testenv.controllers import CONTROLLERS
 from testenv.wait import wait_for
+from tests.alerting import alert, check, samples, scraped
+from tests.integration.dwdworld import NODES
 from tests.integration.nodesworld import DOWN, LEASE_DURATION_S, RECOVERY_PERIOD_S, NodesWorld
 
 pytestmark = pytest.mark.integration
@@ -52,7 +55,9 @@ def seen_failing(w: NodesWorld, failure: str) -> None:
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("failure", BREAK)
-def test_agents_failing_on_a_working_path_scale_nothing_down(real_nodes: NodesWorld, failure: str) -> None:
+def test_agents_failing_on_a_working_path_scale_nothing_down(
+    real_nodes: NodesWorld, failure: str, tmp_path: Path
+) -> None:
     w = real_nodes.start()
     sampler = w.shoot.sampler()
     broken = time.monotonic()
@@ -64,6 +69,18 @@ def test_agents_failing_on_a_working_path_scale_nothing_down(real_nodes: NodesWo
     dip = sampler.first(lambda s: s.replicas != CONTROLLERS, after=broken)
     assert dip is None, f"scaled down while every kubelet renewed: {dip}"
     wait_for(lambda: "AgentsSilentPathAlive" in w.event_reasons(), 20, "the AgentsSilentPathAlive Event")
+    # The alert, on what the aggregator exports now: every agent silent, every kubelet renewing.
+    exported = w.metrics()
+    assert samples(exported)[f'dwd_target_agent_silent_path_alive{{target="{w.shoot.namespace}"}}'] == len(
+        NODES
+    )
+    silent = {"severity": "warning", "target": w.shoot.namespace, "value": str(len(NODES))}
+    check(
+        tmp_path,
+        scraped(exported, instance="aggregator"),
+        alert("4m", "DwdLeaseAgentsSilentPathAlive"),
+        alert("6m", "DwdLeaseAgentsSilentPathAlive", silent),
+    )
 
 
 @pytest.mark.timeout(180)

@@ -18,6 +18,7 @@ from testenv.gardener import CLUSTER_CRD
 from testenv.process import Process
 from testenv.shoot import Shoot, shoot_for
 from testenv.wait import wait_for
+from tests.alerting import alert, check, samples, scraped, series
 
 pytestmark = pytest.mark.integration
 
@@ -30,13 +31,12 @@ def status(port: int) -> dict[str, Any]:
     return result
 
 
+def scrape(port: int) -> str:
+    return httpx.get(f"http://127.0.0.1:{port}/metrics", trust_env=False, timeout=5).text
+
+
 def metrics(port: int) -> dict[str, float]:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", trust_env=False, timeout=5).text
-    return {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line[:1] not in "#"
-    }
+    return samples(scrape(port))
 
 
 def target(port: int, name: str) -> dict[str, Any]:
@@ -94,6 +94,7 @@ def test_three_targets_one_broken(shoot: Shoot, seed_plane: ControlPlane, tmp_pa
         shoot.driver.alive -= {f"node-{i}" for i in range(7)}
         other.driver.alive -= {f"node-{i}" for i in range(7)}
         wait_for(lambda: shoot.replicas() == DOWN and other.replicas() == DOWN, 30, "both scaled down")
+        held = scrape(port)
         shoot.driver.alive |= {f"node-{i}" for i in range(7)}
         other.driver.alive |= {f"node-{i}" for i in range(7)}
         wait_for(lambda: shoot.replicas() == CONTROLLERS and other.replicas() == CONTROLLERS, 30, "both back")
@@ -110,6 +111,38 @@ def test_three_targets_one_broken(shoot: Shoot, seed_plane: ControlPlane, tmp_pa
             ]
             == 1
         )
+    # The alerts, on what the aggregator exported while it held both shoots down.
+    both = [{"target": ns} for ns in sorted((shoot.namespace, other.namespace))]
+    check(
+        tmp_path,
+        scraped(held, instance="aggregator"),
+        alert("1m", "DwdLeaseShootScaledDown", *[b | {"severity": "warning"} for b in both]),
+        alert("9m", "DwdLeaseShootScaledDownLong"),
+        alert("11m", "DwdLeaseShootScaledDownLong", *[b | {"severity": "critical"} for b in both]),
+        alert("4m", "DwdLeaseTargetNotSynced"),
+        alert("6m", "DwdLeaseTargetNotSynced", {"severity": "warning", "target": broken}),
+        alert("6m", "DwdLeaseTargetUnled"),
+    )
+
+
+def test_a_target_that_keeps_crashing_alerts(shoot: Shoot, tmp_path: Path) -> None:
+    """A bug planted in every target (tests/integration/planted_crash.py): restarted with
+    back-off, it protects nothing, and its errors are what the alert sees."""
+    shoot.setup()
+    port = free_port()
+    shoot.start_aggregator(module="tests.integration.planted_crash", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    errors = f'dwd_target_errors_total{{target="{shoot.namespace}"}}'
+    wait_for(lambda: up(port) and metrics(port).get(errors, 0) >= 1, 30, "the first crash")
+    first, at = scrape(port), time.monotonic()
+    wait_for(lambda: metrics(port)[errors] > samples(first)[errors], 30, "the next crash")
+    then, apart_s = scrape(port), time.monotonic() - at
+    assert "RuntimeError: a bug planted by the test" in target(port, shoot.namespace)["error"]
+    check(
+        tmp_path,
+        scraped(first, then, apart_s=apart_s, instance="aggregator"),
+        alert("5m", "DwdLeaseTargetFailing"),
+        alert("7m", "DwdLeaseTargetFailing", {"severity": "warning", "target": shoot.namespace}),
+    )
 
 
 def cluster(name: str, *, hibernated: bool, last_operation: dict[str, str]) -> dict[str, Any]:
@@ -211,16 +244,20 @@ def _leader(aggs: list[Process]) -> Process | None:
     return None
 
 
-def test_two_replicas_one_writer_and_takeover(shoot: Shoot) -> None:
+def test_two_replicas_one_writer_and_takeover(shoot: Shoot, tmp_path: Path) -> None:
     shoot.setup()
     election = shoot.election_env()
-    a, b = shoot.start_aggregator(**election), shoot.start_aggregator(**election)
+    port_a, port_b = free_port(), free_port()
+    a = shoot.start_aggregator(**election, DWD_METRICS_ADDR=f"127.0.0.1:{port_a}")
+    b = shoot.start_aggregator(**election, DWD_METRICS_ADDR=f"127.0.0.1:{port_b}")
     leader = wait_for(lambda: _leader([a, b]), 30, "a leader")
     standby = b if leader is a else a
     shoot.wait_leases_renewed()
     time.sleep(3)
     assert "lease_created" in leader.names()
     assert "lease_created" not in standby.names()
+    leaders_port, standbys_port = (port_a, port_b) if leader is a else (port_b, port_a)
+    as_leader, as_standby = scrape(leaders_port), scrape(standbys_port)
 
     shoot.driver.alive -= {f"node-{i}" for i in range(8)}
     wait_for(
@@ -245,6 +282,25 @@ def test_two_replicas_one_writer_and_takeover(shoot: Shoot) -> None:
         lambda: all(shoot.annotation(n, MELTDOWN) is None for n in CONTROLLERS), 10, "the records removed"
     )
     assert not [e for e in leader.events() if e["event"] == "resource_scaled_up"]
+
+    # The alerts, on what the replicas exported. The leader gone, what is left is the standby's
+    # view: judged, acted for by nobody until it takes over.
+    check(
+        tmp_path,
+        scraped(as_standby, instance="b"),
+        alert("1m", "DwdLeaseTargetUnled"),
+        alert("3m", "DwdLeaseTargetUnled", {"severity": "critical", "target": shoot.namespace}),
+    )
+    # A replica's leadership as it changed here (standby, then leader), back and forth every minute.
+    was, became = samples(as_standby)["dwd_leader"], samples(scrape(standbys_port))["dwd_leader"]
+    assert (samples(as_leader)["dwd_leader"], was, became) == (1, 0, 1)
+    changing = [was] * 4 + [became, was] * 4 + [became]
+    check(
+        tmp_path,
+        [series("dwd_leader", " ".join(f"{v:g}" for v in changing), instance="b")],
+        alert("7m", "DwdLeaseLeadershipFlapping"),
+        alert("8m", "DwdLeaseLeadershipFlapping", {"severity": "warning", "value": "5"}),
+    )
 
 
 def test_dry_run_reports_and_scales_nothing(shoot: Shoot) -> None:

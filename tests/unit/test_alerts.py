@@ -1,74 +1,20 @@
 """The alerting rules (manifests/monitoring/prometheusrule.yaml) run by promtool on series the
 tests write: each alert fires where it should and not where a standby's view or a passing
-blip would make it. promtool comes from Debian's ``prometheus`` package (scripts/deps.sh)."""
+blip would make it (on what the real processes export: tests/integration/test_alerts_scraped.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
-import pytest
 import yaml
 
 from aggregator.metrics import AggregatorMetrics
+from tests.alerting import PROMTOOL, RULES, alert, needs_promtool, promtool, rules, series
 
-RULES = Path(__file__).resolve().parents[2] / "manifests" / "monitoring" / "prometheusrule.yaml"
-PROMTOOL = shutil.which("promtool")
-
-# Skipped only outside CI: .ci/run installs promtool (scripts/deps.sh), and there its absence fails.
-pytestmark = pytest.mark.skipif(
-    PROMTOOL is None and not os.environ.get("CI"),
-    reason="promtool is missing: apt-get install prometheus (scripts/deps.sh does)",
-)
-
-
-def rules() -> dict[str, Any]:
-    rule: dict[str, Any] = yaml.safe_load(RULES.read_text())
-    return rule
-
-
-def annotations(alert: str, **values: str) -> dict[str, str]:
-    """The alert's annotations as Prometheus renders them for ``values`` (the labels and
-    ``value``, as its templates read them)."""
-    rule = next(r for g in rules()["spec"]["groups"] for r in g["rules"] if r.get("alert") == alert)
-    out = {}
-    for key, template in rule["annotations"].items():
-        text = template.replace("{{ $value }}", values.get("value", ""))
-        text = text.replace("{{ $value | humanizeDuration }}", values.get("duration", ""))
-        for name, value in values.items():
-            text = text.replace(f"{{{{ $labels.{name} }}}}", value)
-        out[key] = text
-    return out
-
-
-def promtool(tmp_path: Path, *tests: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    assert PROMTOOL is not None
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rules()["spec"]["groups"]}))
-    (tmp_path / "tests.yaml").write_text(
-        yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": list(tests)})
-    )
-    return subprocess.run(
-        [PROMTOOL, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False
-    )
-
-
-def series(name: str, values: str, **labels: str) -> dict[str, str]:
-    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-    return {"series": f"{name}{{{inner}}}", "values": values}
-
-
-def alert(at: str, name: str, *expected: dict[str, str]) -> dict[str, Any]:
-    """``expected``: each firing alert's labels and the values its annotations render."""
-    exp = []
-    for e in expected:
-        labels = {k: v for k, v in e.items() if k not in ("value", "duration")}
-        exp.append({"exp_labels": labels, "exp_annotations": annotations(name, **e)})
-    return {"eval_time": at, "alertname": name, "exp_alerts": exp}
+pytestmark = needs_promtool
 
 
 def test_the_rules_are_valid_prometheus_rules(tmp_path: Path) -> None:
