@@ -149,8 +149,11 @@ class GardenerSource:
         await self.informer.run()
 
     async def changed(self, max_wait_s: float) -> None:
+        # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancel that arrives as the
+        # event is set, and the loop around it would never stop.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), max_wait_s)
+            async with asyncio.timeout(max_wait_s):
+                await self._changed.wait()
         self._changed.clear()
 
     async def desired(self) -> dict[str, TargetSpec]:

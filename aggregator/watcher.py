@@ -178,8 +178,11 @@ class Informer(Generic[V]):
 
     async def first_list(self, timeout_s: float) -> bool:
         """Wait for the first LIST, at most ``timeout_s``; whether it has come."""
+        # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancel that arrives as the
+        # event is set, and the loop around it would never stop.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.synced.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self.synced.wait()
         return self.synced.is_set()
 
     def fresh(self, max_age_s: float) -> bool:
