@@ -9,9 +9,9 @@ from collections.abc import Callable
 from structlog.typing import FilteringBoundLogger
 
 from aggregator.kube import KubeClient
+from aggregator.kubelets import KubeletLeases
 from aggregator.machines import Machines
 from aggregator.settings import Decider
-from aggregator.witness import KubeletLeases
 from core.errors import Forbidden, KubeError, NotFound
 
 

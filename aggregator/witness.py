@@ -24,24 +24,21 @@ which is later than it was written: the due time errs late, never early.
 
 Kubelet leases change every 10 s per node (500 writes/s at 5000 nodes), so they are
 not watched: they are LISTed when a candidate is stale or the shoot is not healthy,
-every ``Decider.witness_every_s``, and once more right before a scale-down.
+every ``Decider.witness_every_s``, and once more right before a scale-down
+(aggregator/kubelets.py). This module is the rule alone: the decider imports it, and a
+verdict does no I/O (tests/unit/test_layers.py).
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Any
 
 from aggregator.objects import metadata, section
-from core.errors import BadResponse
-from core.lease import leases_path, parse_micro_time
-
-if TYPE_CHECKING:  # the decider imports this module and must stay free of I/O
-    from aggregator.kube import KubeClient
+from core.lease import parse_micro_time
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 # kubelet renews every quarter of its lease's duration (nodeLeaseDurationSeconds, 40 s by
@@ -71,50 +68,20 @@ class Readings:
     read_at: float = -math.inf
 
 
-class KubeletLeases:
-    """``kube-node-lease`` by LIST, and when each renewal was first seen."""
-
-    def __init__(self, shoot: KubeClient, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self.shoot = shoot
-        self.clock = clock
-        self.leases: dict[str, KubeletObs] = {}
-        # When the last read that answered was sent.
-        self.read_at = -math.inf
-        self.error = ""
-        # The shoot does not let us read them (403, 404): no second witness at all, and the
-        # agents' verdict stands (a missing RoleBinding must not switch protection off).
-        self.refused = False
-
-    def readings(self) -> Readings | None:
-        """What the verdict judges by; None while the kubelet leases may not be read."""
-        return None if self.refused else Readings(self.leases, self.read_at)
-
-    def due(self, every_s: float) -> bool:
-        return self.clock() - self.read_at >= every_s
-
-    async def read(self) -> None:
-        """One LIST; what it shows replaces what was known. Errors are the caller's: the old
-        observations stay, and age out by their own ``seen_renewed_mono``."""
-        sent_at = self.clock()
-        result = await self.shoot.get(leases_path(NODE_LEASE_NAMESPACE))
-        items = result.get("items")
-        if not isinstance(items, list):
-            raise BadResponse(f"LIST {leases_path(NODE_LEASE_NAMESPACE)}: no items")
-        now = self.clock()
-        seen: dict[str, KubeletObs] = {}
-        for obj in items:
-            name = metadata(obj).get("name")
-            if not isinstance(name, str):
-                continue
-            spec = section(obj, "spec")
-            renew = micro_time(spec.get("renewTime"))
-            before = self.leases.get(name)
-            unchanged = before is not None and before.renew_time == renew
-            interval_s = _interval_s(spec.get("leaseDurationSeconds"))
-            seen[name] = KubeletObs(
-                renew, before.seen_renewed_mono if unchanged and before else now, interval_s
-            )
-        self.leases, self.read_at, self.error, self.refused = seen, sent_at, "", False
+def observe(items: list[Any], before: Mapping[str, KubeletObs], now: float) -> dict[str, KubeletObs]:
+    """The kubelet leases of one LIST (``items``), each renewal first seen at ``now`` unless
+    ``before`` already showed it."""
+    seen: dict[str, KubeletObs] = {}
+    for obj in items:
+        name = metadata(obj).get("name")
+        if not isinstance(name, str):
+            continue
+        spec = section(obj, "spec")
+        renew = micro_time(spec.get("renewTime"))
+        known = before.get(name)
+        first_seen = known.seen_renewed_mono if known is not None and known.renew_time == renew else now
+        seen[name] = KubeletObs(renew, first_seen, _interval_s(spec.get("leaseDurationSeconds")))
+    return seen
 
 
 def _interval_s(duration: object) -> float:

@@ -11,7 +11,7 @@ so the layers are told apart here.
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,3 +81,82 @@ def test_allowed_imports_are_not_reported() -> None:
     source = "from testenv.shoot import Shoot\nfrom . import tests\nimport testsuite\n"
     assert violations("bench", source, "bench/x.py") == []
     assert violations("aggregator", "import aiohttp\nfrom core.lease import X\n", "aggregator/x.py") == []
+
+
+# -- inside aggregator/: the rules a verdict is made of do no I/O
+
+# The pure rules: a verdict, the write budget, who is a candidate, the second witness's rule,
+# the records. Tested without a loop, a client or a clock of their own.
+PURE = (
+    "aggregator.decider",
+    "aggregator.budget",
+    "aggregator.candidates",
+    "aggregator.witness",
+    "aggregator.records",
+)
+# What does I/O, directly or by what it starts: none of it may be reached from a pure rule.
+IO = frozenset(
+    {
+        "asyncio",
+        "aiohttp",
+        "kubernetes",
+        "httpx",
+        "socket",
+        "ssl",
+        "selectors",
+        "subprocess",
+        "threading",
+        "uvloop",
+    }
+)
+
+
+def module_source(name: str) -> str:
+    path = ROOT / (name.replace(".", "/") + ".py")
+    return (path if path.exists() else ROOT / name.replace(".", "/") / "__init__.py").read_text()
+
+
+def io_reached(start: str, source_of: Callable[[str], str] = module_source) -> list[str]:
+    """``a -> b -> asyncio``: each path from ``start`` through our own modules to one that does I/O
+    (TYPE_CHECKING imports count too: a rule that names the client is not free of it)."""
+    found, seen, todo = [], set(), [(start, (start,))]
+    while todo:
+        name, path = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for _, module in imported_modules(ast.parse(source_of(name))):
+            if module.split(".")[0] in IO:
+                found.append(" -> ".join((*path, module)))
+            elif module.split(".")[0] in ("aggregator", "core"):
+                todo.append((module, (*path, module)))
+    return sorted(found)
+
+
+def imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, dotted module) of every absolute import."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            yield node.lineno, node.module
+
+
+def test_the_pure_rules_reach_no_io() -> None:
+    found = [p for m in PURE for p in io_reached(m)]
+    assert not found, "a pure rule reaches I/O:\n" + "\n".join(found)
+
+
+def test_a_planted_import_in_a_pure_rule_is_reported_with_its_path() -> None:
+    planted = {"aggregator.decider": module_source("aggregator.decider") + "\nimport asyncio\n"}
+    assert io_reached("aggregator.decider", lambda n: planted.get(n) or module_source(n)) == [
+        "aggregator.decider -> asyncio"
+    ]
+    # Reached through a module the rule imports: the kube client.
+    via = {
+        "aggregator.witness": module_source("aggregator.witness")
+        + "\nfrom aggregator.kube import KubeClient\n"
+    }
+    paths = io_reached("aggregator.decider", lambda n: via.get(n) or module_source(n))
+    assert "aggregator.decider -> aggregator.witness -> aggregator.kube -> aiohttp" in paths, paths
