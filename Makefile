@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: deps install testenv image manifests lowest test unit integration e2e lint fmt bench demo clean coverage soak
+.PHONY: deps install testenv image manifests lowest test unit integration e2e lint fmt bench bench-full demo clean coverage soak
 
 install: $(STAMP)
 
@@ -47,11 +47,15 @@ integration: deps install testenv
 e2e: deps install testenv image
 	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
 
-# The model of docs/decision.md explored for SOAK_MINUTES on fresh random seeds (CI runs a
-# fixed-seed slice of it in `make test`).
+# The model of docs/decision.md explored for SOAK_MINUTES on fresh random seeds, then the fault
+# suite's SOAK_CYCLES random cycles of plan SOAK_SEED against real processes (CI runs a
+# fixed-seed slice of each in `make test`).
 SOAK_MINUTES ?= 30
-soak: install
+SOAK_CYCLES ?= 50
+SOAK_SEED ?= 1
+soak: install testenv
 	DWDDEV_SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/pytest -q -s -p no:cacheprovider tests/model/test_model.py
+	$(BIN)/python -m tests.soak.faults --cycles $(SOAK_CYCLES) --seed $(SOAK_SEED)
 
 lint: install
 	$(BIN)/ruff check .
@@ -72,8 +76,12 @@ $(LOWEST_STAMP): pyproject.toml scripts/lowest.py
 	$(LOWEST)/bin/pip install -q -c $(LOWEST)/constraints.txt -e '.[dev]'
 	rm -f $(LOWEST)/.installed-* && touch $@
 
+# The quick benchmarks (a few minutes); bench-full adds the long ones (well over an hour).
 bench: install testenv
 	$(BIN)/python -m bench
+
+bench-full: install testenv
+	$(BIN)/python -m bench --full
 
 demo: install testenv
 	$(BIN)/python -m demo

@@ -289,7 +289,7 @@ def _only_renewed(before: LeaseView, after: LeaseView) -> bool:
 
 
 # Pages of a full Node LIST: one LIST of 5000 nodes is 56 MiB that parse into 220 MiB more
-# (python -m bench.node_objects); client-go's reflector pages by 500 too.
+# (bench.node_objects at 3458592, docs/scale.md); client-go's reflector pages by 500 too.
 NODE_PAGE = 500
 
 

@@ -50,13 +50,6 @@ def total(series: Series, name: str, **labels: str) -> float:
     return sum(v for n, ls, v in series if n == name and _matches(ls, labels))
 
 
-def resource_total(series: Series, name: str, resource: str) -> float:
-    """The sum of ``name``'s samples with a label naming ``resource``: its value ``resource``
-    or ``/resource``, or either followed by ``.group`` (leases.coordination.k8s.io)."""
-    naming = re.compile(rf"/?{re.escape(resource)}(\..*)?")
-    return sum(v for n, ls, v in series if n == name and any(naming.fullmatch(x) for x in ls.values()))
-
-
 def requests(
     s: Series, verb: str | None = None, resource: str | None = None, code: str | None = None
 ) -> float:

@@ -30,18 +30,6 @@ def rss_mib(pid: int, field: str = "VmRSS") -> float:
     return 0.0
 
 
-def bytes_read() -> int:
-    """Bytes this process has read through read()/recv() (sockets included), /proc/self/io."""
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("rchar:"):
-            return int(line.split()[1])
-    return 0
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
 @dataclass
 class Window:
     """CPU of some processes over a stretch of time, and their RSS at its end."""

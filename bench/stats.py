@@ -1,6 +1,6 @@
-"""Exact statistics for the benches: quantiles of measured values, and the aggregator's
-sampled estimate of the stale fraction with its exact distribution (hypergeometric, per
-zone)."""
+"""Exact statistics for the benches: min / median / max of measured values, and the
+aggregator's sampled estimate of the stale fraction with its exact distribution
+(hypergeometric, per zone)."""
 
 from __future__ import annotations
 
@@ -11,33 +11,12 @@ import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 
-def quantile(values: Sequence[float], q: float) -> float:
-    """The q-quantile by linear interpolation between the closest ranks (numpy's default);
-    NaN for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 def min_median_max(xs: Iterable[float], unit: str = "s") -> str:
     """ "min / median / max unit", to one decimal; "-" for no values."""
     ordered = sorted(xs)
     if not ordered:
         return "-"
     return f"{ordered[0]:.1f} / {statistics.median(ordered):.1f} / {ordered[-1]:.1f} {unit}"
-
-
-def nearest_rank(values: Sequence[float], q: float) -> float:
-    """The value at rank ``int(q * len)`` of the sorted values (the last for q = 1); 0 for no
-    values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def estimate(cut: Iterable[str], sample: Collection[str], zones: Mapping[str, str]) -> float:

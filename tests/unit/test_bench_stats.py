@@ -1,4 +1,4 @@
-"""bench/stats.py: quantiles of measured values and the exact distribution of the
+"""bench/stats.py: min / median / max of measured values and the exact distribution of the
 aggregator's sampled estimate, on inputs small enough to count by hand."""
 
 from __future__ import annotations
@@ -12,29 +12,9 @@ from bench.stats import (
     hypergeom_pmf,
     log_comb,
     min_median_max,
-    nearest_rank,
     p_down_spread,
     p_down_zoned,
-    quantile,
 )
-
-
-def test_quantile_of_no_values_is_nan_and_of_one_is_that_value() -> None:
-    assert math.isnan(quantile([], 0.5))
-    assert quantile([7.0], 0.0) == 7.0
-    assert quantile([7.0], 0.5) == 7.0
-    assert quantile([7.0], 1.0) == 7.0
-
-
-def test_quantile_interpolates_linearly_between_ranks() -> None:
-    values = [4.0, 1.0, 3.0, 2.0]
-    assert quantile(values, 0.0) == 1.0
-    assert quantile(values, 0.25) == 1.75
-    assert quantile(values, 0.5) == 2.5  # the median of an even count
-    assert quantile(values, 0.75) == 3.25
-    assert quantile(values, 1.0) == 4.0
-    assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0  # the median of an odd count
-    assert values == [4.0, 1.0, 3.0, 2.0]  # not sorted in place
 
 
 def test_min_median_max() -> None:
@@ -42,19 +22,6 @@ def test_min_median_max() -> None:
     assert min_median_max([2.25]) == "2.2 / 2.2 / 2.2 s"  # round half to even, as format does
     assert min_median_max([3.0, 1.0, 10.04, 2.0]) == "1.0 / 2.5 / 10.0 s"
     assert min_median_max(iter([5.0, 4.0, 6.0]), "ms") == "4.0 / 5.0 / 6.0 ms"
-
-
-def test_nearest_rank_takes_a_measured_value() -> None:
-    assert nearest_rank([], 0.5) == 0.0
-    assert nearest_rank([7.0], 0.99) == 7.0
-    values = [4.0, 1.0, 3.0, 2.0]
-    assert nearest_rank(values, 0.0) == 1.0
-    assert nearest_rank(values, 0.5) == 3.0  # rank int(0.5 * 4) = 2 of 0..3
-    assert nearest_rank(values, 0.49) == 2.0
-    assert nearest_rank(values, 0.99) == 4.0
-    assert nearest_rank(values, 1.0) == 4.0
-    assert nearest_rank(list(range(100)), 0.99) == 99
-    assert nearest_rank(list(range(1000)), 0.99) == 990
 
 
 ZONES = {"a1": "a", "a2": "a", "b1": "b", "b2": "b", "b3": "b", "b4": "b"}

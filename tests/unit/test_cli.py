@@ -45,10 +45,28 @@ def test_version_and_a_stray_argument(module: str) -> None:
 
 
 def test_bench_help_lists_the_benchmarks_and_runs_none() -> None:
-    from bench.__main__ import BENCHMARKS
+    from bench.__main__ import BENCHMARKS, LONG, QUICK
 
     out = run("bench", "--help")
     assert out.returncode == 0, out.stderr
+    quick, long = out.stdout.split("make bench-full")
     for name in BENCHMARKS:
         assert f"  {name} " in out.stdout
+    for name in QUICK:
+        assert f"  {name} " in quick and f"  {name} " not in long, out.stdout
+    for name in LONG:
+        assert f"  {name} " in long and f"  {name} " not in quick, out.stdout
     assert run("bench", "no-such").returncode == 2
+    both = run("bench", "--full", "race")
+    assert both.returncode == 2 and "--full or names, not both" in both.stderr, both
+
+
+def test_make_bench_runs_the_quick_ones_and_bench_full_all() -> None:
+    from bench.__main__ import BENCHMARKS, LONG, QUICK, chosen
+
+    assert QUICK and LONG and not set(QUICK) & set(LONG)
+    assert set(BENCHMARKS) == set(QUICK) | set(LONG)
+    assert "agent_footprint" in QUICK and {"race", "path", "seed", "scale"} <= set(LONG)
+    assert chosen([]) == list(QUICK)
+    assert chosen(["--full"]) == list(QUICK) + list(LONG)
+    assert chosen(["seed", "agent_footprint"]) == ["seed", "agent_footprint"]

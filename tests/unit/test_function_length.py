@@ -1,5 +1,6 @@
-"""No function longer than 50 lines in the programs, the harness, the benches and the demo: a
-longer one holds more than one step, and each step deserves a name (docs/harness.md)."""
+"""No function longer than 50 lines in the programs, the harness, the benches, the demo and the
+fault suite: a longer one holds more than one step, and each step deserves a name
+(docs/harness.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("aggregator", "agent", "core", "testenv", "bench", "demo", "image")
+PACKAGES = ("aggregator", "agent", "core", "testenv", "bench", "demo", "image", "tests/soak")
 MAX_LINES = 50
 
 

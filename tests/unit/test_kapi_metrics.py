@@ -16,7 +16,6 @@ from bench.kapi_metrics import (
     histogram_quantile,
     parse_metrics,
     requests,
-    resource_total,
     total,
 )
 
@@ -66,24 +65,6 @@ def test_total_and_requests_sum_over_the_labels_left_open() -> None:
     assert requests(series, "POST") == 5.0
     assert requests(series) == 45.0
     assert requests(series, "DELETE", "leases") == 0.0
-
-
-def test_resource_total_by_any_label_naming_the_resource() -> None:
-    text = "\n".join(
-        [
-            'a_total{index="",resource_prefix="/leases"} 100',
-            'a_total{resource="leases.coordination.k8s.io"} 3',
-            'a_total{resource="leases"} 5',
-            'a_total{resource="leasesx"} 1000',
-            'a_total{resource_prefix="/nodes",group="leases-ish"} 1000',
-            'a_total{other="x/leases"} 1000',
-            'b_total{resource="leases"} 1000',
-        ]
-    )
-    series = parse_metrics(text, ["a_total", "b_total"])
-    assert resource_total(series, "a_total", "leases") == 108.0
-    assert resource_total(series, "a_total", "nodes") == 1000.0
-    assert resource_total(series, "a_total", "pods") == 0.0
 
 
 def _histogram(counts: dict[str, float], verb: str = "PATCH") -> str:

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from bench.faultrig import NODES, Rig, recorded
 from testenv.controllers import CONTROLLERS, KCM, MCM
 from testenv.dwd import DependencyWatchdog
+from tests.soak.rig import NODES, Rig, recorded
 
 KINDS = ("outage", "minority", "kapi-restart")
 EXTRAS = ("kill", "seed-fault", "handover", "dwd", "operator-scale", "window-kill")
@@ -92,7 +92,8 @@ class Plan:
         return any(e.what == what for e in self.extras)
 
 
-def plan(rng: random.Random, n: int) -> Plan:
+def draw(rng: random.Random, n: int) -> Plan:
+    """Cycle ``n``'s plan, drawn from ``rng``: the same seed, the same cycles."""
     kind = rng.choices(KINDS, weights=(4, 3, 3))[0]
     if kind == "outage":
         cut, duration = rng.randint(6, 10), rng.uniform(4, 15)

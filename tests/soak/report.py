@@ -15,12 +15,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.faultplan import EXTRAS, KINDS, Plan, Tally
-from bench.faultrig import annotated, recorded
-from bench.table import print_table
 from testenv.controllers import CONTROLLERS
 from testenv.process import json_log
 from testenv.shoot import Sample
+from tests.soak.plan import EXTRAS, KINDS, Plan, Tally
+from tests.soak.rig import annotated, recorded
 
 SHOWN_EVENTS = {
     "aggregator_started",
@@ -36,6 +35,13 @@ SHOWN_EVENTS = {
     "resource_scaled_up",
     "scale_step_failed",
     "dependent_raised_by_someone_else",
+}
+# The defects, each a list on Result (one entry per controller in a cycle): all must stay empty.
+DEFECTS = {
+    "lowered": "false scale-downs (replicas lowered, not an outage)",
+    "left_at_zero": "controllers left at 0 after heal",
+    "lost": "records lost (record left, or restored to neither its count nor the operator's)",
+    "lowered_again": "controllers lowered again during the scale-up",
 }
 EXTRA_HEADERS = {
     "kill": "+ leader SIGKILL",
@@ -67,7 +73,7 @@ class Result:
 
     @property
     def defects(self) -> bool:
-        return bool(self.lowered or self.left_at_zero or self.lost or self.lowered_again)
+        return any(getattr(self, attr) for attr in DEFECTS)
 
     def holds(self, when: datetime) -> bool:
         return datetime.fromisoformat(self.start_wall) <= when <= datetime.fromisoformat(self.end_wall)
@@ -344,6 +350,11 @@ def _count(results: Sequence[Result], attr: str) -> int:
     return sum(len(getattr(x, attr)) for x in results)
 
 
+def defects(results: Sequence[Result]) -> dict[str, int]:
+    """How many of each defect the cycles found, by its DEFECTS label."""
+    return {label: _count(results, attr) for attr, label in DEFECTS.items()}
+
+
 def _defects(results: Sequence[Result]) -> None:
     def cycles(attr: str) -> str:
         return ", ".join(str(x.plan.n) for x in results if getattr(x, attr)) or "-"
@@ -352,22 +363,7 @@ def _defects(results: Sequence[Result]) -> None:
         "Fault suite: defects (each a controller in a cycle; must all be 0)",
         ["defect", "count", "cycles"],
         [
-            [
-                "false scale-downs (replicas lowered, not an outage)",
-                _count(results, "lowered"),
-                cycles("lowered"),
-            ],
-            ["controllers left at 0 after heal", _count(results, "left_at_zero"), cycles("left_at_zero")],
-            [
-                "records lost (record left, or restored to neither its count nor the operator's)",
-                _count(results, "lost"),
-                cycles("lost"),
-            ],
-            [
-                "controllers lowered again during the scale-up",
-                _count(results, "lowered_again"),
-                cycles("lowered_again"),
-            ],
+            *[[label, _count(results, attr), cycles(attr)] for attr, label in DEFECTS.items()],
             [
                 "(not a defect) controllers lowered after the heal, still held (recovery period)",
                 _count(results, "held_after_heal"),
@@ -398,3 +394,14 @@ def _explain(x: Result, events: Sequence[LogEvent]) -> None:
     for e in sorted((e for e in events if x.holds(e.when)), key=lambda e: e.when):
         detail = {k: v for k, v in e.fields.items() if k not in ("event", "timestamp", "level", "target")}
         print(f"  {e.fields['timestamp']} {e.log} {e.fields['event']} {detail}")
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """A Markdown table under a heading, as the benches print theirs (bench/table.py)."""
+    cells = [list(map(str, header)), *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    print(f"\n## {title}\n")
+    for i, row in enumerate(cells):
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")

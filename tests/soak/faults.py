@@ -1,8 +1,11 @@
 """The fault suite: random cycles of outages and non-outages against real processes, with
-leader kills, a failing seed and leader handovers thrown in, checked for the aggregator's two
+leader kills, a failing seed and leader handovers thrown in, checked for the aggregator's
 failures that must never happen.
 
-    python -m bench.faults [--cycles N] [--seed S]
+    python -m tests.soak.faults [--cycles N] [--seed S]
+
+prints its report and exits 1 on any defect; ``make soak`` runs 50 cycles,
+``make test`` a short slice of a fixed seed (tests/soak/test_faults.py).
 
 Each cycle is one of
 - outage: 60-100 % of the nodes stop renewing for 4-15 s (the controllers must go to 0);
@@ -18,7 +21,7 @@ running beside the aggregators (it raises whatever they hold at 0: they must low
 again); an outage may also get an operator scaling one controller held at 0 to another
 count (that count must come back), and a SIGKILL of the leader or of both replicas in the
 scale-up's window, KCM back and MCM still at 0 (KCM must not be lowered again). The
-extras start around the scale-down or around the scale-up (bench/faultplan.py).
+extras start around the scale-down or around the scale-up (tests/soak/plan.py).
 
 After each cycle everything is healed and the rig must settle within 60 s: the
 controllers at their replicas (an operator's count first, then the suite sets it back)
@@ -31,17 +34,18 @@ import argparse
 import math
 import random
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
 from types import FrameType
 
-from bench import faultplan
-from bench.faultplan import Plan, plan
-from bench.faultreport import Result, check, report
-from bench.faultrig import NODES, Rig, rig, wall
 from testenv.controllers import CONTROLLERS
 from testenv.wait import eventually
+from tests.soak import plan
+from tests.soak.plan import Plan
+from tests.soak.report import Result, check, defects, report
+from tests.soak.rig import NODES, Rig, rig, wall
 
 SETTLE_S = 60.0
 # Past the aggregator's blind limit (2 min): a rig that has not settled by then never will.
@@ -52,7 +56,7 @@ def run_cycle(r: Rig, p: Plan) -> Result:
     mark = r.journal.mark()
     r.journal(f"cycle {p.n}: {p.describe()}")
     res = Result(p, wall())
-    with faultplan.watchdog(r, p, res.tally):
+    with plan.watchdog(r, p, res.tally):
         _cycle(r, p, res)
     r.journal(f"cycle {p.n} done")
     res.end_wall = wall()
@@ -62,7 +66,7 @@ def run_cycle(r: Rig, p: Plan) -> Result:
 
 def _cycle(r: Rig, p: Plan, res: Result) -> None:
     t_start = time.monotonic()
-    with faultplan.running(r, p, res.tally) as (healed, finish):
+    with plan.running(r, p, res.tally) as (healed, finish):
         t_cut = time.monotonic()
         if p.kind == "kapi-restart":
             # The load balancer admits nothing from the moment the server stops being ready.
@@ -117,8 +121,11 @@ def _progress(x: Result, total: int) -> None:
     print(" | ".join(parts), flush=True)
 
 
-def run(cycles: int = 50, seed: int = 1) -> None:
-    workdir = Path(tempfile.mkdtemp(prefix="dwd-faults-"))
+def run(cycles: int = 50, seed: int = 1, workdir: Path | None = None) -> list[Result]:
+    """``cycles`` cycles of seed ``seed``'s plan, the report printed; the cycles run, fewer when
+    the rig did not settle or the run was interrupted. Logs in ``workdir`` (a new temporary
+    directory by default)."""
+    workdir = workdir or Path(tempfile.mkdtemp(prefix="dwd-faults-"))
     rng = random.Random(seed)
     results: list[Result] = []
     why_stopped = ""
@@ -132,7 +139,7 @@ def run(cycles: int = 50, seed: int = 1) -> None:
     try:
         with rig(workdir) as r:
             for n in range(1, cycles + 1):
-                x = run_cycle(r, plan(rng, n))
+                x = run_cycle(r, plan.draw(rng, n))
                 results.append(x)
                 _progress(x, cycles)
                 if any(note.startswith("still not settled") for note in x.notes):
@@ -147,14 +154,25 @@ def run(cycles: int = 50, seed: int = 1) -> None:
         signal.signal(signal.SIGTERM, previous)
         # Also when aborted: what the cycles so far found is the point of the run.
         report(results, seed, time.monotonic() - started, workdir, why_stopped)
+    return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.split("\n\n")[0])
+def failures(results: list[Result], cycles: int) -> list[str]:
+    """What makes a run fail: every defect counted, and cycles that never ran (the rig did not
+    settle, or the run was interrupted). Empty for a run that passed."""
+    found = [f"{label}: {count}" for label, count in defects(results).items() if count]
+    if len(results) < cycles:
+        found.append(f"{len(results)} of {cycles} cycles run")
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.soak.faults", description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=50, help="how many cycles (default 50)")
     parser.add_argument("--seed", type=int, default=1, help="the random plan's seed (default 1)")
-    args = parser.parse_args()
-    run(args.cycles, args.seed)
+    args = parser.parse_args(argv)
+    if found := failures(run(args.cycles, args.seed), args.cycles):
+        sys.exit("fault suite FAILED: " + "; ".join(found))
 
 
 if __name__ == "__main__":
