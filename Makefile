@@ -35,17 +35,23 @@ manifests: install
 image: deps install
 	$(BIN)/python -m image build
 
+# Two passes. The unit tests and the model use the CPU: one worker per core. The integration,
+# end-to-end and soak cases mostly wait on clocks (KCM's grace, lease durations), so XDIST of
+# them run side by side, each worker a file at a time (a file's module fixtures built once,
+# each worker with control planes of its own).
+XDIST ?= 3
 test: deps install testenv image
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 tests/unit tests/model $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(XDIST) --dist loadfile tests/integration tests/e2e tests/soak $(PYTEST_ARGS)
 
 unit: install
-	$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 tests/unit $(PYTEST_ARGS)
 
 integration: deps install testenv
-	$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(XDIST) --dist loadfile tests/integration $(PYTEST_ARGS)
 
 e2e: deps install testenv image
-	$(BIN)/pytest tests/e2e $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(XDIST) --dist loadfile tests/e2e $(PYTEST_ARGS)
 
 # The model of docs/decision.md explored for SOAK_MINUTES on fresh random seeds, then the fault
 # suite's SOAK_CYCLES random cycles of plan SOAK_SEED against real processes (CI runs a
@@ -68,7 +74,7 @@ fmt: install
 
 # The unit tests on the floor of every dependency: a floor the code outgrew fails here.
 lowest: $(LOWEST_STAMP)
-	$(LOWEST)/bin/pytest -q -p no:cacheprovider tests/unit
+	$(LOWEST)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
 
 $(LOWEST_STAMP): pyproject.toml scripts/lowest.py
 	$(PYTHON) -m venv $(LOWEST)
