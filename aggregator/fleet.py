@@ -20,7 +20,7 @@ from aggregator.scope import Alone, Leadership
 from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Settings
 from aggregator.sources import KubeconfigSecrets, TargetSource, TargetSpec
-from aggregator.target import Target
+from aggregator.target import Shared, Target
 from core import logs
 from core.errors import KubeError
 
@@ -84,6 +84,15 @@ class Fleet:
         )
         self._source: TargetSource | None = None
         self.orphans = self._orphans()
+        self.shared = Shared(
+            settings,
+            seed,
+            dependents,
+            metrics,
+            watched=self.seed_dependents,
+            events=self.events,
+            lag_since=lag_since,
+        )
 
     def _orphans(self) -> Orphans:
         return Orphans(
@@ -191,15 +200,9 @@ class Fleet:
                 spec.name,
                 spec.namespace,
                 shoot,
-                self.seed,
-                settings=self.settings,
-                dependents=self.dependents,
+                self.shared,
                 scope=self.leadership.scope(spec.namespace),
                 node_conditions=dict(spec.node_conditions),
-                metrics=self.metrics,
-                watched=self.seed_dependents,
-                events=self.events,
-                lag_since=self.lag_since,
             )
             running.target, running.error = target, ""
             async with asyncio.TaskGroup() as tg:

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,47 +43,62 @@ log = logs.get("target")
 WAKE_AFTER_S = 0.05
 
 
+def _no_lag(_since: float) -> float:
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every target of one process shares: the settings, the seed's clients, the
+    dependents, the metrics, the seed's watch of the dependents, the loop's lag and the clocks.
+    Built once (aggregator/fleet.py); a target adds only its own shoot and leadership."""
+
+    settings: Settings
+    seed: KubeClient
+    dependents: Sequence[Dependent]
+    metrics: AggregatorMetrics = field(default_factory=AggregatorMetrics)
+    watched: SeedDependents | None = None
+    events: KubeClient | None = None  # the seed client Events go by (their own pace)
+    lag_since: Callable[[float], float] = _no_lag
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+
+
 class Target:
     def __init__(
         self,
         name: str,
         namespace: str,
         shoot: KubeClient,
-        seed: KubeClient,
+        shared: Shared,
         *,
-        settings: Settings,
-        dependents: Sequence[Dependent],
         scope: Scope | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] = time.time,
         node_conditions: Mapping[str, tuple[str, ...]] | None = None,
-        metrics: AggregatorMetrics | None = None,
-        watched: SeedDependents | None = None,
-        events: KubeClient | None = None,
-        lag_since: Callable[[float], float] = lambda _since: 0.0,
     ) -> None:
+        settings, clock, wall = shared.settings, shared.clock, shared.wall
         self.name, self.namespace, self.shoot = name, namespace, shoot
         self.settings, self.params = settings, settings.decider.with_pools(node_conditions)
         # Whether this replica acts for the shoot, until when, and its writes (aggregator/scope.py).
         self.scope = scope or Scope()
-        self.clock, self.lag_since = clock, lag_since
+        self.clock, self.lag_since = clock, shared.lag_since
         self.log = log.bind(target=name)
-        self.metrics = metrics or AggregatorMetrics()
+        self.metrics = shared.metrics
         self.observed = Observed(clock=clock, wall=lambda: datetime.fromtimestamp(wall(), UTC))
+        watched = shared.watched
         self.scaler = Scaler(
-            seed,
+            shared.seed,
             namespace,
-            dependents,
+            shared.dependents,
             settings=settings.scaling,
             label=name,
             clock=clock,
             scope=self.scope,
             metrics=self.metrics,
             watched=None if watched is None else functools.partial(watched.get, namespace=namespace),
-            events=events,
+            events=shared.events,
         )
         self.report = Reporter(name, self.metrics, wall=wall, log=self.log, event=self.scaler.report)
-        self._wire_shoot(seed, wall)
+        self._wire_shoot(shared.seed, wall)
         self.memory = Memory(Phase.STARTING, clock())
         # When the last verdict's first pending kubelet is due (``next_tick_in``).
         self.wake_at: float | None = None

@@ -34,7 +34,7 @@ from aggregator.orphans import Orphans
 from aggregator.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Leader, Settings, Shoots
-from aggregator.target import Target
+from aggregator.target import Shared, Target
 from aggregator.witness import KUBELET_JITTER, NODE_LEASE_NAMESPACE
 from core.errors import Conflict, KubeError, TransportError, api_error
 from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, format_micro_time, lease_path
@@ -188,20 +188,17 @@ class Replica:
     def new_target(self) -> Target:
         w = self.world
         scope = self.elector.scope(NS)
-        target = Target(
-            "shoot",
-            NS,
-            self.shoot,  # type: ignore[arg-type]
+        shared = Shared(
+            w.settings,
             self.seed,  # type: ignore[arg-type]
-            settings=w.settings,
-            dependents=DEFAULT_DEPENDENTS,
-            scope=scope,
+            DEFAULT_DEPENDENTS,
+            self.metrics,
+            watched=self.watch,  # type: ignore[arg-type]
+            lag_since=self.shoot.lag.worst_since,
             clock=w.clock,
             wall=lambda: WALL0 + w.clock(),
-            metrics=self.metrics,
-            watched=self.watch,
-            lag_since=self.shoot.lag.worst_since,
         )
+        target = Target("shoot", NS, self.shoot, shared, scope=scope)  # type: ignore[arg-type]
         target.provisioner.min_gap_s = 0.0
         return target
 

@@ -18,7 +18,7 @@ from aggregator.machines import ABSENT, MACHINES, phases_by_node
 from aggregator.objects import ClusterView, NodeView
 from aggregator.settings import Decider, Settings
 from aggregator.sources import GardenerSource
-from aggregator.target import Target
+from aggregator.target import Shared, Target
 from aggregator.watcher import Observed
 from core.errors import ConfigError, KubeError, api_error
 from core.lease import LeaseView
@@ -306,15 +306,7 @@ async def test_a_clusters_pools_reach_the_target_over_the_setting() -> None:
         await asyncio.gather(watching, return_exceptions=True)
     assert spec.node_conditions == (("gpu", ("GPUUnhealthy",)),)
     settings = Settings(decider=Decider(node_conditions=NodeConditions.parse("gpu: [A]\ncpu: [B]")))
-    t = Target(
-        "t",
-        NS,
-        FakeKube(),
-        seed,
-        settings=settings,
-        dependents=(),
-        node_conditions=dict(spec.node_conditions),
-    )  # type: ignore[arg-type]
+    t = Target("t", NS, FakeKube(), Shared(settings, seed, ()), node_conditions=dict(spec.node_conditions))  # type: ignore[arg-type]
     conditions = t.params.node_conditions
     assert conditions is not None
     assert (conditions.for_pool("gpu"), conditions.for_pool("cpu"), conditions.for_pool("x")) == (

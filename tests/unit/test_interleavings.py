@@ -29,7 +29,7 @@ from aggregator.scope import Scope
 from aggregator.settings import Leader
 from aggregator.shards import Shards
 from aggregator.sources import CLUSTERS, GardenerSource
-from aggregator.target import Target
+from aggregator.target import Shared, Target
 from core.errors import KubeError, TransportError, api_error
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from tests.unit.fakekube import FakeKube
@@ -163,7 +163,7 @@ async def test_a_started_target_whose_shoot_refuses_it_restores_after_the_blind_
     shoot, seed = FakeKube(), FakeKube()
     shoot.fail(error=lambda: api_error(401, '{"reason":"Unauthorized","message":"token revoked"}'))
     held_down(seed)
-    target = Target("shoot", NS, shoot, seed, settings=settings, dependents=quick_dependents())  # type: ignore[arg-type]
+    target = Target("shoot", NS, shoot, Shared(settings, seed, quick_dependents()))  # type: ignore[arg-type]
     task = asyncio.create_task(target.run())
     try:
         restored = await until_real(lambda: {n: at(seed, n) for n in CONTROLLERS} == CONTROLLERS, 6.0)

@@ -11,7 +11,7 @@ from aggregator import decider
 from aggregator.decider import Phase
 from aggregator.interlocks import Interlock, Refusal
 from aggregator.settings import Decider, Settings, Shoots
-from aggregator.target import Target
+from aggregator.target import Shared, Target
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.controllers import CONTROLLERS
 from tests.unit.fakekube import FakeKube, Rule, server_error
@@ -33,7 +33,7 @@ async def test_run_reports_why_it_cannot_list_then_provisions_and_judges() -> No
         seed.put(deployment_path(name), {"spec": {"replicas": replicas}})
     quick = Decider(lease_duration_s=0.4, fast_interval_s=0.2, blind_limit_s=1.0, node_grace_s=0.0)
     settings = Settings(Shoots(namespace=NS), quick)
-    target = Target("shoot", NS, shoot, seed, settings=settings, dependents=World().dependents)  # type: ignore[arg-type]
+    target = Target("shoot", NS, shoot, Shared(settings, seed, World().dependents))  # type: ignore[arg-type]
     target.provisioner.min_gap_s = 0.0
     shoot.fail("GET", "/api/v1/nodes$")
     task = asyncio.create_task(target.run())

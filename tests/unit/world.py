@@ -19,7 +19,7 @@ from aggregator.looplag import LoopLag
 from aggregator.records import MELTDOWN, REPLICAS
 from aggregator.scope import Scope
 from aggregator.settings import Settings, Shoots
-from aggregator.target import Target
+from aggregator.target import Shared, Target
 from aggregator.witness import NODE_LEASE_NAMESPACE
 from core.durations import parse_duration
 from core.errors import KubeError
@@ -136,18 +136,16 @@ class World:
         another replica's), leading while ``is_leader`` says so (the world's ``leader``)."""
         if settings:
             self.settings = with_settings(self.settings, **settings)
-        target = Target(
-            "shoot",
-            NS,
-            self.shoot,
+        shared = Shared(
+            self.settings,
             self.seed,
-            settings=self.settings,
-            dependents=self.dependents,
+            self.dependents,
+            lag_since=self.loop_lag.worst_since,
             clock=self.clock,
             wall=lambda: WALL0 + self.clock(),
-            scope=Scope(is_leader or (lambda: self.leader), term_end or (lambda: self.term_end)),
-            lag_since=self.loop_lag.worst_since,
         )
+        scope = Scope(is_leader or (lambda: self.leader), term_end or (lambda: self.term_end))
+        target = Target("shoot", NS, self.shoot, shared, scope=scope)
         target.provisioner.min_gap_s = 0.0
         if replace_first:
             self.target = target
