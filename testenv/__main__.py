@@ -51,8 +51,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("run needs a COMMAND after --")
     cp = ControlPlane(extra_sans=args.san)
     started = time.monotonic()
-    # SIGTERM must run the clean-up below, like Ctrl-C does.
+    # SIGTERM must run the clean-up below, like Ctrl-C does; and Ctrl-C must, even where this
+    # process started with SIGINT ignored (a background job of a shell without job control):
+    # Python then installs no handler of its own.
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         cp.start()
         print(

@@ -192,13 +192,16 @@ def test_run_command_exit_code_and_cleanup_on_interrupt(tmp_path: Path) -> None:
         [sys.executable, "-m", "testenv", "run", "--", "sh", "-c", f"echo $TESTENV_URL > {out}.2; sleep 60"],
         log_path=tmp_path / "run.log",
     )
-    wait_for(lambda: (tmp_path / "env.2").exists() or not proc.alive(), 60, "the command started", 0.1)
-    assert (tmp_path / "env.2").exists(), f"testenv run exited early:\n{proc.tail()}"
-    children = subprocess.run(
-        ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=False
-    ).stdout.split()
-    assert len(children) >= 2  # etcd, kube-apiserver (and the command)
-    proc.popen.send_signal(signal.SIGINT)
-    assert proc.wait(60) == 130  # each process gets 10 s after SIGTERM: generous under load
+    try:
+        wait_for(lambda: (tmp_path / "env.2").exists() or not proc.alive(), 60, "the command started", 0.1)
+        assert (tmp_path / "env.2").exists(), f"testenv run exited early:\n{proc.tail()}"
+        children = subprocess.run(
+            ["pgrep", "-P", str(proc.pid)], capture_output=True, text=True, check=False
+        ).stdout.split()
+        assert len(children) >= 2  # etcd, kube-apiserver (and the command)
+        proc.popen.send_signal(signal.SIGINT)
+        assert proc.wait(60) == 130  # each process gets 10 s after SIGTERM: generous under load
+    finally:
+        proc.stop()  # a failure here must not leave it running into the next test
     time.sleep(0.2)
     assert not any(_alive(int(p)) for p in children)
