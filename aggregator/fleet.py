@@ -84,14 +84,18 @@ class Fleet:
         )
         self._source: TargetSource | None = None
         self.orphans = self._orphans()
-        self.shared = Shared(
-            settings,
-            seed,
-            dependents,
-            metrics,
+        self.shared = self._shared()
+
+    def _shared(self) -> Shared:
+        """What every target of this fleet is built with beside its own shoot and scope."""
+        return Shared(
+            self.settings,
+            self.seed,
+            self.dependents,
+            self.metrics,
             watched=self.seed_dependents,
             events=self.events,
-            lag_since=lag_since,
+            lag_since=self.lag_since,
         )
 
     def _orphans(self) -> Orphans:
