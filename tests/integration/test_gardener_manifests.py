@@ -99,7 +99,7 @@ def test_the_seed_component_is_labelled_as_gardenlets_own(installed: dict[str, l
     spec = template["spec"]
     assert spec["priorityClassName"] == "gardener-system-800"
     assert "affinity" not in spec  # the resource manager's HA webhook spreads it
-    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "100m", "memory": "192Mi"}}
+    assert spec["containers"][0]["resources"] == {"requests": {"cpu": "300m", "memory": "192Mi"}}  # no limit
     assert deployment["spec"]["revisionHistoryLimit"] == 2
     vpa = by_kind(seed, "VerticalPodAutoscaler")
     assert vpa["spec"]["targetRef"] == {
