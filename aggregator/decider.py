@@ -242,15 +242,23 @@ def skipped(
     return out
 
 
-def stratified(
+def eligible_by_zone(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
-    zones: Mapping[str, tuple[int, int]],
     now: float,
     p: Decider,
-    *,
     machines: Mapping[str, str] = EMPTY,
-) -> float | None:
+) -> collections.Counter[str]:
+    """How many nodes each zone has that the verdict stands for: a walk over every node, so a
+    verdict makes it once, whatever it estimates."""
+    return collections.Counter(
+        node.view.zone
+        for name, node in nodes.items()
+        if (lease := leases.get(name)) is not None and _eligible(node, lease, now, p, machines.get(name))
+    )
+
+
+def stratified(zones: Mapping[str, tuple[int, int]], size: Mapping[str, int]) -> float | None:
     """The stale fraction of the whole cluster, estimated from a sample drawn per zone
     (``zones``: its candidates and stale ones per zone): each zone's stale fraction weighted
     by the zone's share of the nodes the verdict stands for (not of all its nodes: a zone of
@@ -258,16 +266,11 @@ def stratified(
     sample gives a small zone more than its share (aggregator/budget.py), so counting it
     plainly would overweight it; weighting by zone keeps the estimate unbiased. Zones
     without a candidate drop out and the others are weighted among themselves. None when
-    nothing is counted."""
-    size = collections.Counter(
-        node.view.zone
-        for name, node in nodes.items()
-        if (lease := leases.get(name)) is not None and _eligible(node, lease, now, p, machines.get(name))
-    )
-    covered = sum(size[z] for z in zones)
+    nothing is counted. ``size``: each zone's nodes the verdict stands for (``eligible_by_zone``)."""
+    covered = sum(size.get(z, 0) for z in zones)
     if not covered:
         return None
-    return sum(size[z] / covered * st / c for z, (c, st) in zones.items())
+    return sum(size.get(z, 0) / covered * st / c for z, (c, st) in zones.items())
 
 
 def _per_zone(
@@ -320,10 +323,11 @@ def decide(
     # by that read's own time).
     silent = said.silent_by(stale, kubelets.read_at if confirming and kubelets is not None else now)
     sampled = sample is not None and len(sample) < len(nodes)
+    size = eligible_by_zone(nodes, leases, now, p, machines) if sampled else None
 
     def fraction_of(of: frozenset[str]) -> tuple[dict[str, tuple[int, int]], float | None]:
         zones = _per_zone(nodes, counted, of)
-        return zones, stratified(nodes, leases, zones, now, p, machines=machines) if sampled else None
+        return zones, stratified(zones, size) if size is not None else None
 
     (zones, estimate), (_, silent_estimate) = fraction_of(stale), fraction_of(silent)
     quorum = Quorum(len(counted), len(stale), estimate, _fraction(len(silent), len(counted), silent_estimate))
