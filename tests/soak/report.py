@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.table import print_table
 from testenv.controllers import CONTROLLERS
 from testenv.process import json_log
 from testenv.shoot import Sample
@@ -394,14 +395,3 @@ def _explain(x: Result, events: Sequence[LogEvent]) -> None:
     for e in sorted((e for e in events if x.holds(e.when)), key=lambda e: e.when):
         detail = {k: v for k, v in e.fields.items() if k not in ("event", "timestamp", "level", "target")}
         print(f"  {e.fields['timestamp']} {e.log} {e.fields['event']} {detail}")
-
-
-def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """A Markdown table under a heading, as the benches print theirs (bench/table.py)."""
-    cells = [list(map(str, header)), *[[str(c) for c in r] for r in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    print(f"\n## {title}\n")
-    for i, row in enumerate(cells):
-        print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
-        if i == 0:
-            print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
