@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -78,6 +79,11 @@ def alert(at: str, name: str, *expected: dict[str, str]) -> dict[str, Any]:
 
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)$")
+
+
+def scrape(port: int) -> str:
+    """A process's /metrics on this host, as Prometheus scrapes it."""
+    return httpx.get(f"http://127.0.0.1:{port}/metrics", trust_env=False, timeout=5).text
 
 
 def samples(exposition: str) -> dict[str, float]:

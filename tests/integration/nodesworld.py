@@ -15,8 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-import httpx
-
 from core.lease import DEFAULT_LEASE_NAMESPACE, parse_micro_time
 from testenv.agents import Agents, agents_for
 from testenv.controllers import DOWN
@@ -28,6 +26,7 @@ from testenv.standins import AGENT_SA
 from testenv.tcpproxy import TcpProxy
 from testenv.wait import wait_for
 from testenv.webhook import FailingWebhook
+from tests.alerting import scrape
 from tests.integration.dwdworld import NODES
 
 # The test clock's lease duration is 2 s and the witness margin 1.5 s (the agents' 500 ms and a
@@ -107,7 +106,7 @@ class NodesWorld:
 
     def metrics(self) -> str:
         """The aggregator's /metrics, as Prometheus scrapes it."""
-        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", trust_env=False, timeout=5).text
+        return scrape(self.metrics_port)
 
     def event_reasons(self) -> list[str]:
         return [str(e.get("reason")) for e in self.shoot.events()]

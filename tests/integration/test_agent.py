@@ -10,7 +10,6 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from core.errors import Unauthorized
@@ -20,7 +19,7 @@ from testenv.client import Client
 from testenv.controlplane import free_port
 from testenv.tcpproxy import TcpProxy
 from testenv.wait import wait_for
-from tests.alerting import alert, check, humanize_duration, samples, scraped
+from tests.alerting import alert, check, humanize_duration, samples, scrape, scraped
 
 pytestmark = pytest.mark.integration
 
@@ -270,7 +269,3 @@ def test_metrics_endpoint(agents: Agents, tmp_path: Path) -> None:
             {"severity": "warning", "pod": "met-1", "duration": humanize_duration(start + 3 * step)},
         ),
     )
-
-
-def scrape(port: int) -> str:
-    return httpx.get(f"http://127.0.0.1:{port}/metrics", trust_env=False, timeout=5).text

@@ -18,7 +18,7 @@ from testenv.gardener import CLUSTER_CRD
 from testenv.process import Process
 from testenv.shoot import Shoot, shoot_for
 from testenv.wait import wait_for
-from tests.alerting import alert, check, samples, scraped, series
+from tests.alerting import alert, check, samples, scrape, scraped, series
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +29,6 @@ FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
 def status(port: int) -> dict[str, Any]:
     result: dict[str, Any] = httpx.get(f"http://127.0.0.1:{port}/status", trust_env=False, timeout=5).json()
     return result
-
-
-def scrape(port: int) -> str:
-    return httpx.get(f"http://127.0.0.1:{port}/metrics", trust_env=False, timeout=5).text
 
 
 def metrics(port: int) -> dict[str, float]:
