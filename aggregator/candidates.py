@@ -23,6 +23,8 @@ EVERY_OTHER_POOL = "*"
 
 # Machines in these phases are on their way out; MCM must be free to replace them.
 LEAVING_PHASES = frozenset({"Failed", "Terminating"})
+# The label a Machine names its node by (machine-controller-manager).
+NODE_LABEL = "node"
 
 
 @dataclass(frozen=True)
@@ -94,3 +96,28 @@ def pools_of_workers(workers: object) -> dict[str, tuple[str, ...]]:
 def machine_reason(phase: str | None) -> str | None:
     """Why a node whose Machine is in ``phase`` is left out (None: it is not)."""
     return f"machine {phase}" if phase in LEAVING_PHASES else None
+
+
+def phases_by_node(items: object) -> dict[str, str]:
+    """Each node's Machine phase. A node with several Machines (a replacement under way) takes
+    one that is not leaving, if any: DWD keeps a node that has any such Machine."""
+    out: dict[str, str] = {}
+    for obj in items if isinstance(items, list) else ():
+        if not isinstance(obj, Mapping):
+            continue
+        node = _at(obj, "metadata", "labels").get(NODE_LABEL)
+        if not isinstance(node, str) or not node:
+            continue  # not joined yet: no node to leave out
+        phase = str(_at(obj, "status", "currentStatus").get("phase") or "")
+        if out.get(node, "Failed") in LEAVING_PHASES:
+            out[node] = phase
+    return out
+
+
+def _at(obj: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
+    """The mapping at ``obj[k1][k2]...``; empty where a level is absent or not a mapping (the
+    same reading as aggregator.objects.section, which imports this module)."""
+    for key in keys:
+        value = obj.get(key)
+        obj = value if isinstance(value, Mapping) else {}
+    return obj

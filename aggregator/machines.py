@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from aggregator.candidates import LEAVING_PHASES
+from aggregator.candidates import NODE_LABEL, phases_by_node
 from aggregator.objects import metadata, section
 from core.errors import BadResponse, KubeError, NotFound
 
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from aggregator.kube import KubeClient
 
 MACHINES = "/apis/machine.sapcloud.io/v1alpha1/namespaces/{namespace}/machines"
-NODE_LABEL = "node"
 PAGE = 500
 ABSENT = "off: the seed serves no machines.machine.sapcloud.io"
 
@@ -42,22 +41,6 @@ def _slim(obj: Mapping[str, object]) -> Mapping[str, object]:
         "metadata": {"labels": {NODE_LABEL: labels.get(NODE_LABEL)}},
         "status": {"currentStatus": current},
     }
-
-
-def phases_by_node(items: object) -> dict[str, str]:
-    """Each node's Machine phase. A node with several Machines (a replacement under way) takes
-    one that is not leaving, if any: DWD keeps a node that has any such Machine."""
-    out: dict[str, str] = {}
-    for obj in items if isinstance(items, list) else ():
-        if not isinstance(obj, Mapping):
-            continue
-        node = section(metadata(obj), "labels").get(NODE_LABEL)
-        if not isinstance(node, str) or not node:
-            continue  # not joined yet: no node to leave out
-        phase = str(section(section(obj, "status"), "currentStatus").get("phase") or "")
-        if out.get(node, "Failed") in LEAVING_PHASES:
-            out[node] = phase
-    return out
 
 
 class Machines:

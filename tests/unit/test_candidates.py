@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from aggregator.candidates import DEFAULT_CONDITIONS, NodeConditions, pools_of_workers
+from aggregator.candidates import DEFAULT_CONDITIONS, NodeConditions, phases_by_node, pools_of_workers
 from aggregator.decider import LeaseObs, Memory, NodeObs, Phase, decide, skipped
 from aggregator.interlocks import Interlock
 from aggregator.kube import METADATA_ONLY
-from aggregator.machines import ABSENT, MACHINES, phases_by_node
+from aggregator.machines import ABSENT, MACHINES
 from aggregator.objects import ClusterView, NodeView
 from aggregator.settings import Decider, Settings
 from aggregator.sources import GardenerSource
