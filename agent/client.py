@@ -49,7 +49,7 @@ from agent.path import Attempt, Connection, Origin, Request, resolve
 from agent.settings import Settings
 from core.credentials import TokenFile
 from core.errors import BadResponse, TransportError, api_error
-from core.lease import lease_path
+from core.lease import lease_name, lease_path
 
 MAX_CONNECTION_AGE_S = 60.0
 # A recycle that lost its race against the warm connection is tried again this much later.
@@ -117,7 +117,7 @@ class LeaseClient:
         return cls(
             settings.apiserver_url,
             settings.lease_namespace,
-            settings.node_name,
+            lease_name(settings.node_name),
             TokenFile(settings.token_file),
             settings.tls,
         )

@@ -67,11 +67,11 @@ class Unrenewed:
 
 def _as_lease(answer: dict[str, Any], node: str) -> LeaseView:
     """A 2xx answer to the PATCH of the node's lease is that lease: the renewal landed and the
-    path works, whatever the answer lacks. Parsed as the aggregator parses a lease; an answer
-    without a name is taken as the node's."""
+    path works, whatever the answer lacks (the name too: it is the lease the agent patched).
+    Parsed as the aggregator parses a lease."""
     meta = answer.get("metadata")
     return LeaseView.from_object(
-        {**answer, "metadata": {"name": node, **(meta if isinstance(meta, dict) else {})}}
+        {**answer, "metadata": {**(meta if isinstance(meta, dict) else {}), "name": node}}, legacy=True
     )
 
 

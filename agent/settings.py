@@ -13,7 +13,7 @@ from agent.kubeconfig import Endpoint, KubeconfigError, read_endpoint
 from agent.path import ssl_context
 from core.config import EnvReader, read_vars, var
 from core.credentials import DEFAULT_TOKEN_FILE
-from core.lease import DEFAULT_LEASE_NAMESPACE, is_dns_label, is_dns_subdomain
+from core.lease import DEFAULT_LEASE_NAMESPACE, MAX_NODE_NAME, is_dns_label, is_dns_subdomain
 from core.logs import LogFormat
 
 # Settings of earlier versions, warned about and ignored: failing on them would stop the
@@ -68,6 +68,10 @@ class Settings:
         node = r.string("NODE_NAME", required=True)
         if node and not is_dns_subdomain(node):
             r.problem("NODE_NAME", f"{node!r} is not a valid node name (RFC 1123 subdomain)")
+        elif len(node) > MAX_NODE_NAME:
+            r.problem(
+                "NODE_NAME", f"{node[:40]}... has {len(node)} characters; a lease name holds {MAX_NODE_NAME}"
+            )
         values = read_vars(r, cls)
         if not is_dns_label(namespace := values["lease_namespace"]):
             r.problem("DWD_LEASE_NAMESPACE", f"{namespace!r} is not a valid namespace name")

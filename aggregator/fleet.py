@@ -230,7 +230,10 @@ class Fleet:
         secrets = self.secrets.get(spec.kubeconfig_secret)
         if secrets is None:
             secrets = self.secrets[spec.kubeconfig_secret] = KubeconfigSecrets(
-                self.watches, spec.kubeconfig_secret, self.settings.watching
+                self.watches,
+                spec.kubeconfig_secret,
+                self.settings.watching,
+                self.settings.shoots.shoot_server,
             )
             self._watch_tasks.append(asyncio.create_task(secrets.run(), name=f"secrets/{secrets.name}"))
         return KubeClient(await secrets.kubeconfig(spec.namespace))

@@ -22,7 +22,14 @@ from aggregator.watcher import Observed
 from core import logs
 from core.durations import format_duration
 from core.errors import Conflict, KubeError, NotFound, NotLeading
-from core.lease import RENEW_INTERVAL, lease_path, leases_path
+from core.lease import (
+    MAX_NODE_NAME,
+    RENEW_INTERVAL,
+    lease_metadata,
+    lease_name,
+    leases_path,
+    node_lease_path,
+)
 
 log = logs.get("provisioner")
 
@@ -57,6 +64,7 @@ class Provisioner:
         # must not go on writing the shoot after the leader's term ended.
         self.deadline = deadline
         self.log = log.bind(target=label)
+        self.taken: set[str] = set()
 
     def desired(self, node: str, pacing: Pacing) -> Wanted:
         # A slow node's lease says how long it may be quiet: four of its intervals.
@@ -72,7 +80,9 @@ class Provisioner:
             # The sample first: the verdict waits for its members, the slow rest does not.
             return sorted(names, key=lambda n: (n not in pacing.fast, n))
 
-        create = order(n for n in nodes if n not in leases)
+        # A node whose name leaves no room for the prefix gets no lease: it is never judged by
+        # one (docs/design.md), and its agent refuses to start and says why.
+        create = order(n for n in nodes if n not in leases and len(n) <= MAX_NODE_NAME)
         delete = sorted(n for n in leases if n not in nodes)
         update = []
         for name in order(set(nodes) & set(leases)):
@@ -130,7 +140,7 @@ class Provisioner:
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {
-                "name": name,
+                **lease_metadata(name),
                 "annotations": {RENEW_INTERVAL: want.interval},
                 "ownerReferences": [self._owner(name)],
             },
@@ -140,12 +150,17 @@ class Provisioner:
             await self.shoot.create(leases_path(self.namespace), body)
             self.log.info("lease_created", node=name)
         except Conflict:
-            pass  # created meanwhile (by an earlier pass or a previous leader)
+            # Created meanwhile (by an earlier pass or a previous leader); or the name is taken
+            # by a lease that is not ours (no label: the watch never shows it, and the admission
+            # policy keeps us from writing it). Said once per node.
+            if name not in self.taken:
+                self.taken.add(name)
+                self.log.warning("lease_name_taken_or_raced", node=name, lease=lease_name(name))
 
     async def _update(self, name: str, pacing: Callable[[], Pacing]) -> None:
         want = self.desired(name, pacing())
         await self.shoot.merge_patch(
-            lease_path(self.namespace, name),
+            node_lease_path(self.namespace, name),
             {
                 "metadata": {
                     "annotations": {RENEW_INTERVAL: want.interval},
@@ -157,7 +172,7 @@ class Provisioner:
 
     async def _delete(self, name: str) -> None:
         try:
-            await self.shoot.delete(lease_path(self.namespace, name))
+            await self.shoot.delete(node_lease_path(self.namespace, name))
             self.log.info("lease_deleted", node=name)
         except NotFound:
             pass

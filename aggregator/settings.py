@@ -316,6 +316,9 @@ class Shoots:
     namespace: str = ""
     kubeconfig_secret: str = var("DWD_KUBECONFIG_SECRET", "shoot-access-dwd-lease-aggregator", "string")
     """The Secret in each control-plane namespace that reaches the shoot (file: and gardener)."""
+    shoot_server: str = var("DWD_SHOOT_SERVER", "https://kube-apiserver.{namespace}.svc", "string")
+    """Where a shoot's API server is reached, for a Secret with only Gardener's token requestor's
+    ``token`` and ``bundle.crt``; ``{namespace}`` is its control-plane namespace."""
     # A targets file is read again this often; a watched source is looked at this often
     # besides its changes (a change itself is acted on at once).
     poll_s: float = 5.0
@@ -345,7 +348,13 @@ class Shoots:
         _readable(r, "DWD_SEED_KUBECONFIG", seed_kubeconfig)
         namespace = r.string("DWD_NAMESPACE", required=mode == "env")
         _namespace(r, "DWD_NAMESPACE", namespace)
-        return cls(mode, file, shoot_kubeconfig, seed_kubeconfig, namespace, **read_vars(r, cls))
+        values = read_vars(r, cls)
+        server = values["shoot_server"]
+        if not server.startswith("https://") or server.replace("{namespace}", "").count("{"):
+            r.problem(
+                "DWD_SHOOT_SERVER", f"{server!r} is not https://HOST[:PORT] (with {{namespace}} at most)"
+            )
+        return cls(mode, file, shoot_kubeconfig, seed_kubeconfig, namespace, **values)
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,7 @@ class GardenerSource:
 
 
 # Where a shoot's API server is reached from the seed, for a Secret that carries only a token and
-# the CA bundle: the kube-apiserver Service of the shoot's control-plane namespace.
+# the CA bundle: the kube-apiserver Service of the shoot's control-plane namespace (DWD_SHOOT_SERVER).
 TOKEN_REQUESTOR_SERVER = "https://kube-apiserver.{namespace}.svc"
 
 
@@ -190,8 +190,9 @@ class SecretKubeconfig:
     """An endpoint source fed from a Secret's ``kubeconfig`` key, or from the ``token`` and
     ``bundle.crt`` Gardener's token requestor writes (by ``KubeconfigSecrets``)."""
 
-    def __init__(self, namespace: str, name: str) -> None:
+    def __init__(self, namespace: str, name: str, server: str = TOKEN_REQUESTOR_SERVER) -> None:
         self.namespace = namespace
+        self.server = server
         self.source = f"secret {namespace}/{name}"
         self._endpoint: Endpoint | None = None
         self._data = ""
@@ -247,7 +248,7 @@ class SecretKubeconfig:
                 {
                     "name": "shoot",
                     "cluster": {
-                        "server": TOKEN_REQUESTOR_SERVER.format(namespace=self.namespace),
+                        "server": self.server.replace("{namespace}", self.namespace),
                         "certificate-authority-data": str(data["bundle.crt"]),
                     },
                 }
@@ -262,8 +263,15 @@ class KubeconfigSecrets:
     (``fieldSelector=metadata.name=<name>``, which RBAC's ``resourceNames`` allows): one
     connection for all targets, and a Secret is read again only when it changes."""
 
-    def __init__(self, seed: KubeClient, name: str, watching: Watching | None = None) -> None:
+    def __init__(
+        self,
+        seed: KubeClient,
+        name: str,
+        watching: Watching | None = None,
+        server: str = TOKEN_REQUESTOR_SERVER,
+    ) -> None:
         self.name = name
+        self.server = server
         self.data: dict[str, Mapping[str, Any]] = {}  # namespace -> the Secret's data
         self.kubeconfigs: dict[str, SecretKubeconfig] = {}
         self.informer: Informer[tuple[str, Mapping[str, Any]]] = Informer(
@@ -288,7 +296,7 @@ class KubeconfigSecrets:
         await self.informer.first_list(GardenerSource.FIRST_LIST_S)
         kc = self.kubeconfigs.get(namespace)
         if kc is None:
-            kc = self.kubeconfigs[namespace] = SecretKubeconfig(namespace, self.name)
+            kc = self.kubeconfigs[namespace] = SecretKubeconfig(namespace, self.name, self.server)
             if self.informer.synced.is_set():
                 kc.update(self.data.get(namespace))
             else:  # the watch's first LIST gives it the Secret (``_listed``)

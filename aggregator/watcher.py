@@ -28,7 +28,7 @@ from aggregator.objects import NodeView, metadata, resource_version
 from aggregator.settings import Watching
 from core import logs
 from core.errors import BadResponse, Gone, KubeError, TransportError
-from core.lease import LeaseView, leases_path
+from core.lease import LEASE_SELECTOR, LeaseView, leases_path
 
 log = logs.get("watcher")
 
@@ -324,6 +324,8 @@ def shoot_informers(
         leases_path(lease_namespace),
         name="leases",
         parse=LeaseView.from_object,
+        # Only ours: the namespace is shared (kube-system).
+        params={"labelSelector": LEASE_SELECTOR},
         on_list=observed.leases_listed,
         on_event=observed.lease_event,
         **common,

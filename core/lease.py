@@ -1,8 +1,11 @@
 """The lease contract between the agent and the aggregator (docs/design.md, "The lease contract").
 
-One coordination.k8s.io/v1 Lease per node, named like the node, in a dedicated
-namespace. The agent writes holderIdentity, renewTime and two annotations; the
-aggregator writes the owner reference, leaseDurationSeconds and the interval.
+One coordination.k8s.io/v1 Lease per node, named ``dwd-node-lease-<node>`` and labelled
+``LEASE_LABEL``, in kube-system: where a shoot's gardener-resource-manager can deliver the
+agent's RBAC, and where no node name can collide with ours (kube-node-lease is named by
+nodes: see docs/design.md, "Where the leases live"). The agent writes holderIdentity,
+renewTime and two annotations; the aggregator writes the owner reference,
+leaseDurationSeconds and the interval.
 """
 
 from __future__ import annotations
@@ -18,7 +21,16 @@ from typing import Any
 
 from core.durations import format_duration, parse_duration
 
-DEFAULT_LEASE_NAMESPACE = "dwd-node-lease"
+DEFAULT_LEASE_NAMESPACE = "kube-system"
+# Where the leases lived before (one per node, named like the node, unlabelled): read by the
+# aggregator and renewed by the agent during the move (docs/install.md, "Moving an installation").
+LEGACY_LEASE_NAMESPACE = "dwd-node-lease"
+LEASE_PREFIX = "dwd-node-lease-"
+# On every lease of ours; the aggregator lists, watches and deletes only leases that carry it.
+LEASE_LABEL = "dependency-watchdog.gardener.cloud/node-lease"
+LEASE_SELECTOR = LEASE_LABEL + "=true"
+# The longest node name whose lease name is still a valid object name.
+MAX_NODE_NAME = 253 - len(LEASE_PREFIX)
 
 PREFIX = "dependency-watchdog.gardener.cloud/"
 RENEW_INTERVAL = PREFIX + "renew-interval"
@@ -56,6 +68,31 @@ def is_dns_subdomain(name: str) -> bool:
 
 def is_dns_label(name: str) -> bool:
     return len(name) <= 63 and bool(_DNS_LABEL.match(name))
+
+
+def lease_name(node: str) -> str:
+    """The name of ``node``'s lease; ValueError for a name too long to carry the prefix."""
+    if len(node) > MAX_NODE_NAME:
+        raise ValueError(
+            f"node name {node[:40]}... is {len(node)} characters: a lease name holds {MAX_NODE_NAME} after "
+            f"the prefix {LEASE_PREFIX!r}"
+        )
+    return LEASE_PREFIX + node
+
+
+def node_of(name: str) -> str | None:
+    """The node a lease of ours is for; None for a name that is not one of ours."""
+    node = name.removeprefix(LEASE_PREFIX)
+    return node if node != name and node else None
+
+
+def lease_metadata(node: str) -> dict[str, Any]:
+    """The name and label that make a lease ``node``'s and ours."""
+    return {"name": lease_name(node), "labels": {LEASE_LABEL: "true"}}
+
+
+def node_lease_path(namespace: str, node: str) -> str:
+    return lease_path(namespace, lease_name(node))
 
 
 def lease_path(namespace: str, name: str) -> str:
@@ -205,6 +242,7 @@ def _interval_s(text: str | None) -> float | None:
 class LeaseView:
     """A node's Lease as the aggregator acts on it, parsed once where it is listed or watched."""
 
+    # The node's name (the lease's name without the prefix).
     name: str
     renew_time: str | None = None
     # The renew-interval annotation as written (compared as text with what is wanted), and
@@ -222,13 +260,17 @@ class LeaseView:
     annotated: bool = False
 
     @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> LeaseView:
+    def from_object(cls, obj: Mapping[str, Any], *, legacy: bool = False) -> LeaseView:
+        """ValueError for an object that is no lease of ours. ``legacy``: a lease of the old
+        layout, named like its node."""
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         annotations = meta.get("annotations") or {}
         name = meta.get("name")
         if not isinstance(name, str) or not name:
             raise ValueError(f"lease object without metadata.name: {dict(meta)!r}")
+        if not legacy and (name := node_of(name)) is None:
+            raise ValueError(f"lease {meta.get('name')!r} is not one of ours (no prefix {LEASE_PREFIX!r})")
         duration = spec.get("leaseDurationSeconds")
         interval = annotations.get(RENEW_INTERVAL)
         return cls(

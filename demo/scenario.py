@@ -36,8 +36,9 @@ from typing import Any, TextIO
 
 from aggregator.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.witness import NODE_LEASE_NAMESPACE
-from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
+from core.lease import leases_path, parse_micro_time
 from testenv import workload
+from testenv.client import node_leases
 from testenv.controllers import CONTROLLERS, DOWN, MCM
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.kcm import NODE_GRACE_S as GRACE_S
@@ -92,7 +93,7 @@ class Show:
 def lease_ages(admin: Any) -> list[float]:
     now = datetime.now(UTC)
     ages = []
-    for lease in admin.get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]:
+    for lease in node_leases(admin).values():
         renew = lease["spec"].get("renewTime")
         ages.append((now - parse_micro_time(renew)).total_seconds() if renew else float("inf"))
     return ages
@@ -443,8 +444,7 @@ def _scaled_down(stage: Stage) -> dict[str, float]:
     tl.mark("all_down")
     all_down_wall = datetime.now(UTC)
     last_renewal = max(
-        parse_micro_time(lease["spec"]["renewTime"])
-        for lease in stage.w["shoot_admin"].get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]
+        parse_micro_time(lease["spec"]["renewTime"]) for lease in node_leases(stage.w["shoot_admin"]).values()
     )
     stage.show(
         f"protected: MCM down {tl.since('cut', 'mcm_down'):.1f}s and KCM down "

@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from testenv import binaries
+from testenv import binaries, grm
 from testenv.apply import GENERATED, generated
 from testenv.controlplane import ControlPlane, env_for
 
@@ -23,7 +23,7 @@ from testenv.controlplane import ControlPlane, env_for
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testenv")
     sub = parser.add_subparsers(dest="verb", required=True)
-    b = sub.add_parser("build", help="build kube-apiserver and etcd into the cache (no-op when warm)")
+    b = sub.add_parser("build", help="build the pinned binaries (KAPI, etcd, KCM, kustomize, GRM)")
     b.add_argument("--force", action="store_true")
     sub.add_parser("path", help="print where each pinned binary is cached")
     sub.add_parser("manifests", help="render the generated manifests (a ManagedResource's objects)")
@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.verb == "build":
         binaries.build(force=args.force)
+        grm.build(force=args.force)
         return 0
     if args.verb == "manifests":
         binaries.build(only=(binaries.KUSTOMIZE,))  # kustomize alone: no kube-apiserver build

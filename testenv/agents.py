@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import NotFound
-from core.lease import DEFAULT_LEASE_NAMESPACE, lease_path, leases_path
+from core.lease import DEFAULT_LEASE_NAMESPACE, lease_metadata, leases_path, node_lease_path
 from testenv.client import Client
 from testenv.controlplane import ControlPlane
 from testenv.process import Process, spawn_python
@@ -59,12 +59,12 @@ class Agents:
 
     def create_lease(self, node: str, **annotations: str) -> dict[str, Any]:
         return self.admin.create(
-            leases_path(NS), {"metadata": {"name": node, "annotations": annotations}, "spec": {}}
+            leases_path(NS), {"metadata": {**lease_metadata(node), "annotations": annotations}, "spec": {}}
         )
 
     def lease(self, node: str) -> dict[str, Any] | None:
         try:
-            return self.admin.get(lease_path(NS, node))
+            return self.admin.get(node_lease_path(NS, node))
         except NotFound:
             return None
 

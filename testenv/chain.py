@@ -33,8 +33,9 @@ from typing import Any
 
 import httpx
 
-from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path, parse_micro_time
+from core.lease import parse_micro_time
 from testenv.apply import kustomize_build
+from testenv.client import node_leases
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
 from testenv.networld import Node, World
@@ -142,10 +143,10 @@ class LeaseLog(Poller):
         self.regressions = 0
 
     def step(self) -> None:
-        for lease in self.client.get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]:
+        for node, lease in node_leases(self.client).items():
             text = (lease.get("spec") or {}).get("renewTime")
             if text:
-                seen = self.renewals.setdefault(lease["metadata"]["name"], [])
+                seen = self.renewals.setdefault(node, [])
                 t = epoch(text)
                 if not seen or seen[-1] != t:
                     if seen and t < seen[-1]:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from core.errors import Conflict, Forbidden, api_error, raise_for_watch_event
+from core.lease import DEFAULT_LEASE_NAMESPACE, LEASE_SELECTOR, leases_path, node_of
 
 
 class Client:
@@ -115,3 +116,9 @@ def denial(call: Callable[[], Any]) -> str:
     except Forbidden as e:
         return str(e)
     return ""
+
+
+def node_leases(c: Client, namespace: str = DEFAULT_LEASE_NAMESPACE) -> dict[str, dict[str, Any]]:
+    """The agents' leases by node, as the aggregator selects them (the namespace is shared)."""
+    items = c.get(leases_path(namespace), labelSelector=LEASE_SELECTOR)["items"]
+    return {node: i for i in items if (node := node_of(i["metadata"]["name"])) is not None}

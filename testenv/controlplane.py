@@ -211,7 +211,7 @@ class ControlPlane:
         self,
         node: str,
         *,
-        namespace: str = "dwd-node-lease",
+        namespace: str = "kube-system",
         service_account: str = "dwd-lease-agent",
         expiration_s: int = 3600,
         pod: str = "",

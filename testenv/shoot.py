@@ -15,10 +15,10 @@ from typing import Any
 
 import yaml
 
-from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
+from core.lease import DEFAULT_LEASE_NAMESPACE
 from testenv import containers
 from testenv.apply import apply, load_docs
-from testenv.client import Client
+from testenv.client import Client, node_leases
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.faultproxy import FaultProxy
@@ -237,8 +237,7 @@ class Shoot:
         return agg
 
     def leases(self) -> dict[str, dict[str, Any]]:
-        items = self.shoot_admin.get(leases_path(DEFAULT_LEASE_NAMESPACE))["items"]
-        return {i["metadata"]["name"]: i for i in items}
+        return node_leases(self.shoot_admin)
 
     def wait_leases_renewed(self, timeout_s: float = 20) -> None:
         wait_for(

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from core.errors import Conflict, KubeError, NotFound
-from core.lease import DEFAULT_LEASE_NAMESPACE, format_micro_time, lease_path, leases_path
+from core.lease import DEFAULT_LEASE_NAMESPACE, format_micro_time, leases_path, node_lease_path
 from testenv.client import Client
 from testenv.controlplane import ensure_namespace
 from testenv.kubelet import LEASE_DURATION_S, NODE_LEASE_NAMESPACE
@@ -54,7 +54,7 @@ class LeaseDriver(Poller):
         for node in sorted(self.alive):
             with contextlib.suppress(NotFound):
                 self.client.merge_patch(
-                    lease_path(DEFAULT_LEASE_NAMESPACE, node),
+                    node_lease_path(DEFAULT_LEASE_NAMESPACE, node),
                     {"spec": {"holderIdentity": node, "renewTime": now}},
                 )
 

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from core.errors import NotFound
-from core.lease import DEFAULT_LEASE_NAMESPACE, LAST_OUTAGE, RENEW_INTERVAL, Outage, lease_path, leases_path
+from core.lease import (
+    DEFAULT_LEASE_NAMESPACE,
+    LAST_OUTAGE,
+    RENEW_INTERVAL,
+    Outage,
+    lease_metadata,
+    leases_path,
+    node_lease_path,
+)
 from testenv.controlplane import ControlPlane, ensure_node
 from testenv.kubelet import write_kubeconfig
 from testenv.networld import API, INTERNAL_API, Node, World
@@ -35,7 +43,7 @@ def world(control_plane: ControlPlane, tmp_path: Path) -> Iterator[World]:
 def renew_time(cp: ControlPlane, node: str) -> str | None:
     with cp.admin_client() as admin:
         try:
-            value = admin.get(lease_path(DEFAULT_LEASE_NAMESPACE, node))["spec"].get("renewTime")
+            value = admin.get(node_lease_path(DEFAULT_LEASE_NAMESPACE, node))["spec"].get("renewTime")
         except NotFound:
             return None  # not provisioned yet
         return None if value is None else str(value)
@@ -64,7 +72,7 @@ def outage_then_recovery(world: World, node: Node, expected: str, fault: object,
 
 def last_outage(world: World, node: Node) -> str | None:
     with world.cp.admin_client() as admin:
-        lease = admin.get(lease_path(DEFAULT_LEASE_NAMESPACE, node.name))
+        lease = admin.get(node_lease_path(DEFAULT_LEASE_NAMESPACE, node.name))
     return (lease["metadata"].get("annotations") or {}).get(LAST_OUTAGE)
 
 
@@ -80,7 +88,10 @@ def provision(cp: ControlPlane, *nodes: Node) -> None:
     with cp.admin_client() as admin:
         for node in nodes:
             ensure_node(admin, node.name)
-            lease = {"metadata": {"name": node.name, "annotations": {RENEW_INTERVAL: "500ms"}}, "spec": {}}
+            lease = {
+                "metadata": {**lease_metadata(node.name), "annotations": {RENEW_INTERVAL: "500ms"}},
+                "spec": {},
+            }
             admin.ensure(leases_path(DEFAULT_LEASE_NAMESPACE), lease)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import Unauthorized
-from core.lease import LAST_OUTAGE, RELEASED, RENEW_INTERVAL, Outage, lease_path, parse_micro_time
+from core.lease import LAST_OUTAGE, RELEASED, RENEW_INTERVAL, Outage, node_lease_path, parse_micro_time
 from testenv.agents import NS, Agents
 from testenv.client import Client
 from testenv.controlplane import free_port
@@ -101,7 +101,7 @@ def test_rotated_token_is_picked_up(agents: Agents) -> None:
 
 def _rejected(client: Client) -> bool:
     try:
-        client.merge_patch(lease_path(NS, "rot-1"), {})
+        client.merge_patch(node_lease_path(NS, "rot-1"), {})
     except Unauthorized:
         return True
     return False
@@ -202,7 +202,7 @@ def test_adopts_renew_interval_annotation(agents: Agents) -> None:
     wait_for(lambda: renewed(agents, "ann-1"), 10, "the first renewal")
     slow = agents.renew_times("ann-1", 3.0)
     agents.admin.merge_patch(
-        lease_path(NS, "ann-1"), {"metadata": {"annotations": {RENEW_INTERVAL: "250ms"}}}
+        node_lease_path(NS, "ann-1"), {"metadata": {"annotations": {RENEW_INTERVAL: "250ms"}}}
     )
     time.sleep(1.2)  # the agent reads it from its next PATCH response
     fast = agents.renew_times("ann-1", 3.0)

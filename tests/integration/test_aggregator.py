@@ -7,6 +7,7 @@ import time
 import pytest
 
 from aggregator.records import IGNORE_SCALING, MELTDOWN, REPLICAS
+from core.lease import DEFAULT_LEASE_NAMESPACE, RELEASED, node_lease_path
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.shoot import Shoot
 from testenv.wait import wait_for
@@ -118,7 +119,6 @@ def test_ignore_scaling_is_left_alone(shoot: Shoot) -> None:
 
 
 def test_released_leases_are_not_an_outage(shoot: Shoot) -> None:
-    from core.lease import RELEASED, lease_path
 
     shoot.setup()
     agg = shoot.start_aggregator()
@@ -127,7 +127,7 @@ def test_released_leases_are_not_an_outage(shoot: Shoot) -> None:
     # Every agent stops on purpose: marks its lease released, then stops renewing.
     for node in list(shoot.driver.alive):
         shoot.shoot_admin.merge_patch(
-            lease_path("dwd-node-lease", node), {"metadata": {"annotations": {RELEASED: "true"}}}
+            node_lease_path(DEFAULT_LEASE_NAMESPACE, node), {"metadata": {"annotations": {RELEASED: "true"}}}
         )
     shoot.driver.alive.clear()
     time.sleep(6)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from core.lease import lease_path, leases_path
+from core.lease import lease_metadata, leases_path, node_lease_path
 from testenv.apply import GENERATED, RESOURCES, apply, generated, kustomize_build, load_docs
 from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
@@ -173,7 +173,7 @@ def test_delivered_the_agent_renews_its_own_lease_under_kubelets_priority_level(
     with plane.admin_client() as admin:
         apply(admin, objects)
         ensure_node(admin, "node-g")
-        admin.ensure(leases_path("dwd-node-lease"), {"metadata": {"name": "node-g"}, "spec": {}})
+        admin.ensure(leases_path("kube-system"), {"metadata": lease_metadata("node-g"), "spec": {}})
         token = plane.node_token("node-g", namespace="kube-system", service_account="dwd-lease-agent")
         schema = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/dwd-lease-agent")
         level = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/node-high")
@@ -181,7 +181,7 @@ def test_delivered_the_agent_renews_its_own_lease_under_kubelets_priority_level(
         renewed = wait_for(
             lambda: unless_forbidden(
                 lambda: agent.merge_patch(
-                    lease_path("dwd-node-lease", "node-g"), {"spec": {"holderIdentity": "node-g"}}
+                    node_lease_path("kube-system", "node-g"), {"spec": {"holderIdentity": "node-g"}}
                 )
             ),
             10,
@@ -190,19 +190,18 @@ def test_delivered_the_agent_renews_its_own_lease_under_kubelets_priority_level(
         assert renewed["spec"]["holderIdentity"] == "node-g"
         assert agent.last_headers["X-Kubernetes-PF-FlowSchema-UID"] == schema["metadata"]["uid"]
         assert agent.last_headers["X-Kubernetes-PF-PriorityLevel-UID"] == level["metadata"]["uid"]
-        # The own-lease policy follows the ServiceAccount to kube-system.
         with plane.admin_client() as admin:
-            admin.ensure(leases_path("dwd-node-lease"), {"metadata": {"name": "node-h"}, "spec": {}})
+            admin.ensure(leases_path("kube-system"), {"metadata": lease_metadata("node-h"), "spec": {}})
         denied = wait_for(
             lambda: denial(
                 lambda: agent.merge_patch(
-                    lease_path("dwd-node-lease", "node-h"), {"spec": {"holderIdentity": "x"}}
+                    node_lease_path("kube-system", "node-h"), {"spec": {"holderIdentity": "x"}}
                 )
             ),
             10,
             "the admission policy to deny another node's lease",
         )
-        assert "may only renew its own lease" in denied
+        assert "may only renew lease dwd-node-lease-node-g, not dwd-node-lease-node-h" in denied
 
 
 def test_the_delivered_agent_process_renews_on_node_high(
@@ -214,7 +213,7 @@ def test_the_delivered_agent_process_renews_on_node_high(
     with plane.admin_client() as admin:
         apply(admin, load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode()))
         ensure_node(admin, "node-r")
-        admin.ensure(leases_path("dwd-node-lease"), {"metadata": {"name": "node-r"}, "spec": {}})
+        admin.ensure(leases_path("kube-system"), {"metadata": lease_metadata("node-r"), "spec": {}})
         before = _dispatched(admin)
         token = tmp_path / "token"
         token.write_text(
@@ -233,7 +232,7 @@ def test_the_delivered_agent_process_renews_on_node_high(
         try:
             wait_for(
                 lambda: (
-                    admin.get(lease_path("dwd-node-lease", "node-r"))["spec"].get("holderIdentity")
+                    admin.get(node_lease_path("kube-system", "node-r"))["spec"].get("holderIdentity")
                     == "node-r"
                 ),
                 20,

@@ -16,7 +16,7 @@ import yaml
 from aggregator.settings import Shoots
 from aggregator.sources import FileSource
 from core.errors import Forbidden
-from core.lease import lease_path, leases_path
+from core.lease import LEASE_LABEL, lease_metadata, lease_path, leases_path, node_lease_path
 from testenv import netns
 from testenv.apply import apply, generated, kustomize_build, load_docs
 from testenv.client import Client, denial, unless_forbidden
@@ -30,8 +30,8 @@ from testenv.wait import wait_for
 pytestmark = pytest.mark.integration
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "manifests"
-NS = "dwd-node-lease"
-AGENT = "system:serviceaccount:dwd-node-lease:dwd-lease-agent"
+NS = "kube-system"
+AGENT = "system:serviceaccount:kube-system:dwd-lease-agent"
 SEED_AGGREGATOR = "system:serviceaccount:garden:dwd-lease-aggregator"
 SHOOT_AGGREGATOR = "system:serviceaccount:kube-system:dwd-lease-aggregator"
 
@@ -61,7 +61,6 @@ def installed(plane: ControlPlane) -> dict[str, list[dict[str, Any]]]:
 def test_every_manifest_applies_without_warnings(installed: dict[str, list[dict[str, Any]]]) -> None:
     kinds = {d["kind"] for docs in installed.values() for d in docs}
     assert {
-        "Namespace",
         "DaemonSet",
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
@@ -71,6 +70,14 @@ def test_every_manifest_applies_without_warnings(installed: dict[str, list[dict[
         "PodDisruptionBudget",
         "Service",
     } <= kinds
+    # No namespace of our own: every namespaced object of the shoot part is in kube-system,
+    # where a shoot's resource manager can deliver it.
+    assert "Namespace" not in {d["kind"] for d in installed["shoot"] + installed["shoot-access"]}
+    assert {
+        d["metadata"].get("namespace")
+        for d in installed["shoot"] + installed["shoot-access"]
+        if d["kind"] in ("ServiceAccount", "Role", "RoleBinding", "DaemonSet")
+    } == {"kube-system", "kube-node-lease"}
     ds = next(d for d in installed["shoot"] if d["kind"] == "DaemonSet")
     spec = ds["spec"]["template"]["spec"]
     assert (spec["hostNetwork"], spec["dnsPolicy"], spec["priorityClassName"]) == (
@@ -91,16 +98,20 @@ def test_every_manifest_applies_without_warnings(installed: dict[str, list[dict[
 def _agent_client(plane: ControlPlane, node: str) -> Client:
     with plane.admin_client() as admin:
         ensure_node(admin, node)
-        admin.ensure(leases_path(NS), {"metadata": {"name": node}, "spec": {}})
+        admin.ensure(leases_path(NS), {"metadata": lease_metadata(node), "spec": {}})
     return plane.token_client(plane.node_token(node))
 
 
 def test_agent_may_renew_only_its_own_lease(plane: ControlPlane, installed: object) -> None:
     with _agent_client(plane, "node-a") as agent, plane.admin_client() as admin:
-        admin.ensure(leases_path(NS), {"metadata": {"name": "node-b"}, "spec": {}})
+        admin.ensure(leases_path(NS), {"metadata": lease_metadata("node-b"), "spec": {}})
+        # Leader elections live in kube-system too: the agent's Role reaches them, the policy not.
+        admin.ensure(leases_path(NS), {"metadata": {"name": "kube-controller-manager"}, "spec": {}})
         renewed = wait_for(
             lambda: unless_forbidden(
-                lambda: agent.merge_patch(lease_path(NS, "node-a"), {"spec": {"holderIdentity": "node-a"}})
+                lambda: agent.merge_patch(
+                    node_lease_path(NS, "node-a"), {"spec": {"holderIdentity": "node-a"}}
+                )
             ),
             10,
             "RBAC to allow the agent",
@@ -109,21 +120,26 @@ def test_agent_may_renew_only_its_own_lease(plane: ControlPlane, installed: obje
         # The admission plugin loads new policies within about a second.
         denied = wait_for(
             lambda: denial(
-                lambda: agent.merge_patch(lease_path(NS, "node-b"), {"spec": {"holderIdentity": "x"}})
+                lambda: agent.merge_patch(node_lease_path(NS, "node-b"), {"spec": {"holderIdentity": "x"}})
             ),
             10,
             "the admission policy to deny another node's lease",
         )
-        assert "dwd-lease-agent on node node-a may only renew its own lease, not node-b" in denied
-        before = admin.get(lease_path(NS, "node-b"))["spec"].get("holderIdentity")
+        assert (
+            "dwd-lease-agent on node node-a may only renew lease dwd-node-lease-node-a, "
+            "not dwd-node-lease-node-b" in denied
+        )
+        leader = denial(lambda: agent.merge_patch(lease_path(NS, "kube-controller-manager"), {"spec": {}}))
+        assert "not kube-controller-manager" in leader
+        before = admin.get(node_lease_path(NS, "node-b"))["spec"].get("holderIdentity")
         with pytest.raises(Forbidden):
-            agent.merge_patch(lease_path(NS, "node-b"), {"spec": {"holderIdentity": "node-a-again"}})
-        assert admin.get(lease_path(NS, "node-b"))["spec"].get("holderIdentity") == before
+            agent.merge_patch(node_lease_path(NS, "node-b"), {"spec": {"holderIdentity": "node-a-again"}})
+        assert admin.get(node_lease_path(NS, "node-b"))["spec"].get("holderIdentity") == before
         for forbidden in (
-            lambda: agent.create(leases_path(NS), {"metadata": {"name": "node-a2"}}),
-            lambda: agent.delete(lease_path(NS, "node-a")),
+            lambda: agent.create(leases_path(NS), {"metadata": lease_metadata("node-a2")}),
+            lambda: agent.delete(node_lease_path(NS, "node-a")),
             lambda: agent.get(leases_path(NS)),
-            lambda: agent.get("/api/v1/namespaces/dwd-node-lease/secrets"),
+            lambda: agent.get("/api/v1/namespaces/kube-system/secrets"),
             lambda: agent.get("/api/v1/nodes"),
             lambda: agent.merge_patch(lease_path("kube-node-lease", "node-a"), {}),
         ):
@@ -137,7 +153,7 @@ def test_agent_requests_get_their_own_priority_level(plane: ControlPlane, instal
         schema = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas/dwd-lease-agent")
         level = admin.get("/apis/flowcontrol.apiserver.k8s.io/v1/prioritylevelconfigurations/dwd-lease-agent")
         wait_for(
-            lambda: unless_forbidden(lambda: agent.merge_patch(lease_path(NS, "node-f"), {})), 10, "RBAC"
+            lambda: unless_forbidden(lambda: agent.merge_patch(node_lease_path(NS, "node-f"), {})), 10, "RBAC"
         )
         assert agent.last_headers["X-Kubernetes-PF-FlowSchema-UID"] == schema["metadata"]["uid"]
         assert agent.last_headers["X-Kubernetes-PF-PriorityLevel-UID"] == level["metadata"]["uid"]
@@ -209,8 +225,8 @@ SEED_MUST_NOT = [
 ]
 SHOOT_MAY = [
     ("create", "coordination.k8s.io/leases", NS, "", ""),
-    ("patch", "coordination.k8s.io/leases", NS, "n1", ""),
-    ("delete", "coordination.k8s.io/leases", NS, "n1", ""),
+    ("patch", "coordination.k8s.io/leases", NS, "dwd-node-lease-n1", ""),
+    ("delete", "coordination.k8s.io/leases", NS, "dwd-node-lease-n1", ""),
     ("watch", "coordination.k8s.io/leases", NS, "", ""),
     ("list", "nodes", "", "", ""),
     ("watch", "nodes", "", "", ""),
@@ -274,6 +290,51 @@ def test_the_aggregator_lists_its_kubeconfig_secrets_across_the_seed_and_no_othe
             aggregator.get("/api/v1/secrets", fieldSelector="metadata.name=other")
 
 
+def test_the_shoot_aggregator_writes_only_leases_of_its_own(plane: ControlPlane, installed: object) -> None:
+    """Real requests as kube-system/dwd-lease-aggregator: its Role reaches every lease in
+    kube-system, its admission policy only ours (prefix and label, before and after)."""
+    with plane.admin_client() as admin:
+        admin.ensure(leases_path(NS), {"metadata": {"name": "kube-scheduler"}, "spec": {}})
+        admin.ensure(leases_path(NS), {"metadata": {"name": "dwd-node-lease-unlabelled"}, "spec": {}})
+        token = admin.create(
+            "/api/v1/namespaces/kube-system/serviceaccounts/dwd-lease-aggregator/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )["status"]["token"]
+    with plane.token_client(token) as agg:
+        created = wait_for(
+            lambda: unless_forbidden(
+                lambda: agg.create(leases_path(NS), {"metadata": lease_metadata("node-agg"), "spec": {}})
+            ),
+            10,
+            "RBAC to allow the aggregator",
+        )
+        assert created["metadata"]["labels"] == {LEASE_LABEL: "true"}
+        agg.merge_patch(node_lease_path(NS, "node-agg"), {"spec": {"leaseDurationSeconds": 8}})
+        refused = {
+            "create without the label": lambda: agg.create(
+                leases_path(NS), {"metadata": {"name": "dwd-node-lease-x"}, "spec": {}}
+            ),
+            "create without the prefix": lambda: agg.create(
+                leases_path(NS), {"metadata": {"name": "x", "labels": {LEASE_LABEL: "true"}}, "spec": {}}
+            ),
+            "patch a leader election": lambda: agg.merge_patch(
+                lease_path(NS, "kube-scheduler"), {"spec": {}}
+            ),
+            "delete a leader election": lambda: agg.delete(lease_path(NS, "kube-scheduler")),
+            "take over an unlabelled lease": lambda: agg.merge_patch(
+                lease_path(NS, "dwd-node-lease-unlabelled"), {"metadata": {"labels": {LEASE_LABEL: "true"}}}
+            ),
+            "delete an unlabelled lease": lambda: agg.delete(lease_path(NS, "dwd-node-lease-unlabelled")),
+            "drop our label": lambda: agg.merge_patch(
+                node_lease_path(NS, "node-agg"), {"metadata": {"labels": {LEASE_LABEL: None}}}
+            ),
+        }
+        for what, request in refused.items():
+            message = wait_for(lambda r=request: denial(r), 10, what)  # type: ignore[misc]
+            assert "dwd-lease-aggregator may only write node leases of its own" in message, what
+        agg.delete(node_lease_path(NS, "node-agg"))
+
+
 def test_agent_from_the_daemonset_environment_renews(
     plane: ControlPlane, installed: dict[str, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
@@ -319,12 +380,12 @@ def test_agent_from_the_daemonset_environment_renews(
         )
         with plane.admin_client() as admin:
             renewed = wait_for(
-                lambda: admin.get(lease_path(NS, node))["spec"].get("renewTime"),
+                lambda: admin.get(node_lease_path(NS, node))["spec"].get("renewTime"),
                 20,
                 "a renewal from the namespace",
             )
             time.sleep(2.5)
-            assert admin.get(lease_path(NS, node))["spec"]["renewTime"] != renewed
+            assert admin.get(node_lease_path(NS, node))["spec"]["renewTime"] != renewed
         assert lb.connections >= 1
         assert b"lease_renewing" in (tmp_path / "agent.log").read_bytes()
     finally:

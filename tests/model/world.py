@@ -37,7 +37,14 @@ from aggregator.settings import Leader, Settings, Shoots
 from aggregator.target import Shared, Target
 from aggregator.witness import KUBELET_JITTER, NODE_LEASE_NAMESPACE
 from core.errors import Conflict, KubeError, TransportError, api_error
-from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, format_micro_time, lease_path
+from core.lease import (
+    DEFAULT_LEASE_NAMESPACE,
+    RENEW_INTERVAL,
+    format_micro_time,
+    lease_metadata,
+    lease_path,
+    node_lease_path,
+)
 from testenv.controllers import CONTROLLERS
 from tests.unit.fakekube import FakeKube, managed
 
@@ -353,9 +360,10 @@ class World:
         )
         if old:
             self.shoot.put(
-                lease_path(DEFAULT_LEASE_NAMESPACE, name),
+                node_lease_path(DEFAULT_LEASE_NAMESPACE, name),
                 {
                     "metadata": {
+                        **lease_metadata(name),
                         "annotations": {RENEW_INTERVAL: f"{self.p.fast_interval_s:g}s"},
                         "ownerReferences": [{"kind": "Node", "name": name, "uid": f"uid-{name}"}],
                     },
@@ -389,7 +397,7 @@ class World:
         for node in self.nodes.values():
             while node.agent_due <= now:
                 due = node.agent_due
-                lease = self.shoot.objects.get(lease_path(DEFAULT_LEASE_NAMESPACE, node.name))
+                lease = self.shoot.objects.get(node_lease_path(DEFAULT_LEASE_NAMESPACE, node.name))
                 interval = self.p.fast_interval_s
                 if lease is not None and node.agent == "ok" and self.can_reach(node):
                     lease["spec"]["renewTime"] = self.node_time(node, due)

@@ -20,7 +20,7 @@ def test_defaults(token: str) -> None:
         {"DWD_APISERVER_URL": "https://api.shoot.example/", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
     )
     assert s.apiserver_url == "https://api.shoot.example"
-    assert (s.lease_namespace, s.renew_interval_s, s.ca_file) == ("dwd-node-lease", 2.0, "")
+    assert (s.lease_namespace, s.renew_interval_s, s.ca_file) == ("kube-system", 2.0, "")
     assert s.metrics_addr is None
 
 

@@ -31,7 +31,7 @@ def test_defaults(kubeconfig: str) -> None:
     )
     assert (d.min_candidates, s.provisioning.lease_namespace, s.scaling.dry_run, s.shoots.mode) == (
         2,
-        "dwd-node-lease",
+        "kube-system",
         False,
         "env",
     )

@@ -7,13 +7,20 @@ import pytest
 
 from core.lease import (
     LAST_OUTAGE,
+    LEASE_LABEL,
+    LEASE_PREFIX,
+    MAX_NODE_NAME,
     MISSING_MAX_WAIT_S,
     RELEASED,
     LeaseView,
     Outage,
     format_micro_time,
+    is_dns_subdomain,
+    lease_metadata,
+    lease_name,
     missing_wait_s,
     next_renewal_in_s,
+    node_of,
     parse_micro_time,
     release_patch,
     renew_patch,
@@ -75,7 +82,7 @@ def test_lease_view() -> None:
     view = LeaseView.from_object(
         {
             "metadata": {
-                "name": "n1",
+                "name": "dwd-node-lease-n1",
                 "resourceVersion": "7",
                 "annotations": {RELEASED: "true", "dependency-watchdog.gardener.cloud/renew-interval": "2s"},
                 "ownerReferences": [{"uid": "u1"}],
@@ -97,6 +104,22 @@ def test_lease_view() -> None:
     )
     with pytest.raises(ValueError, match=r"metadata\.name"):
         LeaseView.from_object({"metadata": {}})
+    # A lease without our prefix is not ours: a kubelet's, a leader election's (kube-system).
+    with pytest.raises(ValueError, match="not one of ours"):
+        LeaseView.from_object({"metadata": {"name": "kube-controller-manager"}})
+    # The old layout, named like the node, read during the move.
+    assert LeaseView.from_object({"metadata": {"name": "n1"}}, legacy=True).name == "n1"
+
+
+def test_lease_names_carry_the_prefix_and_give_back_the_node() -> None:
+    assert lease_name("ip-10-0-0-1.ec2.internal") == "dwd-node-lease-ip-10-0-0-1.ec2.internal"
+    assert node_of(lease_name("n1")) == "n1"
+    assert node_of("n1") is None and node_of(LEASE_PREFIX) is None
+    assert lease_metadata("n1") == {"name": "dwd-node-lease-n1", "labels": {LEASE_LABEL: "true"}}
+    longest = "a" * MAX_NODE_NAME
+    assert is_dns_subdomain(lease_name(longest))
+    with pytest.raises(ValueError, match="characters"):
+        lease_name(longest + "b")
 
 
 def test_renewal_phases_spread_every_interval_evenly() -> None:

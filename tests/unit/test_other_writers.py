@@ -26,7 +26,7 @@ from aggregator.metrics import AggregatorMetrics
 from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
 from aggregator.scope import Alone, Scope
 from aggregator.sources import Polled, TargetSpec
-from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
+from core.lease import DEFAULT_LEASE_NAMESPACE, node_lease_path
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from tests.unit.world import NS, World, deployment_path, with_settings
 
@@ -568,7 +568,7 @@ async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targe
 async def test_provisioning_stops_writing_when_the_term_ends() -> None:
     w = World(50)
     for name in w.names:
-        del w.shoot.objects[f"{leases_path(DEFAULT_LEASE_NAMESPACE)}/{name}"]
+        del w.shoot.objects[node_lease_path(DEFAULT_LEASE_NAMESPACE, name)]
     t = w.target
     for informer in (t.nodes, t.leases):
         await informer.list_now()

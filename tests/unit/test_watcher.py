@@ -14,7 +14,7 @@ from aggregator.objects import NodeView
 from aggregator.settings import Backoff, Watching
 from aggregator.watcher import Informer, Observed
 from core.errors import ServerError
-from core.lease import RENEW_INTERVAL, LeaseView, lease_path, leases_path
+from core.lease import RENEW_INTERVAL, LeaseView, lease_name, leases_path, node_lease_path
 from tests.unit.fakekube import FakeKube, server_error
 from tests.unit.world import Clock
 
@@ -24,7 +24,7 @@ QUICK = Watching(timeout_s=1.0, grace_s=0.2, backoff=Backoff(0.01, 0.02))
 
 def lease(name: str, rv: str, renew: str = "2026-11-30T12:00:00.000000Z") -> dict[str, Any]:
     return {
-        "metadata": {"name": name, "resourceVersion": rv, "annotations": {RENEW_INTERVAL: "2s"}},
+        "metadata": {"name": lease_name(name), "resourceVersion": rv, "annotations": {RENEW_INTERVAL: "2s"}},
         "spec": {"renewTime": renew},
     }
 
@@ -69,7 +69,7 @@ async def run_until(informer: Informer[Any], done: Callable[[], bool]) -> None:
 
 async def test_events_arrive_as_views_and_move_the_resource_version() -> None:
     kube, rec = FakeKube(), Recorder()
-    kube.put(lease_path(NS, "n1"), lease("n1", "1"))
+    kube.put(node_lease_path(NS, "n1"), lease("n1", "1"))
     kube.watches.append(
         [
             {"type": "MODIFIED", "object": lease("n1", "41", renew="2026-11-30T12:00:02.000000Z")},
@@ -91,7 +91,7 @@ async def test_events_arrive_as_views_and_move_the_resource_version() -> None:
 
 async def test_a_410_relists_and_other_failures_back_off_and_resume_without_a_list() -> None:
     kube, rec = FakeKube(), Recorder()
-    kube.put(lease_path(NS, "n1"), lease("n1", "1"))
+    kube.put(node_lease_path(NS, "n1"), lease("n1", "1"))
     gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
     kube.watches.append([gone])
     informer = rec.informer(kube)

@@ -23,7 +23,14 @@ from aggregator.target import Shared, Target
 from aggregator.witness import NODE_LEASE_NAMESPACE
 from core.durations import parse_duration
 from core.errors import KubeError
-from core.lease import DEFAULT_LEASE_NAMESPACE, RENEW_INTERVAL, format_micro_time, lease_path
+from core.lease import (
+    DEFAULT_LEASE_NAMESPACE,
+    RENEW_INTERVAL,
+    format_micro_time,
+    lease_metadata,
+    lease_path,
+    node_lease_path,
+)
 from testenv.controllers import CONTROLLERS, DOWN
 from tests.unit.fakekube import FakeKube, managed
 
@@ -89,9 +96,10 @@ class World:
                 {"metadata": {"uid": f"uid-{name}", "creationTimestamp": "2020-01-01T00:00:00Z"}},
             )
             lease = self.shoot.put(
-                lease_path(DEFAULT_LEASE_NAMESPACE, name),
+                node_lease_path(DEFAULT_LEASE_NAMESPACE, name),
                 {
                     "metadata": {
+                        **lease_metadata(name),
                         "annotations": {RENEW_INTERVAL: interval},
                         "ownerReferences": [{"kind": "Node", "name": name, "uid": node["metadata"]["uid"]}],
                     },
@@ -161,7 +169,7 @@ class World:
             return
         now = self.clock()
         for name in sorted(self.alive - self.agents_failing):
-            path = lease_path(DEFAULT_LEASE_NAMESPACE, name)
+            path = node_lease_path(DEFAULT_LEASE_NAMESPACE, name)
             lease = self.shoot.objects.get(path)
             if lease is None or self.due.get(name, now) > now:
                 continue

@@ -1,0 +1,234 @@
+"""gardener-resource-manager (GRM) of a pinned Gardener release, built from the Go module proxy
+and started as gardenlet starts a shoot's: ManagedResources in one control-plane namespace of
+the seed, applied into the shoot through a cache of kube-system, kubernetes-dashboard and
+kube-node-lease only, the token requestor on, every webhook off.
+
+Built from the module's own tree, not through a wrapper module: Gardener's go.mod carries the
+replace directives its build needs, and a wrapper would not inherit them. Cached like the other
+binaries, under the version and the Go toolchain.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from testenv import binaries
+from testenv.controlplane import ControlPlane, free_port
+from testenv.process import Process, spawn
+from testenv.wait import wait_for
+
+VERSION = "v1.136.2"
+MODULE = "github.com/gardener/gardener"
+NAME = "gardener-resource-manager"
+# The one CRD the source (seed) side needs.
+CRD = "example/seed-crds/10-crd-resources.gardener.cloud_managedresources.yaml"
+# gardenlet's target namespaces for a shoot (pkg/gardenlet/operation/botanist/resource_manager.go).
+SHOOT_TARGET_NAMESPACES = ("kube-system", "kubernetes-dashboard", "kube-node-lease")
+
+
+def cache_dir() -> Path:
+    digest = hashlib.sha256(f"{MODULE}@{VERSION} {binaries.go_version()}".encode()).hexdigest()[:12]
+    return binaries.cache_root() / f"{NAME}-{VERSION}-{digest}"
+
+
+def binary_path() -> Path:
+    return cache_dir() / NAME
+
+
+def crd_path() -> Path:
+    return cache_dir() / "managedresources-crd.yaml"
+
+
+def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
+    """Build GRM unless it is cached; returns the binary."""
+    target = binary_path()
+    if target.exists() and crd_path().exists() and not force:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    print(f"testenv: building {NAME} {VERSION} (cold builds take minutes)", file=log, flush=True)
+    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
+    found = subprocess.run(
+        ["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    module_dir = Path(json.loads(found.stdout)["Dir"])
+    with tempfile.TemporaryDirectory(prefix="dwd-grm-build-") as tmp:
+        # The module cache is read-only, and go build writes go.sum entries beside go.mod.
+        src = Path(tmp) / "src"
+        shutil.copytree(module_dir, src)
+        for root, dirs, files in os.walk(src):
+            for name in (*dirs, *files):
+                path = Path(root) / name
+                path.chmod(path.stat().st_mode | 0o200)
+        pkg = "k8s.io/component-base/version"
+        ldflags = f"-s -w -X {pkg}.gitVersion={VERSION} -X {pkg}.gitTreeState=clean"
+        tmp_bin = target.with_suffix(".tmp")
+        subprocess.run(
+            ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp_bin), f"./cmd/{NAME}"],
+            cwd=src,
+            env=env,
+            check=True,
+        )
+        shutil.copyfile(src / CRD, crd_path())
+        tmp_bin.replace(target)  # last: an interrupted build leaves no binary under the name
+    print(f"testenv: built {NAME} in {time.monotonic() - started:.0f}s -> {target}", file=log, flush=True)
+    return target
+
+
+def find() -> Path:
+    if not binary_path().exists() or not crd_path().exists():
+        raise FileNotFoundError(f"{NAME} {VERSION} not built in {cache_dir()}: run `make testenv`")
+    return binary_path()
+
+
+def embedded_kubeconfig(cp: ControlPlane) -> str:
+    """The control plane's admin kubeconfig with everything embedded: GRM refuses file paths
+    (``client certificate files are not supported``)."""
+
+    def data(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "c", "cluster": {"server": cp.url, "certificate-authority-data": data(cp.ca_file)}}
+            ],
+            "users": [
+                {
+                    "name": "u",
+                    "user": {
+                        "client-certificate-data": data(cp.admin.cert),
+                        "client-key-data": data(cp.admin.key),
+                    },
+                }
+            ],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            "current-context": "c",
+        }
+    )
+
+
+@dataclass
+class ResourceManager:
+    """A shoot's GRM: ManagedResources of ``namespace`` in ``seed``, applied into ``shoot``."""
+
+    seed: ControlPlane
+    shoot: ControlPlane
+    namespace: str
+    # The ManagedResource controller's resync (gardenlet: 1 h; never below 15 s, GRM refuses it).
+    sync_period: str = "1h"
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dwd-grm-")))
+    proc: Process | None = None
+
+    def config(self) -> dict[str, Any]:
+        ports = {name: free_port() for name in ("webhooks", "health", "metrics")}
+        self.health_port = ports["health"]
+        return {
+            "apiVersion": "resourcemanager.config.gardener.cloud/v1alpha1",
+            "kind": "ResourceManagerConfiguration",
+            "sourceClientConnection": {
+                "kubeconfig": str(self.workdir / "source.kubeconfig"),
+                "namespaces": [self.namespace],
+                "qps": 100,
+                "burst": 130,
+            },
+            "targetClientConnection": {
+                "kubeconfig": str(self.workdir / "target.kubeconfig"),
+                "namespaces": list(SHOOT_TARGET_NAMESPACES),
+                "qps": 100,
+                "burst": 130,
+            },
+            "leaderElection": {"leaderElect": False},
+            "logLevel": "info",
+            "logFormat": "json",
+            "server": {
+                "webhooks": {
+                    "bindAddress": "127.0.0.1",
+                    "port": ports["webhooks"],
+                    "tls": {"serverCertDir": str(self.workdir / "certs")},
+                },
+                "healthProbes": {"bindAddress": "127.0.0.1", "port": ports["health"]},
+                "metrics": {"bindAddress": "127.0.0.1", "port": ports["metrics"]},
+            },
+            "controllers": {
+                "garbageCollector": {"enabled": True, "syncPeriod": "12h"},
+                "health": {"concurrentSyncs": 10, "syncPeriod": "1m"},
+                "managedResource": {
+                    "concurrentSyncs": 20,
+                    "syncPeriod": self.sync_period,
+                    "alwaysUpdate": True,
+                },
+                "tokenRequestor": {"enabled": True, "concurrentSyncs": 5},
+            },
+            "webhooks": {},
+        }
+
+    def start(self, timeout_s: float = 60.0) -> ResourceManager:
+        binary = find()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "source.kubeconfig").write_text(embedded_kubeconfig(self.seed))
+        (self.workdir / "target.kubeconfig").write_text(embedded_kubeconfig(self.shoot))
+        # The webhook server starts even with every webhook off, and wants a certificate.
+        certs = self.workdir / "certs"
+        certs.mkdir(exist_ok=True)
+        assert self.seed.ca is not None, "the seed control plane is not started"
+        serving = self.seed.ca.issue("grm-webhook", NAME, dns_names=["localhost"], server=True)
+        shutil.copyfile(serving.cert, certs / "tls.crt")
+        shutil.copyfile(serving.key, certs / "tls.key")
+        config = self.workdir / "config.yaml"
+        config.write_text(yaml.safe_dump(self.config()))
+        # A clean environment: KUBECONFIG and TARGET_KUBECONFIG would win over the file.
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.workdir)}
+        self.proc = spawn(
+            NAME,
+            [str(binary), f"--config={config}"],
+            log_path=self.workdir / f"{NAME}.log",
+            env=env,
+            die_with_parent=True,
+        )
+        wait_for(self._healthy, timeout_s, f"{NAME} healthy (log: {self.proc.log_path})")
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.popen.poll() is not None:
+            raise RuntimeError(f"{NAME} exited {self.proc.popen.returncode}:\n{self.proc.tail(30)}")
+        url = f"http://127.0.0.1:{self.health_port}/readyz"
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+        return False
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.stop()
+            self.proc = None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[ResourceManager]:
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()

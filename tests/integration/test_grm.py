@@ -1,0 +1,214 @@
+"""The shoot part delivered by the real gardener-resource-manager (testenv/grm.py), configured as
+gardenlet configures a shoot's: its cache of the shoot sees kube-system, kubernetes-dashboard
+and kube-node-lease only, its token requestor fills the aggregator's Secret.
+
+One seed, one shoot (accepting the audience ``gardener``, as Gardener's shoots do), one GRM,
+shared by the module's cases in order: the ManagedResource applies, what it delivered is all
+the aggregator and real agents need, and deleting it takes every object back.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from core.errors import Forbidden, NotFound, TooManyRequests
+from core.lease import lease_path, node_lease_path
+from testenv import grm
+from testenv.apply import RESOURCES, apply, kustomize_build, load_docs, object_path
+from testenv.client import Client, denial, node_leases
+from testenv.controlplane import ControlPlane, free_port
+from testenv.gardener import CLUSTER_CRD, cluster
+from testenv.kcm import KcmReplicas
+from testenv.process import Process, spawn_python
+from testenv.shoot import Shoot
+from testenv.wait import wait_for
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "shoot--grm--s"
+MR = f"/apis/resources.gardener.cloud/v1alpha1/namespaces/{NS}/managedresources/dwd-lease-shoot"
+ACCESS = f"/api/v1/namespaces/{NS}/secrets/shoot-access-dwd-lease-aggregator"
+NODES = ("grm-0", "grm-1", "grm-2")
+
+
+@dataclass
+class GrmWorld:
+    shoot: Shoot
+    grm: grm.ResourceManager
+    objects: list[dict[str, Any]]  # what the ManagedResource carries
+    tmp: Path
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrmWorld]:
+    tmp = tmp_path_factory.mktemp("grm")
+    RESOURCES.setdefault("ManagedResource", ("managedresources", True))
+    RESOURCES.setdefault("Cluster", ("clusters", False))
+    with (
+        ControlPlane().running() as seed,
+        ControlPlane(extra_apiserver_args=["--api-audiences=kubernetes,gardener"]).running() as shoot_plane,
+    ):
+        shoot = Shoot(shoot_plane, seed, NS, tmp)
+        try:
+            shoot.setup(nodes=0)
+            with seed.admin_client() as admin:
+                apply(admin, [*load_docs(grm.crd_path().read_text()), CLUSTER_CRD])
+                wait_for(lambda: _established(admin), 30, "the ManagedResource and Cluster CRDs")
+                rendered = kustomize_build(ROOT / "manifests" / "gardener" / "shoot")
+                apply(admin, [{**d, "metadata": {**d["metadata"], "namespace": NS}} for d in rendered])
+            secret = next(d for d in rendered if d["metadata"]["name"] == "managedresource-dwd-lease-shoot")
+            objects = load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode())
+            with grm.ResourceManager(seed, shoot_plane, NS, workdir=tmp / "grm").running() as manager:
+                yield GrmWorld(shoot, manager, objects, tmp)
+        finally:
+            shoot.close()
+
+
+def _established(admin: Client) -> bool:
+    try:
+        admin.get(f"/apis/resources.gardener.cloud/v1alpha1/namespaces/{NS}/managedresources")
+        admin.get("/apis/extensions.gardener.cloud/v1alpha1/clusters")
+    except (NotFound, TooManyRequests):  # 429: a new CRD's storage is still initialising
+        return False
+    return True
+
+
+def conditions(admin: Client) -> dict[str, tuple[str, str]]:
+    mr = admin.get(MR)
+    return {c["type"]: (c["status"], c.get("reason", "")) for c in mr.get("status", {}).get("conditions", [])}
+
+
+def present(c: Client, doc: dict[str, Any]) -> bool:
+    try:
+        c.get(object_path(doc))
+    except NotFound:
+        return False
+    return True
+
+
+def test_the_managed_resource_applies_into_a_shoot_as_gardenlet_configures_it(world: GrmWorld) -> None:
+    admin = world.shoot.seed_admin
+    applied = wait_for(
+        lambda: conditions(admin).get("ResourcesApplied", ("", ""))[0] == "True" and conditions(admin),
+        60,
+        f"ResourcesApplied=True (GRM log: {world.grm.proc and world.grm.proc.log_path})",
+    )
+    print("\nManagedResource dwd-lease-shoot conditions:")
+    for kind, (status, reason) in sorted(applied.items()):
+        print(f"  {kind}={status} {reason}")
+    missing = [object_path(d) for d in world.objects if not present(world.shoot.shoot_admin, d)]
+    assert missing == []
+    print(f"in the shoot ({len(world.objects)} objects):")
+    for d in world.objects:
+        print(f"  {d['kind']} {d['metadata'].get('namespace', '-')}/{d['metadata']['name']}")
+    recorded = admin.get(MR)["status"]["resources"]
+    assert len(recorded) == len(world.objects)
+
+
+def test_the_token_requestor_secret_and_the_delivered_rbac_are_all_it_takes(world: GrmWorld) -> None:
+    """The aggregator in gardener mode with only the Secret GRM filled; real agents with tokens
+    bound to their nodes renew under the delivered RBAC and policy, and cannot write a kubelet's
+    lease or another node's."""
+    w = world.shoot
+    data = wait_for(
+        lambda: (d := w.seed_admin.get(ACCESS).get("data") or {}).get("token") and d.get("bundle.crt") and d,
+        30,
+        "the token requestor to fill the aggregator's Secret",
+    )
+    assert "kubeconfig" not in data  # the server is the aggregator's to know (DWD_SHOOT_SERVER)
+    for node in NODES:
+        w.shoot_admin.ensure("/api/v1/nodes", {"metadata": {"name": node}})
+    apply(w.seed_admin, [cluster(NS)])
+    port = free_port()
+    aggregator = w.start_aggregator(
+        DWD_TARGETS="gardener",
+        DWD_SHOOT_KUBECONFIG="",
+        DWD_NAMESPACE="",
+        DWD_SHOOT_SERVER=w.shoot.url,
+        DWD_METRICS_ADDR=f"127.0.0.1:{port}",
+    )
+    agents = [start_agent(world, node) for node in NODES]
+    try:
+        wait_for(
+            lambda: (
+                {n for n, lease in node_leases(w.shoot_admin).items() if lease["spec"].get("renewTime")}
+                == set(NODES)
+            ),
+            30,
+            f"every agent renewing (aggregator log: {aggregator.log_path})",
+        )
+        healthy = wait_for(lambda: _judged(port), 30, "the aggregator's verdict on the shoot")
+        print(f"\naggregator on {NS}: {healthy}")
+        assert healthy["phase"] == "healthy" and healthy["candidates"] == len(NODES)
+
+        token = w.shoot.node_token(NODES[0], namespace="kube-system", service_account="dwd-lease-agent")
+        with w.shoot.token_client(token) as agent:
+            other = denial(lambda: agent.merge_patch(node_lease_path("kube-system", NODES[1]), {"spec": {}}))
+            assert f"may only renew lease dwd-node-lease-{NODES[0]}, not dwd-node-lease-{NODES[1]}" in other
+            with pytest.raises(Forbidden):  # a kubelet's lease: no RBAC there at all
+                agent.merge_patch(lease_path("kube-node-lease", NODES[0]), {"spec": {}})
+    finally:
+        for a in agents:
+            a.kill()
+        aggregator.kill()
+
+
+def _judged(port: int) -> dict[str, Any] | None:
+    try:
+        targets = httpx.get(f"http://127.0.0.1:{port}/status", trust_env=False, timeout=5).json()["targets"]
+    except (httpx.HTTPError, ValueError):
+        return None
+    for t in targets:
+        if t["name"] == NS and t.get("phase") == "healthy" and t.get("candidates"):
+            return {"phase": t["phase"], "candidates": t["candidates"]}
+    return None
+
+
+def start_agent(world: GrmWorld, node: str) -> Process:
+    token = world.tmp / f"token-{node}"
+    token.write_text(
+        world.shoot.shoot.node_token(node, namespace="kube-system", service_account="dwd-lease-agent")
+    )
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "NODE_NAME": node,
+        "DWD_APISERVER_URL": world.shoot.shoot.url,
+        "DWD_CA_FILE": str(world.shoot.shoot.ca_file),
+        "DWD_TOKEN_FILE": str(token),
+        "DWD_RENEW_INTERVAL": "500ms",
+        "DWD_LOG_FORMAT": "json",
+    }
+    return spawn_python(f"agent-{node}", "agent", log_path=world.tmp / f"agent-{node}.log", env=env)
+
+
+def test_deleting_the_managed_resource_takes_every_object_back(world: GrmWorld) -> None:
+    """GRM deletes DaemonSets in the foreground: a KCM in the shoot finishes that."""
+    w = world.shoot
+    kcm = KcmReplicas(w.shoot, world.tmp / "kcm")
+    kcm.scale(1)
+    try:
+        w.seed_admin.delete(MR)
+        wait_for(
+            lambda: not [d for d in world.objects if present(w.shoot_admin, d)] and _gone(w.seed_admin),
+            90,
+            f"every delivered object gone (GRM log: {world.grm.proc and world.grm.proc.log_path})",
+        )
+    finally:
+        kcm.scale(0)
+
+
+def _gone(admin: Client) -> bool:
+    try:
+        admin.get(MR)
+    except NotFound:
+        return True
+    return False
