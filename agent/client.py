@@ -126,23 +126,28 @@ class LeaseClient:
         """Re-read the CA: after a tls failure it may have been rotated."""
         self._ssl = self.tls()
 
-    async def patch(self, body: dict[str, Any] | list[dict[str, Any]], *, window_s: float) -> dict[str, Any]:
-        """Patch the lease (a dict: merge patch, a list: JSON patch); returns the lease as stored."""
+    async def patch(
+        self, body: dict[str, Any] | list[dict[str, Any]], *, window_s: float, path: str = ""
+    ) -> dict[str, Any]:
+        """Patch the lease (a dict: merge patch, a list: JSON patch), or the one at ``path``;
+        returns the lease as stored."""
         content = json.dumps(body, separators=(",", ":")).encode()
         kind = "application/merge-patch+json" if isinstance(body, dict) else "application/json-patch+json"
-        return await self._lease("PATCH", content, kind, window_s)
+        return await self._lease("PATCH", path or self.path, content, kind, window_s)
 
-    async def _lease(self, method: str, content: bytes, content_type: str, window_s: float) -> dict[str, Any]:
+    async def _lease(
+        self, method: str, path: str, content: bytes, content_type: str, window_s: float
+    ) -> dict[str, Any]:
         headers = {"Authorization": f"Bearer {self.token.read()}", "Content-Type": content_type}
-        response = await self.request(Request(method, self.path, headers, content), window_s)
+        response = await self.request(Request(method, path, headers, content), window_s)
         if response.status_code >= 300:
             raise api_error(response.status_code, response.content, response.headers)
         try:
             obj = response.json()
         except ValueError as e:
-            raise BadResponse(f"{method} {self.path}: response is not JSON") from e
+            raise BadResponse(f"{method} {path}: response is not JSON") from e
         if not isinstance(obj, dict) or obj.get("kind") != "Lease":
-            raise BadResponse(f"{method} {self.path}: response is not a Lease")
+            raise BadResponse(f"{method} {path}: response is not a Lease")
         return obj
 
     def recycling(self) -> bool:

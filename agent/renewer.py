@@ -26,12 +26,13 @@ from agent.client import LeaseClient
 from agent.path import PHASES, Attempt
 from agent.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, Settings
 from core import logs
-from core.errors import Invalid, KubeError, NotFound, TooManyRequests, TransportError
+from core.errors import Forbidden, Invalid, KubeError, NotFound, TooManyRequests, TransportError
 from core.lease import (
     LeaseView,
     Outage,
     evidence_patch,
     format_micro_time,
+    lease_path,
     missing_wait_s,
     next_renewal_in_s,
     release_patch,
@@ -152,6 +153,10 @@ class Renewer:
         # Only a renewal ends the run: agents answered 429 between 404s (KAPI's priority and
         # fairness during a fresh install) would otherwise start again at the interval.
         self._misses = 0
+        # The node's lease in the old layout, renewed beside ours during a move (None: not, or
+        # no more: it answered that it is gone or not ours to write).
+        legacy = settings.legacy_namespace
+        self._legacy: str | None = lease_path(legacy, settings.node_name) if legacy else None
         self.random = random.Random()
         self.metrics = AgentMetrics(registry or Registry(), self._last_success_age)
         self.metrics.interval.set(self.interval_s)
@@ -214,6 +219,11 @@ class Renewer:
             self.metrics.lease_missing.inc()
             self._enter("waiting", "lease_missing", level="info")
             self._misses += 1
+            # An aggregator of the old layout provisions no lease of ours: the old one is what
+            # it judges, renewed at its pace.
+            if (legacy := await self._renew_legacy(stamp, started)) is not None:
+                self._adopt_interval(legacy)
+                return self.interval_s
             return missing_wait_s(self._misses, self.interval_s, self.random.uniform(0.5, 1.0))
         except TooManyRequests as e:
             self.metrics.throttled.inc()
@@ -225,7 +235,28 @@ class Renewer:
             self._failed(e, stamp, started)
             return self.interval_s
         self._succeeded(lease)
+        await self._renew_legacy(stamp, started)
         return next_renewal_in_s(self.settings.node_name, self.interval_s, stamp.timestamp())
+
+    async def _renew_legacy(self, stamp: datetime, started: float) -> LeaseView | None:
+        """Renews the old layout's lease too while it is there (docs/install.md, "Moving an
+        installation"); a 404 or 403 ends that for good. Only after a renewal of ours went
+        through (or found no lease of ours): on a broken path the old one fails alike."""
+        if self._legacy is None:
+            return None
+        window = max(self.window_s - (self.clock() - started), 0.2)
+        try:
+            answer = await self.client.patch(
+                renew_patch(self.settings.node_name, stamp), window_s=window, path=self._legacy
+            )
+        except (NotFound, Forbidden) as e:
+            self.log.info("legacy_lease_done", lease=self._legacy, why=e.failure_class)
+            self._legacy = None
+            return None
+        except KubeError as e:
+            self.log.debug("legacy_lease_failed", error=str(e))
+            return None
+        return _as_lease(answer, self.settings.node_name)
 
     async def _renew(self, stamp: datetime, started: float) -> LeaseView:
         """The renewal (with the evidence of an unseen one when there is some to give), and the

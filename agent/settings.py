@@ -13,7 +13,13 @@ from agent.kubeconfig import Endpoint, KubeconfigError, read_endpoint
 from agent.path import ssl_context
 from core.config import EnvReader, read_vars, var
 from core.credentials import DEFAULT_TOKEN_FILE
-from core.lease import DEFAULT_LEASE_NAMESPACE, MAX_NODE_NAME, is_dns_label, is_dns_subdomain
+from core.lease import (
+    DEFAULT_LEASE_NAMESPACE,
+    LEGACY_LEASE_NAMESPACE,
+    MAX_NODE_NAME,
+    is_dns_label,
+    is_dns_subdomain,
+)
 from core.logs import LogFormat
 
 # Settings of earlier versions, warned about and ignored: failing on them would stop the
@@ -36,6 +42,9 @@ class Settings:
     apiserver_url: str
     node_name: str
     lease_namespace: str = var("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE, "string")
+    legacy_namespace: str = var("DWD_LEGACY_LEASE_NAMESPACE", LEGACY_LEASE_NAMESPACE, "string")
+    """During a move from the old layout, the node's lease there is renewed too, until it is gone
+    or refused; empty: never."""
     renew_interval_s: float = var(
         "DWD_RENEW_INTERVAL", 2.0, "duration", min_s=MIN_INTERVAL_S, max_s=MAX_INTERVAL_S
     )
@@ -75,6 +84,8 @@ class Settings:
         values = read_vars(r, cls)
         if not is_dns_label(namespace := values["lease_namespace"]):
             r.problem("DWD_LEASE_NAMESPACE", f"{namespace!r} is not a valid namespace name")
+        if (legacy := values["legacy_namespace"]) and not is_dns_label(legacy):
+            r.problem("DWD_LEGACY_LEASE_NAMESPACE", f"{legacy!r} is not a valid namespace name")
         if not os.access(token_file := values["token_file"], os.R_OK):
             r.problem("DWD_TOKEN_FILE", f"{token_file} is not a readable file")
         ca_file = _ca_file(r, endpoint, kubeconfig)

@@ -74,7 +74,7 @@ class Provisioner:
 
     def plan(self, pacing: Pacing) -> tuple[list[str], list[str], list[str]]:
         """(create, update, delete) lease names that bring the leases in line with the nodes."""
-        nodes, leases = self.observed.nodes, self.observed.leases
+        nodes, leases = self.observed.nodes, self.observed.own
 
         def order(names: Iterable[str]) -> list[str]:
             # The sample first: the verdict waits for its members, the slow rest does not.

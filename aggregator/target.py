@@ -32,9 +32,10 @@ from aggregator.scope import Scope
 from aggregator.seeddependents import SeedDependents
 from aggregator.settings import Settings
 from aggregator.view import View
-from aggregator.watcher import Observed, shoot_informers
+from aggregator.watcher import Informer, Observed, follow_legacy, legacy_informer, shoot_informers
 from core import logs
 from core.errors import KubeError
+from core.lease import LeaseView
 
 log = logs.get("target")
 
@@ -116,6 +117,7 @@ class Target:
             label=self.name,
             on_restart=self.report.watch_restarted,
         )
+        self.legacy = self._legacy_informer()
         self.view = View(p.lease_duration_s, tick_s=p.tick_s, stall_s=p.stall_s, log=self.log)
         self.evidence = Evidence.of(self.shoot, seed, self.namespace, p, clock=clock, log=self.log)
         self.checks = Interlocks(
@@ -147,6 +149,15 @@ class Target:
             deadline=self.scope.term_end,
         )
 
+    def _legacy_informer(self) -> Informer[LeaseView] | None:
+        legacy = self.settings.provisioning.legacy_namespace
+        if not legacy:
+            return None
+        watching, clock = self.settings.watching, self.clock
+        return legacy_informer(
+            self.shoot, self.observed, legacy, settings=watching, clock=clock, label=self.name
+        )
+
     @property
     def status(self) -> TargetStatus:
         return self.report.status
@@ -156,6 +167,8 @@ class Target:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.nodes.run(), name=f"{self.name}/nodes")
                 tg.create_task(self.leases.run(), name=f"{self.name}/leases")
+                if self.legacy is not None:
+                    tg.create_task(follow_legacy(self.legacy, self.log), name=f"{self.name}/legacy-leases")
                 tg.create_task(self._provision_loop(), name=f"{self.name}/provision")
                 tg.create_task(self._decide_loop(), name=f"{self.name}/decide")
         finally:

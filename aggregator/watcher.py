@@ -27,7 +27,7 @@ from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
 from aggregator.objects import NodeView, metadata, resource_version
 from aggregator.settings import Watching
 from core import logs
-from core.errors import BadResponse, Gone, KubeError, TransportError
+from core.errors import BadResponse, Forbidden, Gone, KubeError, NotFound, TransportError
 from core.lease import LEASE_SELECTOR, LeaseView, leases_path
 
 log = logs.get("watcher")
@@ -197,7 +197,12 @@ class Observed:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], datetime] = lambda: datetime.now(UTC)
     nodes: dict[str, NodeObs] = field(default_factory=dict)
+    # Each node's renewals as judged: of its lease (``own``) and, during a move from the old
+    # layout, its lease there (``legacy``), the one renewed last as far as we have seen.
     leases: dict[str, LeaseObs] = field(default_factory=dict)
+    # The leases of ours, what the provisioner keeps in line with the nodes.
+    own: dict[str, LeaseObs] = field(default_factory=dict)
+    legacy: dict[str, LeaseObs] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     # -- nodes
@@ -223,8 +228,7 @@ class Observed:
             self.changed.set()
 
     # -- leases
-    def _lease(self, view: LeaseView) -> LeaseObs:
-        previous = self.leases.get(view.name)
+    def _lease(self, view: LeaseView, previous: LeaseObs | None) -> LeaseObs:
         # First sight or a changed renewTime: renewed "now" as far as we can tell.
         # First sight is generous on purpose: a just-started aggregator must not
         # call a lease stale before it has watched it for a whole lease duration.
@@ -244,19 +248,48 @@ class Observed:
         return LeaseObs(view, seen_renewed_mono=seen, paced_since_mono=paced)
 
     def leases_listed(self, views: list[LeaseView]) -> None:
-        self.leases = {v.name: self._lease(v) for v in views}
+        self.own = {v.name: self._lease(v, self.own.get(v.name)) for v in views}
+        self._merge_all()
         self.changed.set()
 
     def lease_event(self, kind: str, view: LeaseView) -> None:
-        previous = self.leases.get(view.name)
-        if kind == "DELETED":
-            self.leases.pop(view.name, None)
-        else:
-            self.leases[view.name] = self._lease(view)
+        previous = self._event(self.own, kind, view)
         # A renewal changes nothing the provisioner acts on: waking it for each one made its
         # pass over every node run at the renewal rate (70 % of a core at 5000 nodes).
         if kind == "DELETED" or previous is None or not _only_renewed(previous.view, view):
             self.changed.set()
+
+    def legacy_listed(self, views: list[LeaseView]) -> None:
+        self.legacy = {v.name: self._lease(v, self.legacy.get(v.name)) for v in views}
+        self._merge_all()
+
+    def legacy_event(self, kind: str, view: LeaseView) -> None:
+        self._event(self.legacy, kind, view)
+
+    def _event(self, leases: dict[str, LeaseObs], kind: str, view: LeaseView) -> LeaseObs | None:
+        previous = leases.get(view.name)
+        if kind == "DELETED":
+            leases.pop(view.name, None)
+        else:
+            leases[view.name] = self._lease(view, previous)
+        self._merge(view.name)
+        return previous
+
+    def _merge(self, node: str) -> None:
+        own, legacy = self.own.get(node), self.legacy.get(node)
+        if own is None or legacy is None:
+            chosen = own or legacy
+        else:  # the later renewal seen; ours on a tie
+            chosen = legacy if legacy.seen_renewed_mono > own.seen_renewed_mono else own
+        if chosen is None:
+            self.leases.pop(node, None)
+        else:
+            self.leases[node] = chosen
+
+    def _merge_all(self) -> None:
+        self.leases = {}
+        for node in self.own.keys() | self.legacy.keys():
+            self._merge(node)
 
     def lease_ages(self) -> dict[str, float]:
         now = self.clock()
@@ -333,3 +366,39 @@ def shoot_informers(
     for informer in (nodes, leases):
         informer.on_restart = functools.partial(on_restart, informer.name)
     return nodes, leases
+
+
+def legacy_informer(
+    shoot: KubeClient,
+    observed: Observed,
+    namespace: str,
+    *,
+    settings: Watching,
+    clock: Callable[[], float],
+    label: str,
+) -> Informer[LeaseView]:
+    """The old layout's leases (docs/install.md, "Moving an installation"): read, never written."""
+    return Informer(
+        shoot,
+        leases_path(namespace),
+        name="legacy-leases",
+        parse=functools.partial(LeaseView.from_object, legacy=True),
+        on_list=observed.legacy_listed,
+        on_event=observed.legacy_event,
+        settings=settings,
+        clock=clock,
+        label=label,
+    )
+
+
+async def follow_legacy(informer: Informer[LeaseView], log: Any) -> None:
+    """Follows the old layout while it is there: a first LIST that is refused or finds no such
+    namespace (a fresh install, or a move that is done) ends it, quietly."""
+    try:
+        await informer.list_now()
+    except (Forbidden, NotFound) as e:
+        log.info("legacy_leases_absent", namespace=informer.path, why=e.failure_class)
+        return
+    except KubeError as e:
+        log.info("legacy_leases_unread", why=str(e))  # the informer's own retries take it from here
+    await informer.run()

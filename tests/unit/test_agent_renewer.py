@@ -44,8 +44,17 @@ class FakeClient:
         self.latency_s = 0.0
         self.stored_renew_time: str | None = None
         self.on_attempt: Any = None
+        # The old layout's lease (``path``): its PATCHes and scripted answers, apart.
+        self.legacy_calls: list[tuple[str, Any]] = []
+        self.legacy_script: list[Any] = []
 
-    async def patch(self, body: Any, *, window_s: float) -> dict[str, Any]:
+    async def patch(self, body: Any, *, window_s: float, path: str = "") -> dict[str, Any]:
+        if path:
+            self.legacy_calls.append((path, body))
+            outcome = self.legacy_script.pop(0) if self.legacy_script else lease()
+            if isinstance(outcome, Exception):
+                raise outcome
+            return dict(outcome)
         kind = "merge" if isinstance(body, dict) else "json"
         self.calls.append((kind, body, window_s))
         self.clock.now += self.latency_s
@@ -102,7 +111,9 @@ def client(clock: Clock) -> FakeClient:
 def renewer(clock: Clock, client: FakeClient, tmp_path: Path) -> Renewer:
     token = tmp_path / "token"
     token.write_text("t")
-    settings = Settings(apiserver_url="https://api.example", node_name="n1", token_file=str(token))
+    settings = Settings(
+        apiserver_url="https://api.example", node_name="n1", token_file=str(token), legacy_namespace=""
+    )
     return Renewer(settings, client, clock=clock, wall=clock.wall)  # type: ignore[arg-type]
 
 
@@ -284,6 +295,34 @@ async def test_missing_lease_is_waiting_not_an_outage(
     assert events(logs) == ["lease_missing", "lease_renewing"]
     # Still the first success: released is cleared now.
     assert patches(client)[-1]["metadata"]["annotations"] == {RELEASED: None}
+
+
+async def test_during_a_move_the_old_layouts_lease_is_renewed_too_until_it_is_gone(
+    clock: Clock, client: FakeClient, tmp_path: Path, logs: list[dict[str, Any]]
+) -> None:
+    """An aggregator of either layout sees this node renew: ours first, then the old one; with no
+    lease of ours yet (an old aggregator), the old one at the pace its annotation asks."""
+    token = tmp_path / "token"
+    token.write_text("t")
+    settings = Settings(apiserver_url="https://api.example", node_name="n1", token_file=str(token))
+    assert settings.legacy_namespace == "dwd-node-lease"
+    renewer = Renewer(settings, client, clock=clock, wall=clock.wall)  # type: ignore[arg-type]
+    old = "/apis/coordination.k8s.io/v1/namespaces/dwd-node-lease/leases/n1"
+    await renewer.renew_once()
+    assert [path for path, _ in client.legacy_calls] == [old]
+    assert client.legacy_calls[0][1]["spec"] == patches(client)[-1]["spec"]  # the same stamp
+    client.script = [NotFound(404, "NotFound", "")]
+    client.legacy_script = [lease("5s")]
+    assert await renewer.renew_once() == 5.0  # not the missing lease's backoff
+    assert renewer.state == "waiting"
+    client.legacy_script = [NotFound(404, "NotFound", "namespace dwd-node-lease is gone")]
+    await renewer.renew_once()
+    calls = len(client.legacy_calls)
+    client.script = [NotFound(404, "NotFound", "")] * 2
+    waits = [await renewer.renew_once() for _ in range(3)]
+    assert len(client.legacy_calls) == calls  # never again
+    assert waits[1] > waits[0]  # the missing lease's backoff once more
+    assert "legacy_lease_done" in events(logs)
 
 
 class Top:

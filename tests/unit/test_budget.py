@@ -84,7 +84,7 @@ def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
     for n in names:  # every lease as the provisioner wants it
         want = provisioner.desired(n, pacing[-1])
         view = LeaseView(n, interval=want.interval, duration_s=want.duration_s, owner_uids=(f"uid-{n}",))
-        observed.leases[n] = LeaseObs(view, 0.0)
+        observed.own[n] = LeaseObs(view, 0.0)
     assert provisioner.plan(pacing[-1]) == ([], [], [])
     observed.nodes["node-new"] = NodeObs(NodeView("node-new", uid="uid-node-new"), 0.0)
     pacing.append(plan([*names, "node-new"], 2.0, 100))

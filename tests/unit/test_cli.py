@@ -25,7 +25,7 @@ def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("module", "wanted"),
     [
-        ("agent", ["DWD_RENEW_INTERVAL      2s", "NODE_NAME               (required)"]),
+        ("agent", ["DWD_RENEW_INTERVAL          2s", "NODE_NAME                   (required)"]),
         ("aggregator", ["DWD_DRY_RUN                    false", "DWD_LEASE_DURATION             8s"]),
     ],
 )
