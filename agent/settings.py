@@ -44,7 +44,7 @@ class Settings:
     lease_namespace: str = var("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE, "string")
     legacy_namespace: str = var("DWD_LEGACY_LEASE_NAMESPACE", LEGACY_LEASE_NAMESPACE, "string")
     """During a move from the old layout, the node's lease there is renewed too, until it is gone
-    or refused; empty: never."""
+    or refused; ``-``: never."""
     renew_interval_s: float = var(
         "DWD_RENEW_INTERVAL", 2.0, "duration", min_s=MIN_INTERVAL_S, max_s=MAX_INTERVAL_S
     )
@@ -84,6 +84,8 @@ class Settings:
         values = read_vars(r, cls)
         if not is_dns_label(namespace := values["lease_namespace"]):
             r.problem("DWD_LEASE_NAMESPACE", f"{namespace!r} is not a valid namespace name")
+        if values["legacy_namespace"] == "-":  # off (an empty variable is the default)
+            values["legacy_namespace"] = ""
         if (legacy := values["legacy_namespace"]) and not is_dns_label(legacy):
             r.problem("DWD_LEGACY_LEASE_NAMESPACE", f"{legacy!r} is not a valid namespace name")
         if not os.access(token_file := values["token_file"], os.R_OK):

@@ -270,7 +270,7 @@ class Provisioning:
     lease_namespace: str = var("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE, "string")
     legacy_namespace: str = var("DWD_LEGACY_LEASE_NAMESPACE", LEGACY_LEASE_NAMESPACE, "string")
     """Where the old layout's leases (named like their nodes) are read during a move, while this
-    aggregator may list them there; empty: never."""
+    aggregator may list them there; ``-``: never."""
     write_budget: float = var("DWD_WRITE_BUDGET", 100.0, "number")
     """Lease writes per second the heartbeats may cost a shoot: kubelet's own leases are 500/s
     at 5000 nodes, this adds at most a fifth."""
@@ -283,6 +283,8 @@ class Provisioning:
     def from_env(cls, r: EnvReader) -> Provisioning:
         values = read_vars(r, cls)
         _namespace(r, "DWD_LEASE_NAMESPACE", values["lease_namespace"])
+        if values["legacy_namespace"] == "-":  # off (an empty variable is the default)
+            values["legacy_namespace"] = ""
         if values["legacy_namespace"]:
             _namespace(r, "DWD_LEGACY_LEASE_NAMESPACE", values["legacy_namespace"])
         return cls(**values)

@@ -22,6 +22,13 @@ def test_defaults(token: str) -> None:
     assert s.apiserver_url == "https://api.shoot.example"
     assert (s.lease_namespace, s.renew_interval_s, s.ca_file) == ("kube-system", 2.0, "")
     assert s.metrics_addr is None
+    assert s.legacy_namespace == "dwd-node-lease"  # a move from the old layout is followed
+    env = {"DWD_APISERVER_URL": "https://a.example", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
+    assert Settings.from_env({**env, "DWD_LEGACY_LEASE_NAMESPACE": "-"}).legacy_namespace == ""
+    with pytest.raises(ConfigError, match="DWD_LEGACY_LEASE_NAMESPACE"):
+        Settings.from_env({**env, "DWD_LEGACY_LEASE_NAMESPACE": "Bad_Name"})
+    with pytest.raises(ConfigError, match=r"NODE_NAME: a{40}\.\.\. has 239 characters"):
+        Settings.from_env({**env, "NODE_NAME": "a" * 239})
 
 
 def test_every_bad_variable_is_named_in_one_error(tmp_path: Path) -> None:

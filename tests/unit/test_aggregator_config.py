@@ -36,6 +36,12 @@ def test_defaults(kubeconfig: str) -> None:
         "env",
     )
     assert d.tick_s == 1.0
+    assert s.provisioning.legacy_namespace == "dwd-node-lease"
+    assert s.shoots.shoot_server == "https://kube-apiserver.{namespace}.svc"
+    env = {"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "shoot--p--s"}
+    assert Settings.from_env({**env, "DWD_LEGACY_LEASE_NAMESPACE": "-"}).provisioning.legacy_namespace == ""
+    with pytest.raises(ConfigError, match=r"DWD_SHOOT_SERVER: 'http://x' is not https://HOST\[:PORT\]"):
+        Settings.from_env({**env, "DWD_SHOOT_SERVER": "http://x"})
 
 
 def test_every_bad_variable_is_named(tmp_path: Path) -> None:
