@@ -1,8 +1,10 @@
 """Lease lifecycle: one lease per node, created when the node appears, deleted when it goes.
 
-The aggregator owns the lease object and its duration and interval; the
-agent only renews. The owner reference lets the garbage collector remove a
-lease even while no aggregator runs.
+The aggregator owns the lease object and its duration and interval; the agent only renews.
+The leases are owned by the agent's DaemonSet beside them: an uninstall (a ManagedResource
+deleted, the DaemonSet with it) takes every lease with it, whether or not an aggregator runs.
+Where there is no such DaemonSet, the node owns its lease, as before. The node's uid is kept
+in an annotation either way: a node re-created under the same name gets its lease rewritten.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from aggregator.settings import Provisioning
 from aggregator.watcher import Observed
 from core import logs
 from core.durations import format_duration
-from core.errors import Conflict, KubeError, NotFound, NotLeading
+from core.errors import Conflict, Forbidden, KubeError, NotFound, NotLeading
 from core.lease import (
+    AGENT_DAEMONSET,
     MAX_NODE_NAME,
+    NODE_UID,
     RENEW_INTERVAL,
     lease_metadata,
     lease_name,
@@ -65,6 +69,8 @@ class Provisioner:
         self.deadline = deadline
         self.log = log.bind(target=label)
         self.taken: set[str] = set()
+        # The agent's DaemonSet as an owner reference (None: none in the lease namespace).
+        self.daemonset: dict[str, Any] | None = None
 
     def desired(self, node: str, pacing: Pacing) -> Wanted:
         # A slow node's lease says how long it may be quiet: four of its intervals.
@@ -87,18 +93,41 @@ class Provisioner:
         update = []
         for name in order(set(nodes) & set(leases)):
             have, want = leases[name].view, self.desired(name, pacing)
+            node_uid = nodes[name].view.uid
+            owner_uid = self.daemonset["uid"] if self.daemonset else node_uid
             if (
                 have.duration_s != want.duration_s
                 or have.interval != want.interval
-                or nodes[name].view.uid not in have.owner_uids
+                or owner_uid not in have.owner_uids
+                or node_uid not in (have.node_uid, *have.owner_uids)
             ):
                 update.append(name)
         return create, update, delete
+
+    async def _find_daemonset(self) -> None:
+        """The agent's DaemonSet, read once a pass (a 403 from older RBAC, a 404: none)."""
+        path = f"/apis/apps/v1/namespaces/{self.namespace}/daemonsets/{AGENT_DAEMONSET}"
+        try:
+            ds = await self.shoot.get(path)
+        except (NotFound, Forbidden):
+            self.daemonset = None
+            return
+        except KubeError as e:
+            self.log.info("daemonset_unread", error=str(e))  # the last answer stands
+            return
+        meta = ds.get("metadata") or {}
+        uid = meta.get("uid")
+        self.daemonset = (
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": AGENT_DAEMONSET, "uid": str(uid)}
+            if uid and not meta.get("deletionTimestamp")
+            else None
+        )
 
     async def reconcile(self, pacing: Callable[[], Pacing]) -> None:
         """One pass; writes are paced so a 5000-node start does not burst on KAPI, and end with
         the leader's term (the next leader's pass takes over). A pass lasts 100 s at 5000 nodes:
         each write asks ``pacing`` for the plan in force (re-planned only when it is due)."""
+        await self._find_daemonset()
         create, update, delete = self.plan(pacing())
         writes = [
             *(functools.partial(self._create, n, pacing) for n in create),
@@ -125,14 +154,13 @@ class Provisioner:
         await asyncio.sleep(self.min_gap_s)
 
     def _owner(self, name: str) -> dict[str, Any]:
-        return {
+        owner = self.daemonset or {
             "apiVersion": "v1",
             "kind": "Node",
             "name": name,
             "uid": self.observed.nodes[name].view.uid,
-            "blockOwnerDeletion": False,
-            "controller": False,
         }
+        return {**owner, "blockOwnerDeletion": False, "controller": False}
 
     async def _create(self, name: str, pacing: Callable[[], Pacing]) -> None:
         want = self.desired(name, pacing())
@@ -141,7 +169,7 @@ class Provisioner:
             "kind": "Lease",
             "metadata": {
                 **lease_metadata(name),
-                "annotations": {RENEW_INTERVAL: want.interval},
+                "annotations": {RENEW_INTERVAL: want.interval, NODE_UID: self.observed.nodes[name].view.uid},
                 "ownerReferences": [self._owner(name)],
             },
             "spec": {"leaseDurationSeconds": want.duration_s},
@@ -163,7 +191,10 @@ class Provisioner:
             node_lease_path(self.namespace, name),
             {
                 "metadata": {
-                    "annotations": {RENEW_INTERVAL: want.interval},
+                    "annotations": {
+                        RENEW_INTERVAL: want.interval,
+                        NODE_UID: self.observed.nodes[name].view.uid,
+                    },
                     "ownerReferences": [self._owner(name)],
                 },
                 "spec": {"leaseDurationSeconds": want.duration_s},

@@ -39,6 +39,10 @@ LAST_OUTAGE = PREFIX + "last-outage"
 # renewTime as it was just before the agent's renewal overwrote it (see evidence_patch).
 PREVIOUS_RENEW = PREFIX + "previous-renew-time"
 IGNORE_NODE = PREFIX + "ignore-node"
+# The uid of the node a lease is for, where the lease is owned by the agent's DaemonSet.
+NODE_UID = PREFIX + "node-uid"
+# The agent's DaemonSet: it owns the leases beside it, so they go with it (an uninstall).
+AGENT_DAEMONSET = "dwd-lease-agent"
 
 # The API server parses MicroTime with the fixed layout
 # 2006-01-02T15:04:05.000000Z07:00: exactly six fractional digits.
@@ -252,6 +256,7 @@ class LeaseView:
     duration_s: int | None = None
     released: bool = False
     owner_uids: tuple[str, ...] = ()
+    node_uid: str = ""  # the NODE_UID annotation
     # The server's own record says renewTime was written after renew-interval.
     renewed_after_interval: bool = False
     # Evidence of a renewal that landed unseen (the agent's previous-renew-time annotation,
@@ -281,6 +286,7 @@ class LeaseView:
             duration_s=duration if isinstance(duration, int) else None,
             released=annotations.get(RELEASED) == "true",
             owner_uids=tuple(str(r["uid"]) for r in meta.get("ownerReferences") or () if r.get("uid")),
+            node_uid=str(annotations.get(NODE_UID) or ""),
             renewed_after_interval=renewed_after_interval(obj),
             previous_renew=None if (previous := annotations.get(PREVIOUS_RENEW)) is None else str(previous),
             annotated=bool(annotations),

@@ -168,7 +168,7 @@ def _judged(port: int) -> dict[str, Any] | None:
     except (httpx.HTTPError, ValueError):
         return None
     for t in targets:
-        if t["name"] == NS and t.get("phase") == "healthy" and t.get("candidates"):
+        if t["name"] == NS and t.get("phase") == "healthy" and t.get("candidates") == len(NODES):
             return {"phase": t["phase"], "candidates": t["candidates"]}
     return None
 
@@ -191,17 +191,24 @@ def start_agent(world: GrmWorld, node: str) -> Process:
 
 
 def test_deleting_the_managed_resource_takes_every_object_back(world: GrmWorld) -> None:
-    """GRM deletes DaemonSets in the foreground: a KCM in the shoot finishes that."""
+    """Nothing of ours is left in the shoot: the delivered objects, and the leases, which the
+    agent's DaemonSet owns. GRM deletes DaemonSets in the foreground: a KCM in the shoot (its
+    garbage collector) finishes that."""
     w = world.shoot
     kcm = KcmReplicas(w.shoot, world.tmp / "kcm")
     kcm.scale(1)
     try:
+        leases = node_leases(w.shoot_admin)
+        assert sorted(leases) == sorted(NODES)
+        owners = {r["kind"] for lease in leases.values() for r in lease["metadata"]["ownerReferences"]}
+        assert owners == {"DaemonSet"}  # the agent's: they go with it
         w.seed_admin.delete(MR)
         wait_for(
             lambda: not [d for d in world.objects if present(w.shoot_admin, d)] and _gone(w.seed_admin),
             90,
             f"every delivered object gone (GRM log: {world.grm.proc and world.grm.proc.log_path})",
         )
+        wait_for(lambda: not node_leases(w.shoot_admin), 30, "the leases gone with the DaemonSet")
     finally:
         kcm.scale(0)
 

@@ -231,6 +231,7 @@ SHOOT_MAY = [
     ("list", "nodes", "", "", ""),
     ("watch", "nodes", "", "", ""),
     ("list", "coordination.k8s.io/leases", "kube-node-lease", "", ""),  # the second witness
+    ("get", "apps/daemonsets", NS, "dwd-lease-agent", ""),  # the leases' owner
 ]
 SHOOT_MUST_NOT = [
     ("patch", "coordination.k8s.io/leases", "kube-node-lease", "n1", ""),
@@ -239,6 +240,8 @@ SHOOT_MUST_NOT = [
     ("patch", "nodes", "", "n1", ""),
     ("delete", "nodes", "", "n1", ""),
     ("get", "secrets", "kube-system", "", ""),
+    ("get", "apps/daemonsets", NS, "kube-proxy", ""),
+    ("patch", "apps/daemonsets", NS, "dwd-lease-agent", ""),
     ("create", "pods", "default", "", ""),
 ]
 
