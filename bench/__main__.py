@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from bench import agent_footprint, aggregator_scale, path, race, scale, seed
+from bench import agent_footprint, aggregator_scale, lease_home, path, race, scale, seed
 
 Benchmarks = dict[str, tuple[str, Callable[[], object]]]
 
@@ -24,6 +24,10 @@ LONG: Benchmarks = {
     "path": ("slow and lossy paths against the default timings (11 min)", path.run),
     "seed": ("1 to 250 shoots, healthy and cut at once (65 min)", lambda: seed.main([])),
     "scale": ("100, 1000 and 5000 simulated nodes against real API servers (15 min)", lambda: scale.main([])),
+    "lease_home": (
+        "LIST costs at 5000 nodes: our leases in kube-system or kube-node-lease (2 min)",
+        lease_home.run,
+    ),
 }
 BENCHMARKS: Benchmarks = {**QUICK, **LONG}
 
