@@ -1,4 +1,4 @@
-"""A validating admission webhook whose backend is broken, for one namespace's leases.
+"""A validating admission webhook whose backend is broken, for our leases in one namespace.
 
 What a cluster-wide webhook that fails does to the agents on a path that works: an HTTPS
 server on loopback (kube-apiserver calls it there) with a serving certificate from a CA of
@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from core.lease import LEASE_LABEL
 from testenv.client import Client
 from testenv.pki import CertificateAuthority
 
@@ -94,6 +95,9 @@ class FailingWebhook:
                             }
                         ],
                         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+                        # Our leases only: kube-system holds leader elections and API server
+                        # identities too, which must go on working.
+                        "objectSelector": {"matchLabels": {LEASE_LABEL: "true"}},
                         "failurePolicy": "Fail",
                         "sideEffects": "None",
                         "admissionReviewVersions": ["v1"],

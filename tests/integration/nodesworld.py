@@ -125,7 +125,7 @@ class NodesWorld:
         self.shoot.shoot_admin.delete(f"{ROLEBINDING}/{AGENT_SA}")
 
     def break_admission(self) -> None:
-        """A webhook for ``dwd-node-lease`` leases whose backend fails: every renewal is a 500."""
+        """A webhook for our leases whose backend fails: every renewal is a 500."""
         self.webhook.register(self.shoot.shoot_admin, DEFAULT_LEASE_NAMESPACE)
 
     def kill_agents(self) -> None:
