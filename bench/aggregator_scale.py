@@ -20,7 +20,7 @@ from aggregator.settings import Decider, Provisioning
 from aggregator.watcher import Observed
 from bench.table import print_table
 from core.durations import format_duration
-from core.lease import RENEW_INTERVAL, LeaseView, format_micro_time
+from core.lease import RENEW_INTERVAL, LeaseView, format_micro_time, lease_metadata
 
 DECIDER = Decider()
 
@@ -32,7 +32,7 @@ def _rss_mib() -> float:
 def _lease(name: str, renew: str) -> dict[str, Any]:
     return {
         "metadata": {
-            "name": name,
+            **lease_metadata(name),
             "resourceVersion": "1",
             "annotations": {RENEW_INTERVAL: format_duration(DECIDER.fast_interval_s)},
         },

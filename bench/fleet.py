@@ -69,9 +69,9 @@ from core.lease import (
     DEFAULT_LEASE_NAMESPACE,
     PHASED_FROM_S,
     RENEW_INTERVAL,
-    lease_path,
     missing_wait_s,
     next_renewal_in_s,
+    node_lease_path,
     renew_patch,
 )
 
@@ -256,7 +256,7 @@ class Fleet:
         response = await self._request(
             "PATCH",
             "leases",
-            lease_path(self.namespace, node.name),
+            node_lease_path(self.namespace, node.name),
             content=json.dumps(renew_patch(node.name, stamp)).encode(),
             headers={"Content-Type": "application/merge-patch+json"},
             timeout=window_s,

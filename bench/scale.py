@@ -57,7 +57,7 @@ from bench.sampling import Window
 from bench.stats import estimate, hypergeom_pmf, p_down_spread, p_down_zoned
 from bench.table import print_table
 from core.durations import format_duration
-from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView
+from core.lease import MISSING_MAX_WAIT_S, RENEW_INTERVAL, LeaseView, lease_metadata
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import ControlPlane, free_port
 from testenv.process import Process
@@ -622,7 +622,7 @@ def plan_cost_ms(n: int, rounds: int = 50) -> float:
         want = provisioner.desired(x, pacing)
         lease = {
             "metadata": {
-                "name": x,
+                **lease_metadata(x),
                 "annotations": {RENEW_INTERVAL: want.interval},
                 "ownerReferences": [{"uid": x}],
             },

@@ -276,6 +276,10 @@ class LeaseView:
             raise ValueError(f"lease object without metadata.name: {dict(meta)!r}")
         if not legacy and (name := node_of(name)) is None:
             raise ValueError(f"lease {meta.get('name')!r} is not one of ours (no prefix {LEASE_PREFIX!r})")
+        # The server selects by the label already; a lease that only looks like ours by its
+        # name must never be judged, rewritten or deleted.
+        if not legacy and (meta.get("labels") or {}).get(LEASE_LABEL) != "true":
+            raise ValueError(f"lease {meta.get('name')!r} is not one of ours (no label {LEASE_LABEL})")
         duration = spec.get("leaseDurationSeconds")
         interval = annotations.get(RENEW_INTERVAL)
         return cls(

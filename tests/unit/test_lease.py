@@ -82,7 +82,7 @@ def test_lease_view() -> None:
     view = LeaseView.from_object(
         {
             "metadata": {
-                "name": "dwd-node-lease-n1",
+                **lease_metadata("n1"),
                 "resourceVersion": "7",
                 "annotations": {RELEASED: "true", "dependency-watchdog.gardener.cloud/renew-interval": "2s"},
                 "ownerReferences": [{"uid": "u1"}],
@@ -107,6 +107,8 @@ def test_lease_view() -> None:
     # A lease without our prefix is not ours: a kubelet's, a leader election's (kube-system).
     with pytest.raises(ValueError, match="not one of ours"):
         LeaseView.from_object({"metadata": {"name": "kube-controller-manager"}})
+    with pytest.raises(ValueError, match="no label"):
+        LeaseView.from_object({"metadata": {"name": "dwd-node-lease-n1"}})  # a look-alike
     # The old layout, named like the node, read during the move.
     assert LeaseView.from_object({"metadata": {"name": "n1"}}, legacy=True).name == "n1"
 

@@ -40,3 +40,22 @@ async def test_the_agents_daemonset_owns_the_leases_and_the_node_is_remembered()
     w.shoot.objects[DAEMONSET]["metadata"]["deletionTimestamp"] = "2026-12-03T00:00:00Z"
     await reconcile(w)
     assert owners(w, node) == [("Node", "uid-again")]
+
+
+async def test_a_lease_that_only_looks_like_ours_is_never_touched() -> None:
+    """kube-system is shared: a leader election, and a lease named like ours without our label
+    (for a node that does not exist), stay as they are through a provisioning pass."""
+    w = World(2)
+    others = {
+        f"/apis/coordination.k8s.io/v1/namespaces/{DEFAULT_LEASE_NAMESPACE}/leases/{name}": {
+            "metadata": {"annotations": {"owner": "someone else"}},
+            "spec": {"holderIdentity": "x"},
+        }
+        for name in ("kube-controller-manager", "dwd-node-lease-ghost")
+    }
+    for path, obj in others.items():
+        w.shoot.put(path, obj)
+    before = {path: dict(w.shoot.objects[path]) for path in others}
+    await reconcile(w)
+    assert {path: w.shoot.objects.get(path) for path in others} == before
+    assert sorted(w.target.observed.own) == sorted(w.names)

@@ -14,7 +14,7 @@ from aggregator.objects import NodeView
 from aggregator.settings import Backoff, Watching
 from aggregator.watcher import Informer, Observed
 from core.errors import ServerError
-from core.lease import RENEW_INTERVAL, LeaseView, lease_name, leases_path, node_lease_path
+from core.lease import RENEW_INTERVAL, LeaseView, lease_metadata, leases_path, node_lease_path
 from tests.unit.fakekube import FakeKube, server_error
 from tests.unit.world import Clock
 
@@ -24,7 +24,7 @@ QUICK = Watching(timeout_s=1.0, grace_s=0.2, backoff=Backoff(0.01, 0.02))
 
 def lease(name: str, rv: str, renew: str = "2026-11-30T12:00:00.000000Z") -> dict[str, Any]:
     return {
-        "metadata": {"name": lease_name(name), "resourceVersion": rv, "annotations": {RENEW_INTERVAL: "2s"}},
+        "metadata": {**lease_metadata(name), "resourceVersion": rv, "annotations": {RENEW_INTERVAL: "2s"}},
         "spec": {"renewTime": renew},
     }
 
