@@ -157,6 +157,7 @@ class Renewer:
         # no more: it answered that it is gone or not ours to write).
         legacy = settings.legacy_namespace
         self._legacy: str | None = lease_path(legacy, settings.node_name) if legacy else None
+        self._legacy_renewed = False
         self.random = random.Random()
         self.metrics = AgentMetrics(registry or Registry(), self._last_success_age)
         self.metrics.interval.set(self.interval_s)
@@ -245,10 +246,10 @@ class Renewer:
         if self._legacy is None:
             return None
         window = max(self.window_s - (self.clock() - started), 0.2)
+        # The old agent marked it released when it stopped: taken back with the first write.
+        patch = renew_patch(self.settings.node_name, stamp, clear_released=not self._legacy_renewed)
         try:
-            answer = await self.client.patch(
-                renew_patch(self.settings.node_name, stamp), window_s=window, path=self._legacy
-            )
+            answer = await self.client.patch(patch, window_s=window, path=self._legacy)
         except (NotFound, Forbidden) as e:
             self.log.info("legacy_lease_done", lease=self._legacy, why=e.failure_class)
             self._legacy = None
@@ -256,6 +257,7 @@ class Renewer:
         except KubeError as e:
             self.log.debug("legacy_lease_failed", error=str(e))
             return None
+        self._legacy_renewed = True
         return _as_lease(answer, self.settings.node_name)
 
     async def _renew(self, stamp: datetime, started: float) -> LeaseView:

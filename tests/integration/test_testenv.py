@@ -143,7 +143,7 @@ def test_node_bound_token_carries_the_node(control_plane: ControlPlane) -> None:
             {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
         )
     user = review["status"]["userInfo"]
-    assert user["username"] == "system:serviceaccount:dwd-node-lease:dwd-lease-agent"
+    assert user["username"] == "system:serviceaccount:kube-system:dwd-lease-agent"
     assert user["extra"]["authentication.kubernetes.io/node-name"] == ["n1"]
 
 

@@ -311,6 +311,10 @@ async def test_during_a_move_the_old_layouts_lease_is_renewed_too_until_it_is_go
     await renewer.renew_once()
     assert [path for path, _ in client.legacy_calls] == [old]
     assert client.legacy_calls[0][1]["spec"] == patches(client)[-1]["spec"]  # the same stamp
+    # The old agent released it when it stopped: the first write takes it back, no other.
+    assert client.legacy_calls[0][1]["metadata"]["annotations"] == {RELEASED: None}
+    await renewer.renew_once()
+    assert "metadata" not in client.legacy_calls[1][1]
     client.script = [NotFound(404, "NotFound", "")]
     client.legacy_script = [lease("5s")]
     assert await renewer.renew_once() == 5.0  # not the missing lease's backoff
