@@ -221,9 +221,11 @@ class Renewer:
             self._enter("waiting", "lease_missing", level="info")
             self._misses += 1
             # An aggregator of the old layout provisions no lease of ours: the old one is what
-            # it judges, renewed at its pace.
+            # it judges, renewed at its pace while it is there, even after a write of it failed
+            # (the missing lease's backoff would leave it unrenewed for up to a minute).
             if (legacy := await self._renew_legacy(stamp, started)) is not None:
                 self._adopt_interval(legacy)
+            if self._legacy is not None:
                 return self.interval_s
             return missing_wait_s(self._misses, self.interval_s, self.random.uniform(0.5, 1.0))
         except TooManyRequests as e:
@@ -245,7 +247,8 @@ class Renewer:
         through (or found no lease of ours): on a broken path the old one fails alike."""
         if self._legacy is None:
             return None
-        window = max(self.window_s - (self.clock() - started), 0.2)
+        # Its own window, at least half of one: the renewal of ours before it may have used it up.
+        window = max(self.window_s - (self.clock() - started), self.window_s / 2)
         # The old agent marked it released when it stopped: taken back with the first write.
         patch = renew_patch(self.settings.node_name, stamp, clear_released=not self._legacy_renewed)
         try:

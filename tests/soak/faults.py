@@ -12,8 +12,9 @@ Each cycle is one of
 - minority: fewer than 40 % stop renewing for 4-10 s (nothing may be scaled down);
 - kapi-restart: the shoot kube-apiserver is stopped (SIGTERM: it drains its watches first,
   which takes up to their 10 s), kept down 3-12 s and started again; the nodes stop
-  renewing when the stop begins and renew again 1 s after /readyz, as behind a load
-  balancer that admits traffic only to a ready server (nothing may be scaled down);
+  renewing when the stop begins and renew again 1 s after it serves (/livez) again: the
+  aggregators reach it directly, so the nodes' load balancer follows the same signal
+  (nothing may be scaled down);
 and any cycle may also get: SIGKILL of the leader (restarted 1-8 s later), the seed
 answering 500 or 429 to every PATCH of a Deployment or its scale for 2-6 s, a leader
 handover (the leader's seed path blackholed for 4-8 s), and dependency-watchdog's prober
@@ -75,8 +76,12 @@ def _cycle(r: Rig, p: Plan, res: Result) -> None:
             r.shoot.shoot.stop_apiserver()
             r.journal("shoot KAPI stopped")
             time.sleep(p.duration_s)
-            r.shoot.shoot.start_apiserver()
-            r.journal("shoot KAPI ready")
+            # Serving, not yet ready: the aggregators, straight at it, see it again from here (a
+            # few seconds before /readyz under load), so the nodes' load balancer follows it from
+            # here too, not from /readyz: else the rig holds the nodes back while the aggregators
+            # watch, and makes an outage of its own.
+            r.shoot.shoot.start_apiserver(until="/livez")
+            r.journal("shoot KAPI serving")
             time.sleep(1.0)
         else:
             r.cut(p.cut)

@@ -319,6 +319,10 @@ async def test_during_a_move_the_old_layouts_lease_is_renewed_too_until_it_is_go
     client.legacy_script = [lease("5s")]
     assert await renewer.renew_once() == 5.0  # not the missing lease's backoff
     assert renewer.state == "waiting"
+    # A failed write of it (a timeout) keeps the pace: the old layout is still there.
+    client.script = [NotFound(404, "NotFound", "")] * 2
+    client.legacy_script = [TransportError("timeout", "no answer"), lease("5s")]
+    assert [await renewer.renew_once() for _ in range(2)] == [5.0, 5.0]
     client.legacy_script = [NotFound(404, "NotFound", "namespace dwd-node-lease is gone")]
     await renewer.renew_once()
     calls = len(client.legacy_calls)

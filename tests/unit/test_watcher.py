@@ -197,6 +197,26 @@ def test_observed_leases_are_seen_renewed_when_renew_time_changes_on_our_clock()
     assert observed.leases["n2"].paced_since_mono == float("-inf")  # the server's record vouches
 
 
+def test_during_a_move_each_node_is_judged_by_its_later_renewal_of_the_two_layouts() -> None:
+    """Ours and the old layout's lease of a node: the one seen renewed last counts (ours on a
+    tie); the provisioner sees only ours."""
+    clock = Clock(1000.0)
+    observed = Observed(clock=clock)
+    observed.leases_listed([LeaseView("n1", renew_time="a"), LeaseView("n2", renew_time="a")])
+    observed.legacy_listed([LeaseView("n1", renew_time="x"), LeaseView("n3", renew_time="x")])
+    assert observed.leases["n1"] is observed.own["n1"]  # a tie: ours
+    assert observed.leases["n3"] is observed.legacy["n3"]  # no lease of ours yet: the old one
+    assert set(observed.own) == {"n1", "n2"}
+    clock.now = 1004.0
+    observed.legacy_event("MODIFIED", LeaseView("n1", renew_time="y"))  # an old agent renews
+    assert observed.lease_ages()["n1"] == 0.0 and observed.leases["n1"] is observed.legacy["n1"]
+    clock.now = 1005.0
+    observed.lease_event("MODIFIED", LeaseView("n1", renew_time="b"))  # its new agent takes over
+    assert observed.leases["n1"] is observed.own["n1"]
+    observed.legacy_listed([])  # the old namespace is gone
+    assert set(observed.leases) == {"n1", "n2"} and observed.lease_ages()["n2"] == 5.0
+
+
 def test_a_renewal_does_not_wake_the_provisioner_anything_else_does() -> None:
     """At 5000 nodes every renewal waking the provisioner made its pass over every node run at
     the renewal rate (bench.scale: 70 % of a core at a constant write rate)."""
