@@ -6,6 +6,8 @@ Used by the integration tests, the demo and the benchmarks.
 from __future__ import annotations
 
 import contextlib
+import functools
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,13 +40,25 @@ def deployment(name: str, replicas: int) -> dict[str, Any]:
     }
 
 
-class LeaseDriver(Poller):
-    """Renews the leases of the nodes in ``alive``, as their agents would."""
+# Where an agent's lease is: ours, in the lease namespace.
+OUR_LEASE = functools.partial(node_lease_path, DEFAULT_LEASE_NAMESPACE)
 
-    def __init__(self, client: Client, nodes: list[str], every_s: float = 0.5) -> None:
+
+class LeaseDriver(Poller):
+    """Renews the leases of the nodes in ``alive``, as their agents would (``path``: where a
+    node's lease is; the old layout's agents renewed another one)."""
+
+    def __init__(
+        self,
+        client: Client,
+        nodes: list[str],
+        every_s: float = 0.5,
+        path: Callable[[str], str] = OUR_LEASE,
+    ) -> None:
         super().__init__("lease-driver", every_s)
         self.client = client
         self.alive = set(nodes)
+        self.path = path
 
     def close(self) -> None:
         self.client.close()
@@ -53,10 +67,7 @@ class LeaseDriver(Poller):
         now = format_micro_time(datetime.now(UTC))
         for node in sorted(self.alive):
             with contextlib.suppress(NotFound):
-                self.client.merge_patch(
-                    node_lease_path(DEFAULT_LEASE_NAMESPACE, node),
-                    {"spec": {"holderIdentity": node, "renewTime": now}},
-                )
+                self.client.merge_patch(self.path(node), {"spec": {"holderIdentity": node, "renewTime": now}})
 
 
 class NodeLeaseDriver(Poller):

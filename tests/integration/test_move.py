@@ -11,7 +11,6 @@ agents-first order, what it would judge (the old leases) is sampled instead.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
 import os
@@ -27,7 +26,6 @@ from core.errors import NotFound
 from core.lease import (
     LEGACY_LEASE_NAMESPACE,
     RELEASED,
-    format_micro_time,
     lease_path,
     leases_path,
     parse_micro_time,
@@ -41,6 +39,7 @@ from testenv.kcm import KcmReplicas
 from testenv.poller import Poller
 from testenv.process import Process, spawn_python
 from testenv.shoot import Shoot
+from testenv.standins import LeaseDriver
 from testenv.wait import wait_for
 
 pytestmark = pytest.mark.integration
@@ -52,24 +51,9 @@ ROLL = 2  # agents replaced at a time (the DaemonSet's maxUnavailable)
 ROLL_EVERY_S = 3.0
 
 
-class OldAgents(Poller):
+def old_agents(client: Client) -> LeaseDriver:
     """The old agents: each renews ``dwd-node-lease/<node>`` while its node is in ``alive``."""
-
-    def __init__(self, client: Client) -> None:
-        super().__init__("old-agents", 0.5)
-        self.client = client
-        self.alive = set(NODES)
-
-    def close(self) -> None:
-        self.client.close()
-
-    def step(self) -> None:
-        now = format_micro_time(datetime.now(UTC))
-        for node in sorted(self.alive):
-            with contextlib.suppress(NotFound):
-                self.client.merge_patch(
-                    lease_path(OLD, node), {"spec": {"holderIdentity": node, "renewTime": now}}
-                )
+    return LeaseDriver(client, NODES, path=functools.partial(lease_path, OLD))
 
 
 class Ages(Poller):
@@ -209,7 +193,7 @@ def new_agent(shoot: Shoot, node: str) -> Process:
     return spawn_python(f"agent-{node}", "agent", log_path=shoot.tmp / f"agent-{node}.log", env=env)
 
 
-def roll(shoot: Shoot, old: OldAgents) -> list[Process]:
+def roll(shoot: Shoot, old: LeaseDriver) -> list[Process]:
     """The DaemonSet's rolling update (maxUnavailable): ROLL old agents stop, each marking its
     lease released as the old agent did on SIGTERM; their new ones start; the next ROLL only
     once these renew (a new pod available), and at least ROLL_EVERY_S later."""
@@ -259,18 +243,25 @@ def finish(shoot: Shoot, agents: list[Process]) -> None:
     )
 
 
-def test_aggregator_first_then_the_agents(shoot: Shoot) -> None:
+def start_old_layout(shoot: Shoot) -> tuple[LeaseDriver, Ages, Any]:
+    """Six nodes of the old layout, their old agents renewing; the ages and the controllers
+    sampled (not started yet: ``Ages``)."""
     shoot.setup(nodes=0)
     for node in NODES:
         shoot.shoot_admin.ensure("/api/v1/nodes", {"metadata": {"name": node}})
     shoot.driver.alive.clear()
     install_old_layout(shoot)
     old, ages, sampler = (
-        OldAgents(shoot.shoot.admin_client()),
+        old_agents(shoot.shoot.admin_client()),
         Ages(shoot.shoot.admin_client()),
         shoot.sampler(),
     )
     old.start()
+    return old, ages, sampler
+
+
+def test_aggregator_first_then_the_agents(shoot: Shoot) -> None:
+    old, ages, sampler = start_old_layout(shoot)
     agents: list[Process] = []
     port = free_port()
     judged = Candidates(port)
@@ -308,17 +299,7 @@ def test_aggregator_first_then_the_agents(shoot: Shoot) -> None:
 
 
 def test_agents_first_then_the_aggregator(shoot: Shoot) -> None:
-    shoot.setup(nodes=0)
-    for node in NODES:
-        shoot.shoot_admin.ensure("/api/v1/nodes", {"metadata": {"name": node}})
-    shoot.driver.alive.clear()
-    install_old_layout(shoot)
-    old, ages, sampler = (
-        OldAgents(shoot.shoot.admin_client()),
-        Ages(shoot.shoot.admin_client()),
-        shoot.sampler(),
-    )
-    old.start()
+    old, ages, sampler = start_old_layout(shoot)
     wait_for(lambda: _all_renewed(shoot.shoot_admin), 10, "the old agents renewing")
     ages.start()
     judged = Candidates(0)
