@@ -6,6 +6,7 @@ a test that fails can show any of them the same way (``tail``), and stop them th
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import json
@@ -100,9 +101,28 @@ def spawn(
     return Process(name, popen, log_path)
 
 
+# Every agent and aggregator started, killed when this interpreter exits: one a failed test
+# lost track of would otherwise outlive the run, retrying its dead API server on a CPU the
+# next tests need (no PDEATHSIG for them: the soak rig starts some from its threads, and a
+# thread's exit would take them along).
+_PYTHON_CHILDREN: list[Process] = []
+
+
 def spawn_python(name: str, module: str, *, log_path: Path, env: Mapping[str, str]) -> Process:
     """``python -m module`` (the agent, the aggregator) from this interpreter, with ``env``."""
-    return spawn(name, [sys.executable, "-m", module], log_path=log_path, env=env)
+    proc = spawn(name, [sys.executable, "-m", module], log_path=log_path, env=env)
+    _PYTHON_CHILDREN[:] = [p for p in _PYTHON_CHILDREN if p.alive()]
+    _PYTHON_CHILDREN.append(proc)
+    return proc
+
+
+@atexit.register
+def kill_python_children() -> None:
+    """Kill every agent and aggregator still running (a test session's end calls it too:
+    pytest-xdist's workers may exit without running atexit)."""
+    for proc in _PYTHON_CHILDREN:
+        if proc.alive():
+            proc.kill()
 
 
 def stop_all(procs: Iterable[Process], timeout_s: float = 5.0) -> None:

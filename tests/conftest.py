@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from testenv.controlplane import ControlPlane
+from testenv.process import kill_python_children
 
 pytest_plugins = ["testenv.pytest_plugin"]
 
@@ -15,6 +16,12 @@ def seed_plane() -> Iterator[ControlPlane]:
     """The seed: a second API server, so the shoot's can fail while the seed's keeps working."""
     with ControlPlane().running() as cp:
         yield cp
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_process_outlives_the_session() -> Iterator[None]:
+    yield
+    kill_python_children()
 
 
 @pytest.fixture(autouse=True)

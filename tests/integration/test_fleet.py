@@ -98,4 +98,12 @@ def test_fleet_renews_and_its_silence_scales_down_and_back(shoot: Shoot, fleet: 
 
     fleet.resume()
     wait_for(lambda: shoot.replicas() == CONTROLLERS, 40, "every controller back", every_s=0.2)
-    assert sample <= set(fleet.fleet.renewed_within(2.5 * fast_s))
+
+    # The sample (as it is now: it rotates a member at a time) back at its pace. A bound on
+    # when, not on the pace, which is checked above: a loaded machine may hold the fleet's
+    # thread for a moment.
+    def sample_renewing() -> bool:
+        now = fleet.fleet.at_interval(fast_s)
+        return len(now) >= len(sample) and now <= set(fleet.fleet.renewed_within(2.5 * fast_s))
+
+    wait_for(sample_renewing, 10, "the sample renewing again")

@@ -193,11 +193,11 @@ def new_agent(shoot: Shoot, node: str) -> Process:
     return spawn_python(f"agent-{node}", "agent", log_path=shoot.tmp / f"agent-{node}.log", env=env)
 
 
-def roll(shoot: Shoot, old: LeaseDriver) -> list[Process]:
+def roll(shoot: Shoot, old: LeaseDriver, agents: list[Process]) -> None:
     """The DaemonSet's rolling update (maxUnavailable): ROLL old agents stop, each marking its
-    lease released as the old agent did on SIGTERM; their new ones start; the next ROLL only
-    once these renew (a new pod available), and at least ROLL_EVERY_S later."""
-    agents = []
+    lease released as the old agent did on SIGTERM; their new ones start (into ``agents``, the
+    caller's to stop even when the roll fails); the next ROLL only once these renew (a new pod
+    available), and at least ROLL_EVERY_S later."""
     for i in range(0, len(NODES), ROLL):
         batch = NODES[i : i + ROLL]
         started = datetime.now(UTC)
@@ -209,7 +209,6 @@ def roll(shoot: Shoot, old: LeaseDriver) -> list[Process]:
             functools.partial(_renewed_since, shoot.shoot_admin, batch, started), 30, f"{batch} renewing"
         )
         time.sleep(ROLL_EVERY_S)
-    return agents
 
 
 def _renewed_since(admin: Client, nodes: list[str], since: datetime) -> bool:
@@ -274,7 +273,7 @@ def test_aggregator_first_then_the_agents(shoot: Shoot) -> None:
         ages.start()
         judged.start()
         started = time.monotonic()
-        agents = roll(shoot, old)
+        roll(shoot, old, agents)
         wait_for(lambda: len(ages.both_written) == len(NODES), 20, "every node renewing both places")
         finish(shoot, agents)
         both_s = time.monotonic() - min(ages.both_written.values())
@@ -308,7 +307,7 @@ def test_agents_first_then_the_aggregator(shoot: Shoot) -> None:
         started = time.monotonic()
         # No lease of ours yet (an old aggregator provisions none): the new agents keep the old
         # leases renewed, at their pace, for the old aggregator to judge.
-        agents = roll(shoot, old)
+        roll(shoot, old, agents)
         time.sleep(4)
         assert ages.oldest_old < 2.0, (
             f"an old lease reached {ages.oldest_old:.1f}s: the old aggregator would act"

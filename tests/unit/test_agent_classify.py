@@ -120,3 +120,29 @@ async def test_a_handshake_cancelled_from_outside_closes_its_socket(silent_serve
         warnings.simplefilter("always")
         gc.collect()
     assert [str(w.message) for w in seen if issubclass(w.category, ResourceWarning)] == []
+
+
+async def test_a_new_connection_loads_no_ca_bundle_but_the_agents_own(
+    monkeypatch: pytest.MonkeyPatch, token: TokenFile
+) -> None:
+    """Each new connection used to build an httpx transport with its default context, loading
+    certifi's bundle (60 ms of CPU) only to throw it away: a fresh agent on a loaded node, and
+    one retrying a refused KAPI, spent most of its CPU there."""
+    loads: list[object] = []
+    real = ssl.SSLContext.load_verify_locations
+
+    def counting(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
+        loads.append(args or kwargs)
+        real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    ctx = ssl_context("")  # the agent's context, built once
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counting)
+    client = LeaseClient(f"https://127.0.0.1:{closed_port()}", "ns", "n1", token, lambda: ctx)
+    try:
+        for _ in range(3):
+            with pytest.raises(TransportError):
+                await client.patch({}, window_s=0.5)
+    finally:
+        await client.aclose()
+    assert client.connections_opened >= 3
+    assert loads == []
