@@ -7,13 +7,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from bench import agent_footprint, aggregator_scale, lease_home, path, race, scale, seed
+from bench import agent_footprint, agent_imports, aggregator_scale, lease_home, path, race, scale, seed
 
 Benchmarks = dict[str, tuple[str, Callable[[], object]]]
 
 # In the order they run, each with what it measures and about how long it takes.
 QUICK: Benchmarks = {
     "agent_footprint": ("the agent's memory and CPU per renewal (a minute)", agent_footprint.run),
+    "agent_imports": ("what each of the agent's imports costs in RSS and time (10 s)", agent_imports.run),
     "aggregator_scale": ("the aggregator's cost per event and per decision (a minute)", aggregator_scale.run),
 }
 LONG: Benchmarks = {
