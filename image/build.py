@@ -32,7 +32,7 @@ CACHE_DIR = Path(os.environ.get("DWDDEV_IMAGE_CACHE", Path.home() / ".cache" / "
 TARGETS = ("agent", "aggregator")
 TOOLS = ("podman", "buildah", "runc", "skopeo", "mmdebstrap")
 # The inputs of the images besides the sources: a change to any of them is a new build.
-INPUT_FILES = ("Containerfile", ".containerignore", "pyproject.toml", "README.md")
+INPUT_FILES = ("Containerfile", ".containerignore", "pyproject.toml", "README.md", "image/slim.py")
 SOURCE_DIRS = ("core", "agent", "aggregator")
 
 MIRROR = "http://deb.debian.org/debian"
