@@ -2,11 +2,12 @@
 
 Both images are built by buildah with chroot isolation (no OCI runtime, no
 cgroups needed) and saved under ``build/images/`` as ``<name>.oci.tar``. The
-base is either a registry image (``--base``: what the Containerfile defaults
-to) or, by default, two bases made here from Debian's own packages with
-mmdebstrap, so a builder without a registry (CI, an air-gapped machine) can
-build them: a runtime base with python3 and ca-certificates only, and a build
-base that adds the venv module.
+build base is either a registry image (``--base``: what the Containerfile
+defaults to) or, by default, one made here from Debian's own packages with
+mmdebstrap (python3, its venv module, ca-certificates, binutils), so a builder
+without a registry (CI, an air-gapped machine) can build them. Neither image
+has a base of its own: each is cut from its build stage to what it runs
+(image/slim.py).
 
 The result is cached in ``~/.cache/dwd-lease/images/<key>/``, the key a hash of
 every input (the Containerfile, the packages' sources, pyproject.toml, the
@@ -54,7 +55,6 @@ DPKG_EXCLUDES = (
     "path-exclude=/usr/share/info/*",
 )
 BASES = {
-    "runtime": ("python3", "ca-certificates"),
     # binutils: strip, for the extension modules (Containerfile).
     "build": ("python3", "python3-venv", "ca-certificates", "binutils"),
 }
@@ -184,8 +184,8 @@ def build(base: str | None = None, *, force: bool = False) -> dict[str, Path]:
     """Both images as OCI archives under build/images/, from the cache when their inputs match."""
     if missing := missing_tools():
         raise ImageError(f"missing tools: {', '.join(missing)} (Debian: apt-get install {' '.join(missing)})")
-    bases = {"build": base, "runtime": base} if base else {k: debian_base(k) for k in BASES}
-    key = inputs_key(bases["build"] + bases["runtime"])
+    bases = {"build": base} if base else {k: debian_base(k) for k in BASES}
+    key = inputs_key(bases["build"])
     cached = CACHE_DIR / key
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     if force or not all(archive(t, cached).exists() for t in TARGETS):
@@ -216,8 +216,6 @@ def _build_one(target: str, bases: dict[str, str], directory: Path) -> None:
         target,
         "--build-arg",
         f"BUILD_BASE={bases['build']}",
-        "--build-arg",
-        f"RUNTIME_BASE={bases['runtime']}",
         "--build-arg",
         f"VERSION={project_version()}",
         "--build-arg",

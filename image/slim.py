@@ -1,13 +1,15 @@
-"""The agent's root filesystem, cut to what it runs: run inside the image build (Containerfile,
-stage ``agent-rootfs``) by the virtualenv's interpreter, standard library only.
+"""An image's root filesystem, cut to what its code runs: run inside the image build
+(Containerfile, stages ``agent-rootfs`` and ``aggregator-rootfs``) by the virtualenv's
+interpreter, standard library only: ``slim.py ENTRY_MODULE ROOTFS``.
 
 Into ROOTFS it copies the interpreter and the shared libraries it and its extension modules
-load (as ``ldd`` lists them), the standard-library modules the agent can import (the static
-closure ``modulefinder`` finds from ``agent.__main__``: imports inside functions count, so a
-module loaded only on an error path is there too; every codec, as a codec is looked up by
-name), the virtualenv, and the CA bundle. Nothing else: no shell, no pip, no package
-manager, no tests or docs of the interpreter. It writes the modules it kept to
-``/opt/dwd-lease/modules.txt``, which the image test imports one by one inside the image.
+load (as ``ldd`` lists them), the standard-library modules ENTRY_MODULE can import (the
+static closure ``modulefinder`` finds: imports inside functions count, so a module loaded
+only on an error path is there too; every codec, as a codec is looked up by name), the
+virtualenv without the packages the entry never reaches, and the CA bundle. Nothing else:
+no shell, no pip, no package manager, no tests or docs of the interpreter. It writes the
+modules it found importable to ``/opt/dwd-lease/modules.txt``, which the image test imports
+one by one inside the image.
 """
 
 from __future__ import annotations
@@ -26,16 +28,20 @@ from pathlib import Path
 
 VENV = Path(sys.prefix)
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
-# Reached by the static closure only through paths the agent never takes (help(), a process
-# pool, an interactive prompt, a debugger, test frameworks); excluded with what they pull in.
+# Reached by the static closure only through paths neither image takes (help()'s topics, an
+# interactive prompt, a debugger, test frameworks); excluded with what they pull in.
 UNUSED = (
-    "pydoc", "pydoc_data", "doctest", "unittest", "pdb", "readline", "rlcompleter", "curses",
-    "tkinter", "idlelib", "lib2to3", "multiprocessing", "ensurepip", "venv", "pip", "setuptools",
+    "pydoc_data", "doctest", "unittest", "pdb", "readline", "rlcompleter", "curses",
+    "tkinter", "idlelib", "lib2to3", "ensurepip", "venv", "pip", "setuptools",
     # Debian's hook for its crash reporter (apport), which no container has.
     "sitecustomize",
 )  # fmt: skip
-# Loaded by name at run time, never by an import statement modulefinder could see.
-BY_NAME = ("_strptime",)
+# Subpackages of reached packages that no code of ours takes: the kubernetes package's
+# asyncio client (68 of the aggregator's 162 MB of virtualenv; the aggregator has its own).
+SUBPACKAGES_UNUSED = ("kubernetes/aio",)
+# Loaded by name at run time, never by an import statement modulefinder could see (sysconfig
+# imports its data module by a name made of the platform's).
+BY_NAME = ("_strptime.py", "_sysconfigdata_*.py")
 
 
 def stdlib_dirs() -> list[Path]:
@@ -106,7 +112,25 @@ def importable(names: list[str]) -> list[str]:
     return out.stdout.split()
 
 
-def build(rootfs: Path) -> list[str]:
+def prune(venv: Path, rootfs: Path, modules: dict[str, Path]) -> list[str]:
+    """Remove from the copied virtualenv the packages the entry never reaches: a top-level
+    package none of whose modules it imports, and the subpackages of SUBPACKAGES_UNUSED. Not
+    every subpackage that looks unreached: a package may import its own by name (anyio its
+    event-loop backends). Returns what it removed."""
+    reached = [f.resolve() for f in modules.values()]
+    site = next(venv.glob("lib/python3*/site-packages"))
+    candidates = [init.parent for init in site.glob("*/__init__.py")]
+    candidates += [site / sub for sub in SUBPACKAGES_UNUSED if (site / sub).is_dir()]
+    removed = []
+    for package in candidates:
+        if any(f.is_relative_to(package) for f in reached):
+            continue
+        shutil.rmtree(rootfs / package.relative_to("/"))
+        removed.append(str(package.relative_to(site)))
+    return removed
+
+
+def build(rootfs: Path, entry_module: str) -> list[str]:
     # merged /usr: the loader's path in every ELF header is /lib64/..., /lib is usr/lib; the
     # links first, so that what is copied through them lands under usr/.
     for top in ("bin", "lib", "lib64", "sbin"):
@@ -114,12 +138,12 @@ def build(rootfs: Path) -> list[str]:
             target = os.readlink(Path("/", top))
             (rootfs / top).symlink_to(target)
             (rootfs / top).resolve().mkdir(parents=True, exist_ok=True)
-    entry = rootfs.parent / "agent-entry.py"
+    entry = rootfs.parent / "entry.py"
     # Every codec with what it imports: a codec is looked up by name (uvloop's getaddrinfo
     # asks for "idna", which needs stringprep and unicodedata), never by an import statement.
     codecs = [f"encodings.{m.name}" for m in pkgutil.iter_modules(encodings.__path__)]
     # site and runpy: what the interpreter itself loads at start and for ``-m``.
-    names = ["agent.__main__", "site", "runpy", *codecs]
+    names = [entry_module, "site", "runpy", *codecs]
     entry.write_text("".join(f"import {name}\n" for name in names))
     modules = agent_modules(entry)
     entry.unlink()
@@ -137,27 +161,30 @@ def build(rootfs: Path) -> list[str]:
         if real.suffix == ".so":
             extensions.append(real)
     for d in stdlib:
-        for name in BY_NAME:
-            for path in (d / name, d / f"{name}.py"):
-                if path.exists():
-                    _copy(path, rootfs)
+        for pattern in BY_NAME:
+            for path in d.glob(pattern):
+                _copy(path, rootfs)
+                if Path(cache := importlib.util.cache_from_source(str(path))).exists():
+                    _copy(Path(cache), rootfs)
     _copy(VENV, rootfs)  # with its links to the interpreter
+    prune(VENV, rootfs, modules)
     interpreter = Path(sys.executable)
-    for lib in shared_libraries([interpreter.resolve(), *extensions, *VENV.rglob("*.so")]):
+    kept_so = [so for so in VENV.rglob("*.so") if (rootfs / so.relative_to("/")).exists()]
+    for lib in shared_libraries([interpreter.resolve(), *extensions, *kept_so]):
         _copy(lib, rootfs)
     if CA_BUNDLE.exists():
         _copy(CA_BUNDLE, rootfs)
     (rootfs / "tmp").mkdir(exist_ok=True)
-    listed = importable(sorted(m for m in modules if not m.endswith(".__main__") or m == "agent.__main__"))
+    listed = importable(sorted(m for m in modules if not m.endswith(".__main__") or m == entry_module))
     (rootfs / VENV.relative_to("/") / "modules.txt").write_text("\n".join(listed) + "\n")
     return kept
 
 
 def main() -> None:
-    rootfs = Path(sys.argv[1])
+    entry_module, rootfs = sys.argv[1], Path(sys.argv[2])
     rootfs.mkdir(parents=True, exist_ok=True)
-    kept = build(rootfs)
-    print(f"agent rootfs: {len(kept)} standard-library modules", file=sys.stderr)
+    kept = build(rootfs, entry_module)
+    print(f"{entry_module} rootfs: {len(kept)} standard-library modules", file=sys.stderr)
 
 
 if __name__ == "__main__":
