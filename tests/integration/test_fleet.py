@@ -94,7 +94,15 @@ def test_fleet_renews_and_its_silence_scales_down_and_back(shoot: Shoot, fleet: 
     assert first_down is not None and first_down.t - t0 > 2.0, "scaled down before a lease could be stale"
     silent = set(cut)
     assert not silent & set(fleet.fleet.renewed_within(2.5 * fast_s))
-    assert sample - silent <= set(fleet.fleet.renewed_within(2.5 * fast_s))
+
+    # The rest of the sample renews on: the sample as it is now (it rotates a member at a
+    # time, and a member that leaves it renews slowly from then), bounded for a loaded
+    # machine that holds the fleet's thread for a moment.
+    def others_renewing() -> bool:
+        now = fleet.at_interval(fast_s) - silent
+        return len(now) >= len(sample - silent) and now <= set(fleet.fleet.renewed_within(2.5 * fast_s))
+
+    wait_for(others_renewing, 5, "the rest of the sample renewing at its pace")
 
     fleet.resume()
     wait_for(lambda: shoot.replicas() == CONTROLLERS, 40, "every controller back", every_s=0.2)
