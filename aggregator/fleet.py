@@ -8,6 +8,7 @@ survives restarts, and nothing per removed target runs.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,10 @@ class Running:
     spec: TargetSpec
     target: Target | None = None
     error: str = ""
+    # When the current life began: why the last one ended is shown until this one has
+    # lasted as long as the longest back-off, so a crash loop never looks healthy between crashes.
+    # None between lives, while it waits to be restarted.
+    life_started: float | None = None
     stopped: bool = False
 
 
@@ -184,11 +189,15 @@ class Fleet:
         restart = self.settings.shoots.restart
         delays = restart.delays()
         while True:
+            running.life_started = time.monotonic()
             await self._run_target(running)
             if running.stopped:
                 # A request that failed as it was cancelled: Python 3.11's TaskGroup raises the
                 # failure and drops the cancellation, which a restart here would lose for good.
                 return
+            if self._recovered(running):
+                delays = restart.delays()  # a long life ended: the back-off starts over
+            running.life_started = None
             self.metrics.target_errors.inc(target=running.spec.name)
             delay_s = next(delays)
             log.error("target_failed", target=running.spec.name, error=running.error, retry_in=delay_s)
@@ -208,7 +217,7 @@ class Fleet:
                 scope=self.leadership.scope(spec.namespace),
                 node_conditions=dict(spec.node_conditions),
             )
-            running.target, running.error = target, ""
+            running.target = target
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(target.run())
         except* KubeError as group:
@@ -238,11 +247,15 @@ class Fleet:
             self._watch_tasks.append(asyncio.create_task(secrets.run(), name=f"secrets/{secrets.name}"))
         return KubeClient(await secrets.kubeconfig(spec.namespace))
 
+    def _recovered(self, running: Running) -> bool:
+        started = running.life_started
+        return started is not None and time.monotonic() - started >= self.settings.shoots.restart.max_s
+
     def snapshot(self) -> list[dict[str, Any]]:
         out = []
         for name, r in sorted(self.running.items()):
             snap = r.target.snapshot() if r.target is not None else {"name": name, "phase": "unavailable"}
-            if r.error:
+            if r.error and not self._recovered(r):
                 snap["error"] = r.error
             snap.setdefault("namespace", r.spec.namespace)
             out.append(snap)

@@ -225,7 +225,9 @@ async def test_a_target_that_crashes_fails_alone_is_retried_and_reported(
 
     monkeypatch.setattr("aggregator.target.Target.run", crash)
     metrics = AggregatorMetrics()
-    fleet = Fleet(QUICK, FakeKube(), World().dependents, metrics)  # type: ignore[arg-type]
+    # The error is shown until a life lasts the longest back-off: longer than any crash here.
+    settings = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.5)))
+    fleet = Fleet(settings, FakeKube(), World().dependents, metrics)  # type: ignore[arg-type]
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))
     try:
@@ -235,6 +237,40 @@ async def test_a_target_that_crashes_fails_alone_is_retried_and_reported(
         (snap,) = fleet.snapshot()
         assert "RuntimeError: a bug in one target" in snap["error"]
         assert snap["namespace"] == "shoot--p--a"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_restarted_target_shows_why_it_crashed_until_it_has_run_as_long_as_the_longest_back_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A crash loop must not look healthy while each new life starts (CI saw the status
+    page's error empty between two crashes); a life that lasts is healthy again."""
+    lives = 0
+    second_life = asyncio.Event()
+
+    async def crash_once(self: object) -> None:
+        nonlocal lives
+        lives += 1
+        if lives == 1:
+            raise RuntimeError("a bug in one target")
+        second_life.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr("aggregator.target.Target.run", crash_once)
+    settings = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.3)))
+    fleet = Fleet(settings, FakeKube(), World().dependents, AggregatorMetrics())  # type: ignore[arg-type]
+    spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
+    task = asyncio.create_task(fleet.run(EnvSource(spec)))
+    try:
+        await asyncio.wait_for(fleet.reconciled.wait(), 2)
+        await asyncio.wait_for(second_life.wait(), 2)
+        (snap,) = fleet.snapshot()
+        assert snap["error"] == "RuntimeError: a bug in one target", snap  # a second life, just started
+        await asyncio.sleep(0.4)
+        (snap,) = fleet.snapshot()
+        assert "RuntimeError" not in snap.get("error", ""), snap
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
