@@ -43,10 +43,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
-from agent.path import Attempt, Connection, Origin, Request, resolve
+from agent.path import Attempt, Connection, Origin, resolve
 from agent.settings import Settings
+from agent.wire import Request, Response
 from core.credentials import TokenFile
 from core.errors import BadResponse, TransportError, api_error
 from core.lease import lease_name, lease_path
@@ -181,7 +180,7 @@ class LeaseClient:
         fastest = min(self._handshake_times, default=0.0)
         return min(max(2 * fastest, HANDSHAKE_HEDGE_FLOOR_S), window_s * 0.75)
 
-    async def request(self, req: Request, window_s: float) -> httpx.Response:
+    async def request(self, req: Request, window_s: float) -> Response:
         """The first HTTP answer any step of the plan gets within the window."""
         if self.spare is not None and self.clock() >= self._spare_until:
             await self.drop(self.spare)
@@ -202,8 +201,8 @@ class LeaseClient:
         return Connection(self.origin, self._ssl, clock=self.clock, resolver=self.resolver)
 
     async def _won(
-        self, conn: Connection, attempt: Attempt, response: httpx.Response, *, replaces_warm: bool
-    ) -> httpx.Response:
+        self, conn: Connection, attempt: Attempt, response: Response, *, replaces_warm: bool
+    ) -> Response:
         # A request on a new connection takes what one on a warm connection will.
         self._warm_times.append(attempt.phases.get("request", 0.0))
         if attempt.new:
@@ -252,12 +251,12 @@ class _Race:
         self.deadline = deadline
         self.plan = plan
         self.handshake_hedge_s = handshake_hedge_s
-        self.running: dict[asyncio.Task[httpx.Response], tuple[Connection, Attempt]] = {}
+        self.running: dict[asyncio.Task[Response], tuple[Connection, Attempt]] = {}
         self.failures: list[TransportError] = []
         self.next_at = client.clock()
         self.siblings = 0
         # When each new connection started, for the handshake hedge.
-        self._handshake_started: dict[asyncio.Task[httpx.Response], float] = {}
+        self._handshake_started: dict[asyncio.Task[Response], float] = {}
 
     def _start(self, step: Step, now: float) -> None:
         self._launch(step.conn, now)
@@ -282,7 +281,7 @@ class _Race:
         at = max(handshaking, default=float("inf")) + self.handshake_hedge_s
         return at if self.deadline - at >= MIN_STEP_S else float("inf")
 
-    async def run(self) -> tuple[Connection, Attempt, httpx.Response] | None:
+    async def run(self) -> tuple[Connection, Attempt, Response] | None:
         clock = self.client.clock
         while True:
             now = clock()

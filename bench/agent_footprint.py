@@ -1,4 +1,5 @@
-"""Agent footprint: RSS and CPU per renewal against a real kube-apiserver."""
+"""Agent footprint: RSS and CPU per renewal against a real kube-apiserver, with the interpreter
+settings of the agent's image (bench/imagelike.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import imagelike
 from bench.table import print_table
-from testenv.agents import agents_for
+from image import build
+from testenv import containers
+from testenv.agents import Agents, agents_for
 from testenv.controlplane import ControlPlane
 from testenv.wait import wait_for
 
@@ -28,6 +32,9 @@ def proc_cpu_s(pid: int) -> float:
 
 
 def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
+    image_like = imagelike.env()
+    # The DaemonSet's agent starts at its default interval; the aggregator may hand it another.
+    interval_s = 2.0
     with (
         ControlPlane().running() as cp,
         tempfile.TemporaryDirectory() as tmp,
@@ -37,7 +44,7 @@ def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
         env = agents.env("bench-1")
         out = subprocess.run(
             [sys.executable, "-m", "bench.agent_worker", str(renewals)],
-            env={**env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+            env={**env, **image_like, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
             capture_output=True,
             text=True,
             check=True,
@@ -45,7 +52,7 @@ def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
         tight = json.loads(out.stdout.strip().splitlines()[-1])
 
         agents.create_lease("bench-2")
-        proc = agents.start(agents.env("bench-2", DWD_RENEW_INTERVAL="500ms"))
+        proc = agents.start(agents.env("bench-2", DWD_RENEW_INTERVAL=f"{interval_s:g}s", **image_like))
         wait_for(lambda: (agents.lease("bench-2") or {}).get("spec", {}).get("renewTime"), 10, "renewal")
         time.sleep(2)
         cpu0, t0 = proc_cpu_s(proc.pid), time.monotonic()
@@ -53,8 +60,9 @@ def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
         cpu1, t1 = proc_cpu_s(proc.pid), time.monotonic()
         rss = proc_rss_mib(proc.pid)
         anon, shared = proc_rss_mib(proc.pid, "RssAnon"), proc_rss_mib(proc.pid, "RssFile")
-        n_steady = (t1 - t0) / 0.5
+        n_steady = (t1 - t0) / interval_s
         proc.terminate()
+        image = _from_image(agents, interval_s, steady_s)
 
     print_table(
         "Agent footprint (real kube-apiserver on loopback, HTTP/2, TLS)",
@@ -66,11 +74,46 @@ def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
             ["CPU per renewal, ms (user+sys)", f"{tight['cpu_ms_per_renewal']:.3f}"],
             ["latency per renewal, ms", f"{tight['latency_ms']:.2f}"],
             ["connections opened", f"{tight['connections']:.0f}"],
-            [f"real agent at 500ms for {steady_s:.0f}s: RSS, MiB", f"{rss:.1f}"],
+            [f"real agent at its default {interval_s:g}s for {steady_s:.0f}s: RSS, MiB", f"{rss:.1f}"],
             ["  of which anonymous / file-backed (shared libraries), MiB", f"{anon:.1f} / {shared:.1f}"],
             ["real agent: CPU per renewal incl. idle loop, ms", f"{(cpu1 - cpu0) * 1000 / n_steady:.2f}"],
+            *image,
         ],
     )
+
+
+def _from_image(agents: Agents, interval_s: float, steady_s: float) -> list[list[str]]:
+    """The same measure of the agent as its image runs it (Debian's interpreter, the cut
+    standard library), when `make image` has built it; rows saying why not otherwise."""
+    if not build.archive("agent").exists() or build.missing_tools():
+        return [["agent from its image", "not measured: `make image` first"]]
+    ref = build.load("agent")
+    agents.create_lease("bench-3")
+    env = agents.env("bench-3", DWD_RENEW_INTERVAL=f"{interval_s:g}s")
+    env.pop("PATH")
+    name = "dwd-lease-bench-agent"
+    files = {Path(env["DWD_TOKEN_FILE"]): env["DWD_TOKEN_FILE"], Path(env["DWD_CA_FILE"]): env["DWD_CA_FILE"]}
+    # As the DaemonSet runs it: uid 0 (to read the kubelet kubeconfig), on the host's network.
+    proc = containers.run(
+        ref, name=name, log_path=agents.tmp / f"{name}.log", env=env, mounts=files, network="host", user="0:0"
+    )
+    try:
+        wait_for(lambda: (agents.lease("bench-3") or {}).get("spec", {}).get("renewTime"), 30, "renewal")
+        pid = int(build.run(["podman", "inspect", "--format", "{{.State.Pid}}", name]).strip())
+        time.sleep(2)
+        cpu0, t0 = proc_cpu_s(pid), time.monotonic()
+        time.sleep(steady_s)
+        cpu1, t1 = proc_cpu_s(pid), time.monotonic()
+        rss, anon, shared = (proc_rss_mib(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
+        cpu_ms = (cpu1 - cpu0) * 1000 / ((t1 - t0) / interval_s)
+    finally:
+        proc.terminate()
+        containers.remove(name)
+    return [
+        [f"agent from its image at {interval_s:g}s for {steady_s:.0f}s: RSS, MiB", f"{rss:.1f}"],
+        ["  of which anonymous / file-backed (shared libraries), MiB", f"{anon:.1f} / {shared:.1f}"],
+        ["agent from its image: CPU per renewal incl. idle loop, ms", f"{cpu_ms:.2f}"],
+    ]
 
 
 if __name__ == "__main__":

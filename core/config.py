@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -164,6 +163,8 @@ class EnvReader:
         for name in sorted(n for n in self.env if n.startswith(prefix) and n not in self.asked):
             if name in ignore:
                 continue
+            import difflib  # noqa: PLC0415 (only for a setting nobody knows: not in every agent's memory)
+
             near = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
             out.append(f"{name}: not a setting{f' (did you mean {near[0]}?)' if near else ''}")
         return out

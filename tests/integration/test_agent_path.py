@@ -63,8 +63,7 @@ def test_a_slow_path_keeps_renewing_through_new_connections(
     lb.delay_s = rtt_ms / 1000
     before = len(agent.events())
     seen = agents.renew_times(f"slow-{rtt_ms}", 8)
-    lb.close()  # every open connection dropped; new ones accepted at once
-    lb.open()
+    lb.cut()  # every open connection dropped; new ones accepted at once
     seen += agents.renew_times(f"slow-{rtt_ms}", 16)
     until = time.monotonic()
     events = agent.events()[before:]

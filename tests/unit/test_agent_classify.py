@@ -1,4 +1,4 @@
-"""Failure classes from real httpx failures on loopback (no traffic leaves the machine)."""
+"""Failure classes from real failures on loopback (no traffic leaves the machine)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import warnings
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from agent.client import LeaseClient
-from agent.path import Attempt, Connection, Origin, Request, classify, ssl_context
+from agent.path import Attempt, Connection, Origin, classify, ssl_context
+from agent.wire import Request, WireError
 from core.credentials import TokenFile
 from core.errors import TransportError
 
@@ -98,11 +98,11 @@ def test_classify_walks_the_cause_chain() -> None:
         try:
             raise ssl.SSLCertVerificationError("bad cert")
         except ssl.SSLError as inner:
-            raise httpx.ConnectError("wrapped") from inner
-    except httpx.ConnectError as e:
+            raise WireError("wrapped") from inner
+    except WireError as e:
         assert classify(e) == "tls"
-    assert classify(httpx.ReadTimeout("slow")) == "timeout"
-    assert classify(httpx.RemoteProtocolError("reset")) == "connect"
+    assert classify(TimeoutError()) == "timeout"
+    assert classify(WireError("the server closed the connection")) == "connect"
 
 
 async def test_a_handshake_cancelled_from_outside_closes_its_socket(silent_server: int) -> None:

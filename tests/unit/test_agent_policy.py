@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from agent import client as policy
 from agent.client import LeaseClient
-from agent.path import Attempt, Request, ssl_context
+from agent.path import Attempt, ssl_context
+from agent.wire import Headers, Request, Response
 from core.credentials import TokenFile
 from core.errors import TransportError
 
@@ -47,7 +47,7 @@ class FakeConnection:
         self.closed = False
         self.requests = 0
 
-    async def request(self, req: Request, attempt: Attempt, *, connect_timeout_s: float) -> httpx.Response:
+    async def request(self, req: Request, attempt: Attempt, *, connect_timeout_s: float) -> Response:
         self.requests += 1
         if self.answered == 0:
             attempt.reached = "connect"
@@ -66,7 +66,7 @@ class FakeConnection:
         attempt.phases["request"] = time.monotonic() - started
         attempt.reached = ""
         self.answered += 1
-        return httpx.Response(200)
+        return Response(200, Headers({}), b"")
 
     async def aclose(self) -> None:
         self.closed = True
