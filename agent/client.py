@@ -312,9 +312,10 @@ class _Race:
                     self.next_at = clock()  # a failed step makes room for the next at once
 
     async def stop(self) -> list[Attempt]:
-        """Cancel what still runs; returns their attempts. A connection that has answered before
-        survives a slow request (the winner decides its role); a spare that stayed silent when
-        asked, and a new one that never got through, are dropped."""
+        """Cancel what still runs; returns their attempts. The warm connection survives a slow
+        request (the winner decides its role); every other is dropped: a spare that stayed
+        silent when asked, a new one that never got through, and one that answered in the same
+        moment as the winner (nothing would ever use or close it)."""
         for task in self.running:
             task.cancel()
         unanswered = []
@@ -322,7 +323,7 @@ class _Race:
             await asyncio.gather(task, return_exceptions=True)
             self.client.on_attempt(attempt)
             unanswered.append(attempt)
-            if conn.answered == 0 or conn is self.client.spare:
+            if conn is not self.client.warm:
                 await self.client.drop(conn)
         return unanswered
 

@@ -29,6 +29,8 @@ from agent.wire import Request, Response, Wire, open_wire
 from core.errors import TransportError, TransportKind
 
 PHASES = ("dns", "connect", "tls", "request")
+# On every request: the agent's answers are JSON, and KAPI's audit log names who asked.
+HEADERS = {"Accept": "application/json", "User-Agent": "dwd-lease-agent"}
 
 
 # Linear retransmission timeouts for a connection with few packets in flight, which a
@@ -187,9 +189,14 @@ class Connection:
             attempt.phases["connect"] = self.clock() - started
             attempt.reached = "tls"
             started = self.clock()
-            reader, writer = await asyncio.open_connection(
-                sock=sock, ssl=self.ssl, server_hostname=self.origin.host
-            )
+            try:
+                reader, writer = await asyncio.open_connection(
+                    sock=sock, ssl=self.ssl, server_hostname=self.origin.host
+                )
+            except (ConnectionError, EOFError) as e:
+                # Reset or closed in the handshake: an ingress or load balancer refusing TLS,
+                # a failure of the tls step (the CA is re-read after one), as httpx reported it.
+                raise ssl.SSLError(f"the connection ended in the TLS handshake: {e}") from e
             attempt.phases["tls"] = self.clock() - started
             attempt.reached = "request"
             return open_wire(reader, writer)
@@ -208,7 +215,8 @@ class Connection:
         def sent() -> None:
             attempt.sent = True
 
-        response = await wire.send(req, self.origin.host_header, sent)
+        full = Request(req.method, req.path, {**HEADERS, **req.headers}, req.content)
+        response = await wire.send(full, self.origin.host_header, sent)
         attempt.phases["request"] = self.clock() - started
         attempt.reached = ""
         self.answered += 1

@@ -112,7 +112,9 @@ class H2Wire(Wire):
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
-        self.h2 = H2Connection(H2Configuration(client_side=True, header_encoding="utf-8"))
+        # Header values as bytes, decoded as latin-1 (what HTTP allows) by _text: h2's own decoding
+        # would fail the whole connection on one header that is not UTF-8.
+        self.h2 = H2Connection(H2Configuration(client_side=True, header_encoding=None))
         self.h2.initiate_connection()
         self.streams: dict[int, _Stream] = {}
         self._flush()
@@ -130,13 +132,13 @@ class H2Wire(Wire):
         headers.append((":path", req.path))
         headers += [(k.lower(), v) for k, v in req.headers.items() if k.lower() != "host"]
         body = req.content or b""
+        # A renewal's body is a few hundred bytes: one frame, well inside the initial window.
+        if len(body) > min(self.h2.max_outbound_frame_size, self.h2.outbound_flow_control_window):
+            raise WireError(f"a request body of {len(body)} bytes does not fit one frame")
         try:
             sid = self.h2.get_next_available_stream_id()
             self.h2.send_headers(sid, headers, end_stream=not body)
             if body:
-                # A renewal's body is a few hundred bytes: one frame, well inside the window.
-                if len(body) > min(self.h2.max_outbound_frame_size, self.h2.local_flow_control_window(sid)):
-                    raise WireError(f"a request body of {len(body)} bytes does not fit one frame")
                 self.h2.send_data(sid, body, end_stream=True)
         except H2Error as e:
             self.usable = False
@@ -176,15 +178,15 @@ class H2Wire(Wire):
             raise
         except Exception as e:
             self._fail(e)
+            self._flush()  # the GOAWAY h2 queued for a protocol error, if any
+            self.writer.close()
 
     def _on(self, event: Event) -> None:
         if isinstance(event, ConnectionTerminated):
-            # GOAWAY: no new streams; those the server says it will not answer fail now.
-            self.usable = False
-            last = event.last_stream_id if event.last_stream_id is not None else 0
-            for sid, pending in list(self.streams.items()):
-                if sid > last and not pending.answer.done():
-                    pending.answer.set_exception(WireError(f"the server went away ({event.error_code!r})"))
+            # GOAWAY (a KAPI shutting down, --goaway-chance): h2 takes no frame after it, not
+            # even the answers the server still sends, so every request on the connection fails
+            # now and the policy asks again on a new one, within the same window.
+            self._fail(WireError(f"the server went away ({event.error_code!r})"))
             return
         stream = self.streams.get(getattr(event, "stream_id", 0) or 0)
         if isinstance(event, DataReceived):
@@ -194,7 +196,10 @@ class H2Wire(Wire):
         if stream is None or stream.answer.done():
             return
         if isinstance(event, ResponseReceived):
-            headers = {_text(k): _text(v) for k, v in event.headers or []}
+            headers: dict[str, str] = {}
+            for k, v in event.headers or []:
+                name, value = _text(k), _text(v)
+                headers[name] = f"{headers[name]}, {value}" if name in headers else value
             stream.status = int(headers.pop(":status"))
             stream.headers = headers
         elif isinstance(event, DataReceived):
@@ -207,6 +212,7 @@ class H2Wire(Wire):
             stream.answer.set_exception(WireError(f"the server reset the request ({event.error_code!r})"))
 
     def _fail(self, error: BaseException) -> None:
+        """Every pending request fails with ``error``; the connection takes no new one."""
         self.usable = False
         for stream in self.streams.values():
             if not stream.answer.done():
@@ -215,7 +221,7 @@ class H2Wire(Wire):
                 stream.answer.set_exception(failure)
 
     def close(self) -> None:
-        self.usable = False
+        self._fail(WireError("the connection is closed"))
         self._reading.cancel()
         self.writer.close()
 
@@ -288,12 +294,21 @@ class H1Wire(Wire):
                     raise WireError(f"a response over {MAX_RESPONSE_BYTES} bytes")
                 body = await self.reader.readexactly(length)
             else:
-                body, keep = await self.reader.read(MAX_RESPONSE_BYTES), False
+                body, keep = await self._until_eof(), False
         except (ValueError, asyncio.LimitOverrunError) as e:
             raise WireError(f"not an HTTP/1.1 response: {e}") from e
         except asyncio.IncompleteReadError as e:
             raise WireError("the server closed the connection in a response") from e
         return Response(status, Headers(headers), body), keep
+
+    async def _until_eof(self) -> bytes:
+        """A body without a length: all the server sends until it closes the connection."""
+        body = bytearray()
+        while chunk := await self.reader.read(READ_SIZE):
+            body += chunk
+            if len(body) > MAX_RESPONSE_BYTES:
+                raise WireError(f"a response over {MAX_RESPONSE_BYTES} bytes")
+        return bytes(body)
 
     async def _chunked(self) -> bytes:
         body = bytearray()

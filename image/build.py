@@ -9,6 +9,11 @@ without a registry (CI, an air-gapped machine) can build them. Neither image
 has a base of its own: each is cut from its build stage to what it runs
 (image/slim.py).
 
+Each image also has an arm64 twin (image/arm64.py: the same cut, from Debian's arm64
+packages and aarch64 wheels, nothing foreign run), and both go into one OCI index per
+image, ``<name>.index.oci.tar``; ``<name>.oci.tar`` is the amd64 image alone, what this
+machine runs.
+
 The result is cached in ``~/.cache/dwd-lease/images/<key>/``, the key a hash of
 every input (the Containerfile, the packages' sources, pyproject.toml, the
 bases), so a warm machine, or a fresh clone on it, copies instead of building.
@@ -17,23 +22,32 @@ bases), so a warm machine, or a fresh clone on it, copies instead of building.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
+from image import arm64
+
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = ROOT / "build" / "images"
 CACHE_DIR = Path(os.environ.get("DWDDEV_IMAGE_CACHE", Path.home() / ".cache" / "dwd-lease" / "images"))
 TARGETS = ("agent", "aggregator")
-TOOLS = ("podman", "buildah", "runc", "skopeo", "mmdebstrap")
+# readelf and aarch64-linux-gnu-strip (binutils-aarch64-linux-gnu): the arm64 twins.
+TOOLS = ("podman", "buildah", "runc", "skopeo", "mmdebstrap", "readelf", "aarch64-linux-gnu-strip")
 # The inputs of the images besides the sources: a change to any of them is a new build.
-INPUT_FILES = ("Containerfile", ".containerignore", "pyproject.toml", "README.md", "image/slim.py")
+INPUT_FILES = (
+    "Containerfile", ".containerignore", "pyproject.toml", "README.md", "image/slim.py", "image/arm64.py",
+)  # fmt: skip
+# The level each image's interpreter runs at (Containerfile: PYTHONOPTIMIZE).
+OPTIMIZE = {"agent": 2, "aggregator": 0}
 SOURCE_DIRS = ("core", "agent", "aggregator")
 
 MIRROR = "http://deb.debian.org/debian"
@@ -77,6 +91,11 @@ def image_name(target: str) -> str:
 
 def archive(target: str, directory: Path = BUILD_DIR) -> Path:
     return directory / f"{image_name(target)}.oci.tar"
+
+
+def index_archive(target: str, directory: Path = BUILD_DIR) -> Path:
+    """Both architectures' images under one OCI index."""
+    return directory / f"{image_name(target)}.index.oci.tar"
 
 
 def reference(target: str) -> str:
@@ -183,22 +202,24 @@ def debian_base(kind: str) -> str:
 def build(base: str | None = None, *, force: bool = False) -> dict[str, Path]:
     """Both images as OCI archives under build/images/, from the cache when their inputs match."""
     if missing := missing_tools():
-        raise ImageError(f"missing tools: {', '.join(missing)} (Debian: apt-get install {' '.join(missing)})")
+        raise ImageError(f"missing tools: {', '.join(missing)} (scripts/deps.sh installs them)")
     bases = {"build": base} if base else {k: debian_base(k) for k in BASES}
     key = inputs_key(bases["build"])
     cached = CACHE_DIR / key
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    if force or not all(archive(t, cached).exists() for t in TARGETS):
+    if force or not all(index_archive(t, cached).exists() for t in TARGETS):
         started = time.monotonic()
         cached.mkdir(parents=True, exist_ok=True)
         for target in TARGETS:
             _build_one(target, bases, cached)
+            _build_arm64(target, cached)
         log(f"images built in {time.monotonic() - started:.0f}s (key {key})")
     else:
         log(f"images cached (key {key})")
     out = {}
     for target in TARGETS:
-        shutil.copyfile(archive(target, cached), archive(target))
+        for path in (archive(target, cached), index_archive(target, cached)):
+            shutil.copyfile(path, BUILD_DIR / path.name)
         out[target] = archive(target)
     return out
 
@@ -232,6 +253,65 @@ def _build_one(target: str, bases: dict[str, str], directory: Path) -> None:
     partial.unlink(missing_ok=True)
     run(["buildah", "push", "--quiet", ref, f"oci-archive:{partial}:{ref}"])
     partial.rename(archive(target, directory))
+
+
+def _build_arm64(target: str, directory: Path) -> None:
+    """The arm64 twin of the amd64 image just built, and the index of both."""
+    started = time.monotonic()
+    work = BUILD_DIR / "arm64" / target
+    shutil.rmtree(work, ignore_errors=True)
+    amd64 = rootfs(archive(target, directory), work / "amd64")
+    tree = arm64.debian_tree(CACHE_DIR / "bases", SOURCES, SUITE)
+    try:
+        arm64.assemble(amd64, work / "rootfs", tree, CACHE_DIR, OPTIMIZE[target])
+    except arm64.Arm64Error as e:
+        raise ImageError(f"{target} for arm64: {e}") from e
+    config = json.loads(run(["skopeo", "inspect", "--config", f"oci-archive:{archive(target, directory)}"]))
+    ref, twin = reference(target), f"{reference(target)}-{arm64.ARCH}"
+    ctr = run(["buildah", "from", "--quiet", "scratch"]).strip()
+    try:
+        run(["buildah", "copy", "--quiet", ctr, str(work / "rootfs"), "/"])
+        conf = config["config"]
+        argv = ["buildah", "config", "--arch", arm64.ARCH, "--os", "linux", "--user", conf["User"]]
+        argv += ["--entrypoint", json.dumps(conf["Entrypoint"])]
+        for env in conf.get("Env", []):
+            argv += ["--env", env]
+        for key, value in sorted(conf.get("Labels", {}).items()):
+            argv += ["--label", f"{key}={value}"]
+        run([*argv, ctr])
+        run(["buildah", "commit", "--quiet", "--rm", ctr, twin])
+    except ImageError:
+        run(["buildah", "rm", ctr])
+        raise
+    index = f"{ref}-index"
+    subprocess.run(["buildah", "manifest", "rm", index], env=tool_env(), capture_output=True, check=False)
+    run(["buildah", "manifest", "create", index])
+    for image in (ref, twin):
+        run(["buildah", "manifest", "add", index, f"containers-storage:{image}"])
+    partial = directory / f"{image_name(target)}.index.partial.tar"
+    partial.unlink(missing_ok=True)
+    run(["buildah", "manifest", "push", "--quiet", "--all", index, f"oci-archive:{partial}:{ref}"])
+    partial.rename(index_archive(target, directory))
+    shutil.rmtree(work, ignore_errors=True)
+    log(f"{target} for {arm64.ARCH} and the index in {time.monotonic() - started:.0f}s")
+
+
+def rootfs(oci_archive: Path, dest: Path, arch: str = "") -> Path:
+    """The root filesystem of an OCI archive (of an index: its image for ``arch``), unpacked
+    at ``dest``."""
+    layout = dest.with_name(dest.name + ".layout")
+    shutil.rmtree(layout, ignore_errors=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    which = ["--override-arch", arch] if arch else []
+    run(["skopeo", *which, "copy", "--quiet", f"oci-archive:{oci_archive}", f"dir:{layout}"])
+    manifest = json.loads((layout / "manifest.json").read_text())
+    dest.mkdir(parents=True, exist_ok=True)
+    for layer in manifest["layers"]:
+        blob = layout / layer["digest"].split(":", 1)[1]
+        with tarfile.open(blob) as tar:
+            tar.extractall(dest, filter="fully_trusted")  # the image this build just made
+    shutil.rmtree(layout)
+    return dest
 
 
 def source_url() -> str:

@@ -13,6 +13,11 @@ command -v promtool >/dev/null || need+=(prometheus)  # tests/unit/test_alerts.p
 # The images (make image) and the end-to-end test that runs them.
 for tool in podman buildah runc skopeo mmdebstrap; do command -v $tool >/dev/null || need+=($tool); done
 command -v newuidmap >/dev/null || need+=(uidmap)
+# The images' arm64 twins (image/arm64.py): ELF headers read and stripped without running
+# arm64 code; the image test runs them under user-mode emulation.
+command -v readelf >/dev/null || need+=(binutils)
+command -v aarch64-linux-gnu-strip >/dev/null || need+=(binutils-aarch64-linux-gnu)
+command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 ((${#need[@]})) || exit 0
 if [ "$(id -u)" != 0 ]; then

@@ -8,6 +8,7 @@ built by ``make image`` before the tests, or here, from the cache when warm.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from image import build
+from image import arm64, build
 from testenv import containers
 from testenv.chain import LEASE_DURATION_S, Chain, chain, example_daemonset
 from testenv.controllers import CONTROLLERS
@@ -37,6 +38,25 @@ mods = sys.argv[1].split(",")
 print(json.dumps({"modules": {x: u.find_spec(x) is not None for x in mods},
                   "dists": sorted(d.metadata["Name"] for d in m.distributions())}))
 """
+
+# Imports, inside an image, every module its build found importable; says which failed and
+# which had no compiled file at the level the interpreter runs at.
+PROBE = (
+    "import importlib, json, os, platform, sys\n"
+    "names = open('/opt/dwd-lease/modules.txt').read().split()\n"
+    "bad, uncompiled = {}, []\n"
+    "for name in names:\n"
+    "    try:\n"
+    "        m = importlib.import_module(name)\n"
+    "    except Exception as e:\n"
+    "        bad[name] = repr(e)\n"
+    "        continue\n"
+    "    cached = getattr(m, '__cached__', None)\n"
+    "    if cached and not os.path.exists(cached):\n"
+    "        uncompiled.append(name)\n"
+    "print(json.dumps({'count': len(names), 'bad': bad, 'uncompiled': uncompiled,\n"
+    "                  'optimize': sys.flags.optimize, 'machine': platform.machine()}))\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -81,25 +101,9 @@ def test_every_module_its_code_can_import_is_in_the_image(images: dict[str, str]
     of its virtualenv that code reaches (image/slim.py): every module the build found
     importable, lazy ones included, must import inside the image too, and the image has
     nothing to run but its interpreter."""
-    probe = (
-        "import importlib, json, os, sys\n"
-        "names = open('/opt/dwd-lease/modules.txt').read().split()\n"
-        "bad, uncompiled = {}, []\n"
-        "for name in names:\n"
-        "    try:\n"
-        "        m = importlib.import_module(name)\n"
-        "    except Exception as e:\n"
-        "        bad[name] = repr(e)\n"
-        "        continue\n"
-        "    cached = getattr(m, '__cached__', None)\n"
-        "    if cached and not os.path.exists(cached):\n"
-        "        uncompiled.append(name)\n"
-        "print(json.dumps({'count': len(names), 'bad': bad, 'uncompiled': uncompiled,\n"
-        "                  'optimize': sys.flags.optimize}))\n"
-    )
     ref = images[target]
     found = json.loads(
-        podman("run", "--rm", "--read-only", "--network=none", "--entrypoint", "python3", ref, "-c", probe)
+        podman("run", "--rm", "--read-only", "--network=none", "--entrypoint", "python3", ref, "-c", PROBE)
     )
     assert found["bad"] == {}
     assert found["count"] > 300  # the agent, its dependencies, and what they import
@@ -112,6 +116,45 @@ def test_every_module_its_code_can_import_is_in_the_image(images: dict[str, str]
         env=build.tool_env(), capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert shell.returncode != 0, f"the {target} image has a shell"
+
+
+@pytest.mark.parametrize("target", build.TARGETS)
+def test_the_arm64_twin_is_aarch64_through_and_imports_everything_under_emulation(
+    images: dict[str, str], target: str, tmp_path: Path
+) -> None:
+    """The index holds both architectures; the arm64 image (assembled without running arm64
+    code, image/arm64.py) has nothing but aarch64 machine code, its compiled packages are the
+    aarch64 wheels', and its interpreter imports every module of the build (under qemu's
+    user-mode emulation, chrooted into the image: root, as CI is)."""
+    both = f"oci-archive:{build.index_archive(target)}"
+    index = json.loads(build.run(["skopeo", "inspect", "--raw", both]))
+    assert index["mediaType"] == "application/vnd.oci.image.index.v1+json"
+    assert sorted(m["platform"]["architecture"] for m in index["manifests"]) == ["amd64", "arm64"]
+    rootfs = build.rootfs(build.index_archive(target), tmp_path / "rootfs", arm64.ARCH)
+    elves = {
+        str(p.relative_to(rootfs)): arm64.elf_machine(p)
+        for p in rootfs.rglob("*")
+        if p.is_file() and not p.is_symlink() and arm64.elf_machine(p) is not None
+    }
+    assert len(elves) > 20 and set(elves.values()) == {arm64.EM_AARCH64}, elves
+    wheels = [f for f in elves if f.startswith("opt/dwd-lease/") and f.endswith(".so")]
+    assert wheels and all(f"-{arm64.TRIPLET}.so" in f for f in wheels), wheels
+    paths = [str(p.relative_to(rootfs)) for p in rootfs.rglob("*")]
+    assert [p for p in paths if arm64.HOST_TRIPLET in p] == []
+    config = json.loads(build.run(["skopeo", "--override-arch", "arm64", "inspect", "--config", both]))
+    assert config["architecture"] == "arm64"
+    env = dict(e.split("=", 1) for e in config["config"]["Env"])
+    qemu = shutil.which("qemu-aarch64-static")
+    assert qemu, "qemu-aarch64-static (qemu-user-static) runs the arm64 image here: scripts/deps.sh"
+    shutil.copy(qemu, rootfs / "qemu")
+    proc = subprocess.run(
+        ["chroot", str(rootfs), "/qemu", "/opt/dwd-lease/bin/python3", "-c", PROBE],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout)
+    assert found["machine"] == "aarch64" and found["bad"] == {} and found["count"] > 300
+    assert found["optimize"] == build.OPTIMIZE[target] and found["uncompiled"] == []
 
 
 def test_the_archives_are_oci_images_skopeo_can_read(images: dict[str, str]) -> None:

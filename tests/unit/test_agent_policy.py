@@ -268,3 +268,35 @@ async def test_the_latest_step_names_the_failure(client: LeaseClient) -> None:
     with pytest.raises(TransportError) as e:
         await client.request(REQ, 2.0)
     assert e.value.kind == "dns"
+
+
+class GatedConnection(FakeConnection):
+    """Answers when ``gate`` opens: connections that share a gate answer in the same moment."""
+
+    def __init__(self, gate: asyncio.Event | None) -> None:
+        super().__init__(0.0)
+        self.gate = gate
+
+    async def request(self, req: Request, attempt: Attempt, *, connect_timeout_s: float) -> Response:
+        if self.gate is not None:
+            await self.gate.wait()
+        return await super().request(req, attempt, connect_timeout_s=connect_timeout_s)
+
+
+async def test_a_connection_that_answers_beside_the_winner_is_closed_not_forgotten(
+    client: LeaseClient,
+) -> None:
+    """The warm connection and the one hedged beside it answer in the same moment: one wins,
+    and the other is kept (as the warm one or the spare) or closed, never left open with
+    nothing to use or close it (a socket and a reader task for good)."""
+    for _ in range(6):  # which of the two wins depends on the order asyncio hands them back
+        warm = GatedConnection(None)
+        await warm_up(client, warm)
+        warm.gate = gate = asyncio.Event()
+        net = script(client, GatedConnection(gate))
+        asyncio.get_running_loop().call_later(policy.HEDGE_FLOOR_S + 0.1, gate.set)
+        await client.request(REQ, 2.0)
+        for conn in (warm, *net.opened):
+            assert conn in (client.warm, client.spare) or conn.closed
+        await client.aclose()
+        client.warm = client.spare = None

@@ -103,3 +103,30 @@ async def test_a_cancelled_http11_request_ends_its_connection(
         assert "closed" in str(e.value)
     finally:
         await conn.aclose()
+
+
+async def test_an_http11_body_without_a_length_is_read_to_the_end(tmp_path: Path) -> None:
+    """No Content-Length and no chunks: the body is what comes until the server closes, sent
+    here in two parts with a pause between (one read would see only the first)."""
+    ca = CertificateAuthority(tmp_path)
+    pair = ca.issue("srv", "srv", ip_addresses=["127.0.0.1"], server=True)
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(pair.cert, pair.key)
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{"kind": ')
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.write(b'"Lease"}')
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=ctx)
+    conn = Connection(Origin("127.0.0.1", server.sockets[0].getsockname()[1]), ssl_context(str(ca.cert_path)))
+    try:
+        response = await conn.request(Request("GET", "/lease", {}), Attempt(new=True), connect_timeout_s=5)
+        assert response.json() == {"kind": "Lease"}
+    finally:
+        await conn.aclose()
+        server.close()
+        await server.wait_closed()
