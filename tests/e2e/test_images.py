@@ -19,6 +19,7 @@ import pytest
 
 from image import arm64, build
 from testenv import containers
+from testenv.agents import agents_for
 from testenv.chain import LEASE_DURATION_S, Chain, chain, example_daemonset
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane
@@ -141,20 +142,76 @@ def test_the_arm64_twin_is_aarch64_through_and_imports_everything_under_emulatio
     assert wheels and all(f"-{arm64.TRIPLET}.so" in f for f in wheels), wheels
     paths = [str(p.relative_to(rootfs)) for p in rootfs.rglob("*")]
     assert [p for p in paths if arm64.HOST_TRIPLET in p] == []
-    config = json.loads(build.run(["skopeo", "--override-arch", "arm64", "inspect", "--config", both]))
-    assert config["architecture"] == "arm64"
-    env = dict(e.split("=", 1) for e in config["config"]["Env"])
-    qemu = shutil.which("qemu-aarch64-static")
-    assert qemu, "qemu-aarch64-static (qemu-user-static) runs the arm64 image here: scripts/deps.sh"
-    shutil.copy(qemu, rootfs / "qemu")
+    size = sum(p.stat().st_size for p in rootfs.rglob("*") if p.is_file() and not p.is_symlink())
+    assert size < (AGENT_MAX_BYTES if target == "agent" else AGGREGATOR_MAX_BYTES), size
+    _, env = arm64_image(target, rootfs, unpacked=True)
+    chroot = shutil.which("chroot") or "/usr/sbin/chroot"
     proc = subprocess.run(
-        ["chroot", str(rootfs), "/qemu", "/opt/dwd-lease/bin/python3", "-c", PROBE],
+        [chroot, str(rootfs), "/qemu", "/opt/dwd-lease/bin/python3", "-c", PROBE],
         env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = json.loads(proc.stdout)
     assert found["machine"] == "aarch64" and found["bad"] == {} and found["count"] > 300
     assert found["optimize"] == build.OPTIMIZE[target] and found["uncompiled"] == []
+
+
+def test_the_arm64_agent_renews_its_lease_under_emulation(
+    images: dict[str, str], control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """The arm64 agent (its OpenSSL, uvloop and interpreter, under qemu's user-mode emulation,
+    chrooted into its image) renews its node's lease through the real API server over TLS and
+    HTTP/2, and releases it on SIGTERM as the DaemonSet's pod would."""
+    rootfs, image_env = arm64_image("agent", tmp_path / "rootfs")
+    (tmp_path / "agents").mkdir()
+    with agents_for(control_plane, tmp_path / "agents") as agents:
+        agents.create_lease("arm64-node")
+        env = agents.env("arm64-node", DWD_APISERVER_URL=control_plane.url.replace("localhost", "127.0.0.1"))
+        for key in ("DWD_TOKEN_FILE", "DWD_CA_FILE"):  # the pod's mounts, at the same paths
+            inside = rootfs / env[key].lstrip("/")
+            inside.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(env[key], inside)
+        env = {**image_env, **env, "PATH": "/opt/dwd-lease/bin"}
+        chroot = shutil.which("chroot") or "/usr/sbin/chroot"
+        log = tmp_path / "arm64-agent.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [chroot, str(rootfs), "/qemu", "/opt/dwd-lease/bin/python3", "-m", "agent"],
+                env=env, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            renewed = wait_for(
+                lambda: ((agents.lease("arm64-node") or {}).get("spec") or {}).get("renewTime"),
+                60,
+                "the arm64 agent's first renewal",
+            )
+            wait_for(
+                lambda: ((agents.lease("arm64-node") or {}).get("spec") or {}).get("renewTime") != renewed,
+                30,
+                "a second renewal",
+            )
+            assert (agents.lease("arm64-node") or {})["spec"]["holderIdentity"] == "arm64-node"
+            proc.terminate()
+            assert proc.wait(30) == 0, log.read_text()[-2000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert "renew" in log.read_text()
+
+
+def arm64_image(target: str, rootfs: Path, *, unpacked: bool = False) -> tuple[Path, dict[str, str]]:
+    """The arm64 image of ``target`` unpacked at ``rootfs``, with qemu's user-mode emulator in it
+    (``chroot ROOTFS /qemu PROGRAM`` runs an arm64 program), and the environment it sets."""
+    both = f"oci-archive:{build.index_archive(target)}"
+    if not unpacked:
+        build.rootfs(build.index_archive(target), rootfs, arm64.ARCH)
+    config = json.loads(build.run(["skopeo", "--override-arch", arm64.ARCH, "inspect", "--config", both]))
+    assert config["architecture"] == arm64.ARCH
+    qemu = shutil.which("qemu-aarch64-static")
+    assert qemu, "qemu-aarch64-static (qemu-user-static) runs the arm64 image here: scripts/deps.sh"
+    shutil.copy(qemu, rootfs / "qemu")
+    return rootfs, dict(e.split("=", 1) for e in config["config"]["Env"])
 
 
 def test_the_archives_are_oci_images_skopeo_can_read(images: dict[str, str]) -> None:
