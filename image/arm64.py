@@ -177,47 +177,47 @@ def assemble(amd64: Path, out: Path, tree: Path, cache: Path, optimize: int) -> 
         shared_library = rel.startswith(f"usr/lib/{HOST_TRIPLET}/")
         if shared_library and (path.is_symlink() or elf_machine(path) is not None):
             continue  # the arm64 files' own needs decide (_complete)
-        if path.is_symlink():
-            link = out / _arm64_name(rel)
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to(_arm64_name(os.readlink(path)))
-            continue
-        machine = elf_machine(path)
-        if machine is not None and rel.startswith(str(venv)):
+        if not path.is_symlink() and elf_machine(path) is not None and rel.startswith(str(venv)):
             key = owners.get(str(path.relative_to(site)))
             if key is None:
                 raise Arm64Error(f"{rel}: machine code of no installed distribution")
             compiled.setdefault(key, []).append(str(path.relative_to(site)))
             continue
-        dest = out / _arm64_name(rel)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if machine is not None:
-            source = _in_tree(tree, _arm64_name(rel))
-            if source is None:
-                raise Arm64Error(f"{rel}: no arm64 counterpart {_arm64_name(rel)} in Debian's packages")
-            shutil.copy2(source, dest)
-        elif HOST_TRIPLET in rel and rel.endswith(".pyc"):
-            pass  # compiled below from the arm64 source
-        elif HOST_TRIPLET in rel:
-            source = _in_tree(tree, _arm64_name(rel))
-            if source is None:
-                raise Arm64Error(f"{rel}: no arm64 counterpart in Debian's packages")
-            shutil.copy2(source, dest)
-            if dest.suffix == ".py":
-                cfile = importlib.util.cache_from_source(str(dest), optimization=optimize or "")
-                py_compile.compile(str(dest), cfile, "/" + _arm64_name(rel), doraise=True, optimize=optimize)
-        else:
-            shutil.copy2(path, dest)
-    # The loader, where every aarch64 binary looks for it (PT_INTERP: /lib/ld-linux-aarch64.so.1).
+        _twin(path, rel, out, tree, optimize)
+    _loader(out, tree)
+    taken = _wheels(compiled, out / venv / site.relative_to(amd64 / venv), cache)
+    _complete(out, tree)
+    return taken
+
+
+def _twin(path: Path, rel: str, out: Path, tree: Path, optimize: int) -> None:
+    """One file (or link) of the amd64 root filesystem, as arm64 has it."""
+    dest = out / _arm64_name(rel)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink():
+        dest.symlink_to(_arm64_name(os.readlink(path)))
+    elif elf_machine(path) is None and HOST_TRIPLET not in rel:
+        shutil.copy2(path, dest)  # the same on every architecture
+    elif rel.endswith(".pyc"):
+        pass  # sysconfig's data module: compiled from the arm64 source below
+    else:
+        source = _in_tree(tree, _arm64_name(rel))
+        if source is None:
+            raise Arm64Error(f"{rel}: no arm64 counterpart {_arm64_name(rel)} in Debian's packages")
+        shutil.copy2(source, dest)
+        if dest.suffix == ".py":
+            cfile = importlib.util.cache_from_source(str(dest), optimization=optimize or "")
+            py_compile.compile(str(dest), cfile, "/" + _arm64_name(rel), doraise=True, optimize=optimize)
+
+
+def _loader(out: Path, tree: Path) -> None:
+    """The loader, where every aarch64 binary looks for it (PT_INTERP: /lib/ld-linux-aarch64.so.1)."""
     found = _in_tree(tree, f"usr/lib/{TRIPLET}/{LOADER}")
     if found is None:
         raise Arm64Error(f"no {LOADER} in Debian's packages")
     (out / "usr/lib" / TRIPLET).mkdir(parents=True, exist_ok=True)
     shutil.copy2(found, out / "usr/lib" / TRIPLET / LOADER)
     (out / "usr/lib" / LOADER).symlink_to(f"{TRIPLET}/{LOADER}")
-    taken = _wheels(compiled, out / venv / site.relative_to(amd64 / venv), cache)
-    _complete(out, tree)
-    return taken
 
 
 def _wheels(compiled: dict[tuple[str, str], list[str]], site: Path, cache: Path) -> list[str]:
