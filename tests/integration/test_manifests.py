@@ -6,7 +6,7 @@ import base64
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -313,13 +313,20 @@ def test_the_shoot_aggregator_writes_only_leases_of_its_own(plane: ControlPlane,
         )
         assert created["metadata"]["labels"] == {LEASE_LABEL: "true"}
         agg.merge_patch(node_lease_path(NS, "node-agg"), {"spec": {"leaseDurationSeconds": 8}})
+
+        def create(metadata: dict[str, Any]) -> Callable[[], None]:
+            # Until the policy is in effect (under load it can take a moment), a create may be
+            # allowed: the lease is taken away again so the next try meets the same question.
+            def attempt() -> None:
+                agg.create(leases_path(NS), {"metadata": metadata, "spec": {}})
+                with plane.admin_client() as admin:
+                    admin.delete(lease_path(NS, metadata["name"]))
+
+            return attempt
+
         refused = {
-            "create without the label": lambda: agg.create(
-                leases_path(NS), {"metadata": {"name": "dwd-node-lease-x"}, "spec": {}}
-            ),
-            "create without the prefix": lambda: agg.create(
-                leases_path(NS), {"metadata": {"name": "x", "labels": {LEASE_LABEL: "true"}}, "spec": {}}
-            ),
+            "create without the label": create({"name": "dwd-node-lease-x"}),
+            "create without the prefix": create({"name": "x", "labels": {LEASE_LABEL: "true"}}),
             "patch a leader election": lambda: agg.merge_patch(
                 lease_path(NS, "kube-scheduler"), {"spec": {}}
             ),
