@@ -110,10 +110,6 @@ async def resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-def _url_host(address: str) -> str:
-    return f"[{address}]" if ":" in address else address
-
-
 class Connection:
     """One kept-alive connection (HTTP/2 where offered) to one address of the external name.
 

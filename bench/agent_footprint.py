@@ -54,13 +54,7 @@ def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
         agents.create_lease("bench-2")
         proc = agents.start(agents.env("bench-2", DWD_RENEW_INTERVAL=f"{interval_s:g}s", **image_like))
         wait_for(lambda: (agents.lease("bench-2") or {}).get("spec", {}).get("renewTime"), 10, "renewal")
-        time.sleep(2)
-        cpu0, t0 = proc_cpu_s(proc.pid), time.monotonic()
-        time.sleep(steady_s)
-        cpu1, t1 = proc_cpu_s(proc.pid), time.monotonic()
-        rss = proc_rss_mib(proc.pid)
-        anon, shared = proc_rss_mib(proc.pid, "RssAnon"), proc_rss_mib(proc.pid, "RssFile")
-        n_steady = (t1 - t0) / interval_s
+        checkout = _steady(proc.pid, interval_s, steady_s, f"real agent at its default {interval_s:g}s")
         proc.terminate()
         image = _from_image(agents, interval_s, steady_s)
 
@@ -74,9 +68,7 @@ def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
             ["CPU per renewal, ms (user+sys)", f"{tight['cpu_ms_per_renewal']:.3f}"],
             ["latency per renewal, ms", f"{tight['latency_ms']:.2f}"],
             ["connections opened", f"{tight['connections']:.0f}"],
-            [f"real agent at its default {interval_s:g}s for {steady_s:.0f}s: RSS, MiB", f"{rss:.1f}"],
-            ["  of which anonymous / file-backed (shared libraries), MiB", f"{anon:.1f} / {shared:.1f}"],
-            ["real agent: CPU per renewal incl. idle loop, ms", f"{(cpu1 - cpu0) * 1000 / n_steady:.2f}"],
+            *checkout,
             *image,
         ],
     )
@@ -100,19 +92,25 @@ def _from_image(agents: Agents, interval_s: float, steady_s: float) -> list[list
     try:
         wait_for(lambda: (agents.lease("bench-3") or {}).get("spec", {}).get("renewTime"), 30, "renewal")
         pid = int(build.run(["podman", "inspect", "--format", "{{.State.Pid}}", name]).strip())
-        time.sleep(2)
-        cpu0, t0 = proc_cpu_s(pid), time.monotonic()
-        time.sleep(steady_s)
-        cpu1, t1 = proc_cpu_s(pid), time.monotonic()
-        rss, anon, shared = (proc_rss_mib(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
-        cpu_ms = (cpu1 - cpu0) * 1000 / ((t1 - t0) / interval_s)
+        return _steady(pid, interval_s, steady_s, f"agent from its image at {interval_s:g}s")
     finally:
         proc.terminate()
         containers.remove(name)
+
+
+def _steady(pid: int, interval_s: float, steady_s: float, label: str) -> list[list[str]]:
+    """An agent's RSS (anonymous and file-backed apart) and CPU per renewal over ``steady_s``
+    after it has settled; the rows for the table."""
+    time.sleep(2)
+    cpu0, t0 = proc_cpu_s(pid), time.monotonic()
+    time.sleep(steady_s)
+    cpu1, t1 = proc_cpu_s(pid), time.monotonic()
+    rss, anon, shared = (proc_rss_mib(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
+    cpu_ms = (cpu1 - cpu0) * 1000 / ((t1 - t0) / interval_s)
     return [
-        [f"agent from its image at {interval_s:g}s for {steady_s:.0f}s: RSS, MiB", f"{rss:.1f}"],
+        [f"{label} for {steady_s:.0f}s: RSS, MiB", f"{rss:.1f}"],
         ["  of which anonymous / file-backed (shared libraries), MiB", f"{anon:.1f} / {shared:.1f}"],
-        ["agent from its image: CPU per renewal incl. idle loop, ms", f"{cpu_ms:.2f}"],
+        [f"{label}: CPU per renewal incl. idle loop, ms", f"{cpu_ms:.2f}"],
     ]
 
 

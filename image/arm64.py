@@ -58,9 +58,13 @@ def elf_machine(path: Path) -> int | None:
     """The ELF header's e_machine, None for a file that is not ELF."""
     try:
         with open(path, "rb") as f:
-            head = f.read(20)
+            return elf_machine_bytes(f.read(20))
     except OSError:
         return None
+
+
+def elf_machine_bytes(head: bytes) -> int | None:
+    """e_machine from the first 20 bytes of a file, None when they are not an ELF header."""
     if len(head) < 20 or head[:4] != b"\x7fELF":
         return None
     return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
@@ -244,22 +248,18 @@ def _wheels(compiled: dict[tuple[str, str], list[str]], site: Path, cache: Path)
     return taken
 
 
-def elf_machine_bytes(head: bytes) -> int | None:
-    if len(head) < 20 or head[:4] != b"\x7fELF":
-        return None
-    return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
-
-
 def _complete(out: Path, tree: Path) -> None:
     """Every library an ELF file of ``out`` needs, from the packages, until none is missing."""
     libdir = out / "usr/lib" / TRIPLET
     libdir.mkdir(parents=True, exist_ok=True)
+    needs: dict[Path, list[str]] = {}  # each file read once, however many rounds it takes
     while True:
         have = {p.name for p in libdir.iterdir()} | {p.name for p in out.rglob("*.so*")}
         missing: dict[str, Path] = {}
         for path in _walk(out):
-            if not path.is_symlink() and elf_machine(path) is not None:
-                missing |= {n: path for n in needed(path) if n not in have}
+            if path not in needs and not path.is_symlink() and elf_machine(path) is not None:
+                needs[path] = needed(path)
+            missing |= {n: path for n in needs.get(path, ()) if n not in have}
         if not missing:
             return
         for name, user in sorted(missing.items()):

@@ -131,7 +131,8 @@ def test_the_arm64_twin_is_aarch64_through_and_imports_everything_under_emulatio
     index = json.loads(build.run(["skopeo", "inspect", "--raw", both]))
     assert index["mediaType"] == "application/vnd.oci.image.index.v1+json"
     assert sorted(m["platform"]["architecture"] for m in index["manifests"]) == ["amd64", "arm64"]
-    rootfs = build.rootfs(build.index_archive(target), tmp_path / "rootfs", arm64.ARCH)
+    rootfs = tmp_path / "rootfs"
+    env = arm64_image(target, rootfs)
     elves = {
         str(p.relative_to(rootfs)): arm64.elf_machine(p)
         for p in rootfs.rglob("*")
@@ -144,10 +145,8 @@ def test_the_arm64_twin_is_aarch64_through_and_imports_everything_under_emulatio
     assert [p for p in paths if arm64.HOST_TRIPLET in p] == []
     size = sum(p.stat().st_size for p in rootfs.rglob("*") if p.is_file() and not p.is_symlink())
     assert size < (AGENT_MAX_BYTES if target == "agent" else AGGREGATOR_MAX_BYTES), size
-    _, env = arm64_image(target, rootfs, unpacked=True)
-    chroot = shutil.which("chroot") or "/usr/sbin/chroot"
     proc = subprocess.run(
-        [chroot, str(rootfs), "/qemu", "/opt/dwd-lease/bin/python3", "-c", PROBE],
+        [*emulated(rootfs), "/opt/dwd-lease/bin/python3", "-c", PROBE],
         env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -162,7 +161,8 @@ def test_the_arm64_agent_renews_its_lease_under_emulation(
     """The arm64 agent (its OpenSSL, uvloop and interpreter, under qemu's user-mode emulation,
     chrooted into its image) renews its node's lease through the real API server over TLS and
     HTTP/2, and releases it on SIGTERM as the DaemonSet's pod would."""
-    rootfs, image_env = arm64_image("agent", tmp_path / "rootfs")
+    rootfs = tmp_path / "rootfs"
+    image_env = arm64_image("agent", rootfs)
     (tmp_path / "agents").mkdir()
     with agents_for(control_plane, tmp_path / "agents") as agents:
         agents.create_lease("arm64-node")
@@ -172,11 +172,10 @@ def test_the_arm64_agent_renews_its_lease_under_emulation(
             inside.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(env[key], inside)
         env = {**image_env, **env, "PATH": "/opt/dwd-lease/bin"}
-        chroot = shutil.which("chroot") or "/usr/sbin/chroot"
         log = tmp_path / "arm64-agent.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen(
-                [chroot, str(rootfs), "/qemu", "/opt/dwd-lease/bin/python3", "-m", "agent"],
+                [*emulated(rootfs), "/opt/dwd-lease/bin/python3", "-m", "agent"],
                 env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         try:
@@ -200,18 +199,22 @@ def test_the_arm64_agent_renews_its_lease_under_emulation(
         assert "renew" in log.read_text()
 
 
-def arm64_image(target: str, rootfs: Path, *, unpacked: bool = False) -> tuple[Path, dict[str, str]]:
-    """The arm64 image of ``target`` unpacked at ``rootfs``, with qemu's user-mode emulator in it
-    (``chroot ROOTFS /qemu PROGRAM`` runs an arm64 program), and the environment it sets."""
+def arm64_image(target: str, rootfs: Path) -> dict[str, str]:
+    """The arm64 image of ``target`` unpacked at ``rootfs``; the environment it sets."""
     both = f"oci-archive:{build.index_archive(target)}"
-    if not unpacked:
-        build.rootfs(build.index_archive(target), rootfs, arm64.ARCH)
+    build.rootfs(build.index_archive(target), rootfs, arm64.ARCH)
     config = json.loads(build.run(["skopeo", "--override-arch", arm64.ARCH, "inspect", "--config", both]))
     assert config["architecture"] == arm64.ARCH
+    return dict(e.split("=", 1) for e in config["config"]["Env"])
+
+
+def emulated(rootfs: Path) -> list[str]:
+    """The command that runs an arm64 program of ``rootfs`` here: qemu's user-mode emulator,
+    copied into it, chrooted (root, as CI is)."""
     qemu = shutil.which("qemu-aarch64-static")
     assert qemu, "qemu-aarch64-static (qemu-user-static) runs the arm64 image here: scripts/deps.sh"
     shutil.copy(qemu, rootfs / "qemu")
-    return rootfs, dict(e.split("=", 1) for e in config["config"]["Env"])
+    return [shutil.which("chroot") or "/usr/sbin/chroot", str(rootfs), "/qemu"]
 
 
 def test_the_archives_are_oci_images_skopeo_can_read(images: dict[str, str]) -> None:
