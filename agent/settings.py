@@ -7,10 +7,9 @@ import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
 
 from agent.kubeconfig import Endpoint, KubeconfigError, read_endpoint
-from agent.path import ssl_context
+from agent.path import Origin, ssl_context
 from core.config import EnvReader, read_vars, var
 from core.credentials import DEFAULT_TOKEN_FILE
 from core.lease import (
@@ -136,11 +135,10 @@ def _endpoint(r: EnvReader) -> tuple[Endpoint, str]:
         except KubeconfigError as e:
             r.problem(setting, f"{e} (or set DWD_APISERVER_URL)")
     if endpoint.server:
-        parts = urlsplit(endpoint.server)
-        if parts.scheme != "https" or not parts.hostname:
-            r.problem(setting, f"{where}{endpoint.server!r} is not an https URL with a host name")
-        elif parts.query or parts.fragment:
-            r.problem(setting, f"{where}{endpoint.server!r} must not carry a query or fragment")
+        try:
+            Origin.from_url(endpoint.server)
+        except ValueError as e:
+            r.problem(setting, f"{where}{endpoint.server!r} {e}")
     return endpoint, kubeconfig
 
 

@@ -22,7 +22,6 @@ STAGES: list[tuple[str, list[str]]] = [
     ("bare interpreter", []),
     ("ssl (OpenSSL)", ["ssl"]),
     ("asyncio", ["asyncio"]),
-    ("uvloop", ["uvloop"]),
     ("h2 (HTTP/2: hpack, hyperframe)", ["h2.connection"]),
     ("structlog", ["structlog"]),
     ("yaml", ["yaml"]),

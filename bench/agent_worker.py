@@ -13,8 +13,6 @@ import resource
 import sys
 import time
 
-import uvloop
-
 from agent.client import LeaseClient
 from agent.renewer import Renewer
 from agent.settings import Settings
@@ -49,5 +47,4 @@ async def main(n: int) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        print(json.dumps(runner.run(main(int(sys.argv[1])))))
+    print(json.dumps(asyncio.run(main(int(sys.argv[1])))))

@@ -7,7 +7,6 @@ the token is never cached past a change of the file.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from core.errors import KubeError
 from core.files import Reloaded
@@ -28,16 +27,17 @@ class TokenFile:
     """Returns the current token; re-reads only when the file changed (one stat per call)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
+        self.path = os.fspath(path)
         self.read = Reloaded(self.path, _read_token, self._unreadable)
 
     def _unreadable(self, e: OSError) -> CredentialError:
         return CredentialError(f"cannot read token file {self.path}: {e.strerror or e}")
 
 
-def _read_token(path: Path) -> str:
+def _read_token(path: str) -> str:
     try:
-        token = path.read_text().strip()
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
     except OSError as e:
         raise CredentialError(f"cannot read token file {path}: {e.strerror or e}") from e
     if not token:

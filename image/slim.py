@@ -154,8 +154,8 @@ def build(rootfs: Path, entry_module: str, optimize: int = 0) -> list[str]:
             (rootfs / top).symlink_to(target)
             (rootfs / top).resolve().mkdir(parents=True, exist_ok=True)
     entry = rootfs.parent / "entry.py"
-    # Every codec with what it imports: a codec is looked up by name (uvloop's getaddrinfo
-    # asks for "idna", which needs stringprep and unicodedata), never by an import statement.
+    # Every codec with what it imports: a codec is looked up by name (a host name that is not
+    # ASCII goes through "idna", which needs stringprep and unicodedata), never imported.
     codecs = [f"encodings.{m.name}" for m in pkgutil.iter_modules(encodings.__path__)]
     # site and runpy: what the interpreter itself loads at start and for ``-m``.
     names = [entry_module, "site", "runpy", *codecs]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 import socket
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from core.lease import LAST_OUTAGE, RELEASED, RENEW_INTERVAL, Outage, node_lease
 from testenv.agents import NS, Agents
 from testenv.client import Client
 from testenv.controlplane import free_port
+from testenv.kubelet import write_kubeconfig
+from testenv.process import spawn_python
 from testenv.tcpproxy import TcpProxy
 from testenv.wait import wait_for
 from tests.alerting import alert, check, humanize_duration, samples, scrape, scraped
@@ -44,6 +47,44 @@ def test_renews_at_the_configured_interval(agents: Agents) -> None:
     assert lease is not None
     assert lease["spec"]["holderIdentity"] == "pace-1"
     assert agent.alive()
+
+
+# What an agent never loads, with what each cost it on every node (docs/measured.md, "The
+# agent's memory, MiB by MiB"): the loop it does not run, the idna codec (a name goes to the
+# resolver and to TLS as ASCII bytes), strptime, pathlib, urllib.parse (with ipaddress), and
+# hashlib at the default interval.
+NEVER_LOADED = (
+    "uvloop",
+    "encodings.idna",
+    "unicodedata",
+    "_strptime",
+    "pathlib",
+    "urllib.parse",
+    "ipaddress",
+    "hashlib",
+    "httpx",
+    "random",
+)
+
+
+def test_a_renewing_agent_loads_nothing_it_was_trimmed_of(agents: Agents, tmp_path: Path) -> None:
+    """As the DaemonSet runs it: the server and the CA from a kubelet kubeconfig, a name (not
+    an address) to resolve, renewals at the default interval, then SIGTERM."""
+    agents.create_lease("trim-1")
+    env = agents.env("trim-1", DUMP=str(tmp_path / "modules.json"))
+    kubeconfig = write_kubeconfig(
+        tmp_path / "kubeconfig", env.pop("DWD_APISERVER_URL"), Path(env.pop("DWD_CA_FILE")).read_bytes()
+    )
+    env.update(DWD_KUBELET_KUBECONFIG=str(kubeconfig), DWD_RENEW_INTERVAL="2s")
+    log = tmp_path / "agent.log"
+    agent = spawn_python("agent-trim-1", "tests.integration.agent_modules", log_path=log, env=env)
+    first = wait_for(lambda: (agents.lease("trim-1") or {}).get("spec", {}).get("renewTime"), 10, "renewals")
+    # A second renewal: the kept connection's path too.
+    wait_for(lambda: agents.lease("trim-1")["spec"]["renewTime"] != first, 5, f"a renewal after {first}")
+    agent.stop()
+    loaded = set(json.loads((tmp_path / "modules.json").read_text()))
+    assert {"agent.wire", "h2.connection", "yaml", "structlog"} <= loaded  # it did run
+    assert sorted(loaded & set(NEVER_LOADED)) == []
 
 
 def test_waits_quietly_for_its_lease_then_renews_without_restart(agents: Agents) -> None:
