@@ -29,10 +29,12 @@ from aggregator.looplag import LoopLag
 from aggregator.metrics import AggregatorMetrics
 from aggregator.ratelimit import RateLimit
 from aggregator.scope import Alone, Leadership
+from aggregator.seeddependents import SeedDependents
 from aggregator.server import make_app, render_table, serve
 from aggregator.settings import MAX_SHARDS, Settings, Shoots, Watching
 from aggregator.shards import Shards
 from aggregator.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
+from aggregator.target import Shared
 from core import cli, logs
 from core.errors import ConfigError, KubeconfigError, KubeError
 
@@ -175,18 +177,16 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
     metrics = _metrics(settings, election)
     heap = Heap()
     lag = LoopLag(observe=metrics.loop_lag.observe)
-    fleet = Fleet(
+    shared = Shared(
         settings,
         clients.targets,
         dependents,
         metrics,
-        leadership=election.leadership,
-        watches=clients.watches,
+        watched=SeedDependents(clients.watches, dependents, settings.watching),
         events=clients.events,
-        watch_dependents=True,
-        on_change=heap.changed,
         lag_since=lag.worst_since,
     )
+    fleet = Fleet(shared, leadership=election.leadership, watches=clients.watches, on_change=heap.changed)
     source = source_for(shoots, clients.watches, settings.watching)
     if isinstance(source, FileSource):
         try:  # a file that is bad at start stops it; one that breaks later keeps the last good set

@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.dependents import Dependent
 from aggregator.kube import KubeClient, KubeconfigSource
-from aggregator.metrics import AggregatorMetrics
 from aggregator.orphans import Orphans
 from aggregator.scope import Alone, Leadership
-from aggregator.seeddependents import SeedDependents
-from aggregator.settings import Settings
 from aggregator.sources import KubeconfigSecrets, TargetSource, TargetSpec
 from aggregator.target import Shared, Target
 from core import logs
@@ -47,34 +43,24 @@ class Fleet:
 
     def __init__(
         self,
-        settings: Settings,
-        seed: KubeClient,
-        dependents: Sequence[Dependent],
-        metrics: AggregatorMetrics,
+        shared: Shared,
         *,
         leadership: Leadership | None = None,
         watches: KubeClient | None = None,
-        events: KubeClient | None = None,
-        watch_dependents: bool = False,
         on_change: Callable[[], None] = lambda: None,
-        lag_since: Callable[[float], float] = lambda _since: 0.0,
     ) -> None:
-        self.settings = settings
-        self.seed = seed
+        # What every target is built with beside its own shoot and scope; the fleet's own work
+        # (the sweep, the sources) uses its settings, seed client and metrics too.
+        self.shared = shared
+        self.settings = shared.settings
         # The seed client the kubeconfig Secrets' watch runs on (aggregator.__main__.SeedClients).
-        self.watches = watches or seed
-        self.events = events or seed
-        self.dependents = dependents
-        self.metrics = metrics
+        self.watches = watches or shared.seed
         # Who acts for which target (the leader, its shard's holder, or this replica alone): a
         # target is acted for, and a record left in its namespace swept, in the same scope (one
         # writer for both).
         self.leadership = leadership or Alone()
         # Told when targets start or stop (aggregator/heap.py).
         self.on_change = on_change
-        # How late the event loop ran since a moment (aggregator/looplag.py): the interlocks
-        # tell our own overload from the shoot's silence by it.
-        self.lag_since = lag_since
         self.running: dict[str, Running] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.source_error = ""
@@ -82,33 +68,15 @@ class Fleet:
         # One watch per kubeconfig Secret name (one in Gardener), shared by every target.
         self.secrets: dict[str, KubeconfigSecrets] = {}
         self._watch_tasks: list[asyncio.Task[None]] = []
-        # Every target's dependents by one watch each across the seed, for the service; without
-        # it (tests of the fleet alone) each target reads its own.
-        self.seed_dependents = (
-            SeedDependents(self.watches, dependents, settings.watching) if watch_dependents else None
-        )
         self._source: TargetSource | None = None
         self.orphans = self._orphans()
-        self.shared = self._shared()
-
-    def _shared(self) -> Shared:
-        """What every target of this fleet is built with beside its own shoot and scope."""
-        return Shared(
-            self.settings,
-            self.seed,
-            self.dependents,
-            self.metrics,
-            watched=self.seed_dependents,
-            events=self.events,
-            lag_since=self.lag_since,
-        )
 
     def _orphans(self) -> Orphans:
         return Orphans(
-            self.seed,
-            self.dependents,
+            self.shared.seed,
+            self.shared.dependents,
             self.settings,
-            self.metrics,
+            self.shared.metrics,
             served=self.served,
             owner=self.owner,
             leadership=self.leadership,
@@ -140,8 +108,10 @@ class Fleet:
         self._source = source
         sweep = asyncio.create_task(self.orphans.run(), name="orphans")
         feed = asyncio.create_task(source.run(), name="targets-source")
-        if self.seed_dependents is not None:
-            self._watch_tasks.append(asyncio.create_task(self.seed_dependents.run(), name="seed-dependents"))
+        # Every target's dependents by one watch each across the seed, when the composition root
+        # made it (aggregator.__main__); without it each target reads its own.
+        if self.shared.watched is not None:
+            self._watch_tasks.append(asyncio.create_task(self.shared.watched.run(), name="seed-dependents"))
         try:
             while True:
                 try:
@@ -172,7 +142,7 @@ class Fleet:
             stopping = self.running.pop(name)
             spec, stopping.stopped = stopping.spec, True
             self.tasks.pop(name).cancel()
-            self.metrics.forget(name)
+            self.shared.metrics.forget(name)
             if spec.kubeconfig_secret in self.secrets:
                 self.secrets[spec.kubeconfig_secret].forget(spec.namespace)
             if name not in desired:
@@ -198,7 +168,7 @@ class Fleet:
             if self._recovered(running):
                 delays = restart.delays()  # a long life ended: the back-off starts over
             running.life_started = None
-            self.metrics.target_errors.inc(target=running.spec.name)
+            self.shared.metrics.target_errors.inc(target=running.spec.name)
             delay_s = next(delays)
             log.error("target_failed", target=running.spec.name, error=running.error, retry_in=delay_s)
             await asyncio.sleep(restart.spread(delay_s))

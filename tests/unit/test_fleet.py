@@ -26,6 +26,7 @@ from aggregator.sources import (
     SecretKubeconfig,
     TargetSpec,
 )
+from aggregator.target import Shared
 from core.errors import KubeconfigError, KubeError
 from testenv.pki import CertificateAuthority
 from tests.unit.fakekube import FakeKube
@@ -202,7 +203,7 @@ async def test_a_target_whose_kubeconfig_cannot_be_read_runs_blind_and_says_why(
     """Not built, it would hold what it finds held down for good (its namespace still served):
     built on a client whose every request fails, it is blind, and the blind limit applies."""
     metrics = AggregatorMetrics()
-    fleet = Fleet(QUICK, FakeKube(), World().dependents, metrics)  # type: ignore[arg-type]
+    fleet = Fleet(Shared(QUICK, FakeKube(), World().dependents, metrics))  # type: ignore[arg-type]
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))
     try:
@@ -227,7 +228,7 @@ async def test_a_target_that_crashes_fails_alone_is_retried_and_reported(
     metrics = AggregatorMetrics()
     # The error is shown until a life lasts the longest back-off: longer than any crash here.
     settings = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.5)))
-    fleet = Fleet(settings, FakeKube(), World().dependents, metrics)  # type: ignore[arg-type]
+    fleet = Fleet(Shared(settings, FakeKube(), World().dependents, metrics))  # type: ignore[arg-type]
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))
     try:
@@ -260,7 +261,7 @@ async def test_a_restarted_target_shows_why_it_crashed_until_it_has_run_as_long_
 
     monkeypatch.setattr("aggregator.target.Target.run", crash_once)
     settings = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.3)))
-    fleet = Fleet(settings, FakeKube(), World().dependents, AggregatorMetrics())  # type: ignore[arg-type]
+    fleet = Fleet(Shared(settings, FakeKube(), World().dependents, AggregatorMetrics()))  # type: ignore[arg-type]
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))
     try:
@@ -277,7 +278,7 @@ async def test_a_restarted_target_shows_why_it_crashed_until_it_has_run_as_long_
 
 
 async def test_a_failing_source_is_reported_and_the_fleet_still_counts_as_reconciled() -> None:
-    fleet = Fleet(QUICK, FakeKube(), World().dependents, AggregatorMetrics())  # type: ignore[arg-type]
+    fleet = Fleet(Shared(QUICK, FakeKube(), World().dependents, AggregatorMetrics()))  # type: ignore[arg-type]
     task = asyncio.create_task(fleet.run(Failing()))
     try:
         await asyncio.wait_for(fleet.reconciled.wait(), 2)
@@ -300,7 +301,7 @@ async def test_a_target_that_fails_while_it_is_stopped_still_stops(monkeypatch: 
             raise KubeError("the request in flight failed as it was cancelled") from None
 
     monkeypatch.setattr("aggregator.target.Target.run", fails_when_cancelled)
-    fleet = Fleet(QUICK, FakeKube(), World().dependents, AggregatorMetrics())  # type: ignore[arg-type]
+    fleet = Fleet(Shared(QUICK, FakeKube(), World().dependents, AggregatorMetrics()))  # type: ignore[arg-type]
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))
     await asyncio.wait_for(fleet.reconciled.wait(), 2)

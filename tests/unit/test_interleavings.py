@@ -184,7 +184,7 @@ def gardener_fleet(seed: FakeKube, **changes: Any) -> tuple[Fleet, GardenerSourc
     settings = with_settings(
         w.settings, **(SHORT | {"poll_s": 0.05, "sweep_s": 0.1, "mode": "gardener"} | changes)
     )
-    fleet = Fleet(settings, seed, quick_dependents(), AggregatorMetrics())  # type: ignore[arg-type]
+    fleet = Fleet(Shared(settings, seed, quick_dependents(), AggregatorMetrics()))  # type: ignore[arg-type]
     return fleet, GardenerSource(seed, "shoot-access", settings.watching)  # type: ignore[arg-type]
 
 

@@ -26,6 +26,7 @@ from aggregator.metrics import AggregatorMetrics
 from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
 from aggregator.scope import Alone, Scope
 from aggregator.sources import Polled, TargetSpec
+from aggregator.target import Shared
 from core.lease import DEFAULT_LEASE_NAMESPACE, node_lease_path
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from tests.unit.world import NS, World, deployment_path, with_settings
@@ -347,7 +348,7 @@ def quick(w: World) -> tuple[Dependent, ...]:
 def quick_fleet(w: World, *, leader: bool = True, metrics: AggregatorMetrics | None = None) -> Fleet:
     settings = with_settings(w.settings, recovery_period_s=0.05, poll_s=0.02, sweep_s=0.05, mode="file")
     leadership = Alone() if leader else Standby()
-    return Fleet(settings, w.seed, quick(w), metrics or AggregatorMetrics(), leadership=leadership)  # type: ignore[arg-type]
+    return Fleet(Shared(settings, w.seed, quick(w), metrics or AggregatorMetrics()), leadership=leadership)  # type: ignore[arg-type]
 
 
 class Standby:
@@ -407,7 +408,7 @@ async def test_sharded_a_removed_targets_records_are_restored_by_its_shards_hold
     await w.outage()
     settings = with_settings(w.settings, recovery_period_s=0.05, poll_s=0.02, sweep_s=0.05, mode="file")
     shards = OneShard(NS, "shoot--p--other") if held else OneShard("shoot--p--other")
-    fleet = Fleet(settings, w.seed, quick(w), AggregatorMetrics(), leadership=shards)  # type: ignore[arg-type]
+    fleet = Fleet(Shared(settings, w.seed, quick(w), AggregatorMetrics()), leadership=shards)  # type: ignore[arg-type]
     task = asyncio.create_task(fleet.run(Targets()))
     try:
         assert await until_real(w.restored, 2.0) is held, w.replicas()
