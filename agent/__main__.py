@@ -73,7 +73,7 @@ def main() -> None:
         log.warning("setting_unknown", problem=problem)
     # asyncio's own loop, not uvloop (which the aggregator runs on): one request every two
     # seconds gains nothing measurable from it, and it costs 1.7 MiB on every node with the
-    # idna codec it loads for every name (docs/agent.md, "Its memory").
+    # idna codec it loads for every name (docs/agent.md, "Measured").
     asyncio.run(run(settings))
 
 

@@ -114,9 +114,8 @@ class Origin:
 
     @property
     def server_name(self) -> bytes | str:
-        """The TLS server name. An ASCII name goes as bytes, which ssl takes as they are; a str
-        goes through the idna codec, and loading it (with unicodedata) costs 0.5 MiB."""
-        return self.host.encode() if self.host.isascii() else self.host
+        """The TLS server name (``wire_name``)."""
+        return wire_name(self.host)
 
     @property
     def host_header(self) -> str:
@@ -124,10 +123,16 @@ class Origin:
         return host if self.port == 443 else f"{host}:{self.port}"
 
 
+def wire_name(host: str) -> bytes | str:
+    """A host name as the resolver and TLS take it. An ASCII name goes as bytes, which both take
+    as they are; a str goes through the idna codec, and loading it (with unicodedata) costs
+    0.5 MiB. A name that is not ASCII still needs it."""
+    return host.encode() if host.isascii() else host
+
+
 async def resolve(host: str, port: int) -> list[str]:
     """The addresses of ``host`` in the resolver's order, without duplicates."""
-    name = host.encode() if host.isascii() else host  # as Origin.server_name: no idna codec
-    infos = await asyncio.get_running_loop().getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    infos = await asyncio.get_running_loop().getaddrinfo(wire_name(host), port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 

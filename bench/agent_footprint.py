@@ -16,7 +16,6 @@ from image import build
 from testenv import containers
 from testenv.agents import Agents, agents_for
 from testenv.controlplane import ControlPlane
-from testenv.kubelet import write_kubeconfig
 from testenv.wait import wait_for
 
 
@@ -53,7 +52,9 @@ def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
         tight = json.loads(out.stdout.strip().splitlines()[-1])
 
         agents.create_lease("bench-2")
-        proc = agents.start(as_daemonset(agents, "bench-2", interval_s, **image_like))
+        proc = agents.start(
+            agents.kubelet_env("bench-2", DWD_RENEW_INTERVAL=f"{interval_s:g}s", **image_like)
+        )
         wait_for(lambda: (agents.lease("bench-2") or {}).get("spec", {}).get("renewTime"), 10, "renewal")
         checkout = _steady(proc.pid, interval_s, steady_s, f"real agent at its default {interval_s:g}s")
         proc.terminate()
@@ -82,7 +83,7 @@ def _from_image(agents: Agents, interval_s: float, steady_s: float) -> list[list
         return [["agent from its image", "not measured: `make image` first"]]
     ref = build.load("agent")
     agents.create_lease("bench-3")
-    env = as_daemonset(agents, "bench-3", interval_s)
+    env = agents.kubelet_env("bench-3", DWD_RENEW_INTERVAL=f"{interval_s:g}s")
     env.pop("PATH")
     name = "dwd-lease-bench-agent"
     files = {Path(env[k]): env[k] for k in ("DWD_TOKEN_FILE", "DWD_KUBELET_KUBECONFIG")}
@@ -97,15 +98,6 @@ def _from_image(agents: Agents, interval_s: float, steady_s: float) -> list[list
     finally:
         proc.terminate()
         containers.remove(name)
-
-
-def as_daemonset(agents: Agents, node: str, interval_s: float, **extra: str) -> dict[str, str]:
-    """An agent's environment as the DaemonSet sets it: the server and the CA from a kubelet
-    kubeconfig (PyYAML loaded), not DWD_APISERVER_URL."""
-    env = agents.env(node, DWD_RENEW_INTERVAL=f"{interval_s:g}s", **extra)
-    path = agents.tmp / f"kubeconfig-{node}"
-    write_kubeconfig(path, env.pop("DWD_APISERVER_URL"), Path(env.pop("DWD_CA_FILE")).read_bytes())
-    return {**env, "DWD_KUBELET_KUBECONFIG": str(path)}
 
 
 def _steady(pid: int, interval_s: float, steady_s: float, label: str) -> list[list[str]]:

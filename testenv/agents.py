@@ -14,6 +14,7 @@ from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, lease_metadata, leases_path, node_lease_path
 from testenv.client import Client
 from testenv.controlplane import ControlPlane
+from testenv.kubelet import write_kubeconfig
 from testenv.process import Process, spawn_python
 from testenv.standins import grant_agent_rbac
 
@@ -50,6 +51,17 @@ class Agents:
             "DWD_LOG_LEVEL": "info",
         }
         return {**base, **overrides}
+
+    def kubelet_env(self, node: str, **overrides: str) -> dict[str, str]:
+        """``env`` as the DaemonSet configures an agent: the server and the CA from a kubelet
+        kubeconfig (written beside the token), not DWD_APISERVER_URL and DWD_CA_FILE."""
+        env = self.env(node, **overrides)
+        path = write_kubeconfig(
+            self.tmp / f"kubeconfig-{node}",
+            env.pop("DWD_APISERVER_URL"),
+            Path(env.pop("DWD_CA_FILE")).read_bytes(),
+        )
+        return {**env, "DWD_KUBELET_KUBECONFIG": str(path)}
 
     def start(self, env: dict[str, str]) -> Process:
         name = f"agent-{env['NODE_NAME']}-{len(self.procs)}"

@@ -18,7 +18,6 @@ from core.lease import LAST_OUTAGE, RELEASED, RENEW_INTERVAL, Outage, node_lease
 from testenv.agents import NS, Agents
 from testenv.client import Client
 from testenv.controlplane import free_port
-from testenv.kubelet import write_kubeconfig
 from testenv.process import spawn_python
 from testenv.tcpproxy import TcpProxy
 from testenv.wait import wait_for
@@ -71,11 +70,7 @@ def test_a_renewing_agent_loads_nothing_it_was_trimmed_of(agents: Agents, tmp_pa
     """As the DaemonSet runs it: the server and the CA from a kubelet kubeconfig, a name (not
     an address) to resolve, renewals at the default interval, then SIGTERM."""
     agents.create_lease("trim-1")
-    env = agents.env("trim-1", DUMP=str(tmp_path / "modules.json"))
-    kubeconfig = write_kubeconfig(
-        tmp_path / "kubeconfig", env.pop("DWD_APISERVER_URL"), Path(env.pop("DWD_CA_FILE")).read_bytes()
-    )
-    env.update(DWD_KUBELET_KUBECONFIG=str(kubeconfig), DWD_RENEW_INTERVAL="2s")
+    env = agents.kubelet_env("trim-1", DUMP=str(tmp_path / "modules.json"), DWD_RENEW_INTERVAL="2s")
     log = tmp_path / "agent.log"
     agent = spawn_python("agent-trim-1", "tests.integration.agent_modules", log_path=log, env=env)
     first = wait_for(lambda: (agents.lease("trim-1") or {}).get("spec", {}).get("renewTime"), 10, "renewals")
