@@ -217,8 +217,7 @@ class Target:
         now = self.clock()
         leader = self._lead(now)
         # 1. How far the view is trusted, and what it shows.
-        self.view.see(now, listed=self._listed(), watches_fresh=self._watches_fresh())
-        self.report.view(self.view)
+        now = await self._see(now)
         before = self.memory
         # 2. The reads beside the watches, where a write may follow: a standby's would double
         #    the load of a seed-wide outage. As leader it reads both before its first verdict.
@@ -247,6 +246,21 @@ class Target:
             await self.scaler.converge(verdict.desired, self.status.phase_reason)
         self.view.ticked(self.clock())
         return verdict
+
+    async def _see(self, now: float) -> float:
+        """Keep the view's freshness; the time it was seen (after the probe, where one is sent).
+        The shoot KAPI's readiness is asked only while the view is in a gap and could start
+        again: one request per gap, none while the view is trusted (aggregator/view.py)."""
+        listed, fresh, unready = self._listed(), self._watches_fresh(), ""
+        if listed and fresh and self.view.since is None:
+            try:
+                await self.shoot.probe(timeout_s=self.settings.watching.probe_timeout_s)
+            except KubeError as e:
+                unready = f"the shoot KAPI is not ready: {e}"
+            now = self.clock()
+        self.view.see(now, listed=listed, watches_fresh=fresh, unready=unready)
+        self.report.view(self.view)
+        return now
 
     def _lead(self, now: float) -> bool:
         leader = self.scope.leads()

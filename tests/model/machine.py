@@ -212,9 +212,11 @@ class Model(RuleBasedStateMachine):
         self.world.replicas[replica].shoot.overloaded = lag
 
     # -- the shoot's API server and credentials
-    @event(up=st.booleans())
-    def kapi(self, up: bool) -> None:
-        self.world.kapi_up = up
+    @event(state=st.sampled_from(["up", "down", "starting"]))
+    def kapi(self, state: str) -> None:
+        """Starting: it serves LISTs and watches, its /readyz is not 200 yet, and the load
+        balancer admits no node (a KAPI restarting under load)."""
+        self.world.kapi_up, self.world.kapi_ready = state != "down", state == "up"
 
     @event(ok=st.booleans())
     def token(self, ok: bool) -> None:
@@ -335,7 +337,7 @@ class Model(RuleBasedStateMachine):
         """I2, I3: everything healthy and handed back; every controller back at what its owners
         want, without our marks, in time, and still there at the end."""
         w = self.world
-        w.kapi_up, w.token_ok = True, True
+        w.kapi_up, w.kapi_ready, w.token_ok = True, True, True
         for node in w.nodes.values():
             node.path, node.agent, node.kubelet = True, "ok", True
         for i, r in enumerate(w.replicas):

@@ -153,6 +153,8 @@ class Link:
         if self.overloaded:
             self.lag.record(self.world.clock(), self.overloaded)
             raise TransportError("timeout", f"probe: no answer within {timeout_s:g}s")
+        if self.world.kapi_up and not self.world.kapi_ready:
+            raise api_error(500, '{"reason":"InternalError","message":"readyz check failed"}')
         await self.kube.probe(timeout_s=timeout_s, path=path)
 
     def watch(self, *args: Any, **kw: Any) -> Any:
@@ -269,6 +271,7 @@ class World:
                 },
             )
         self.kapi_up = True
+        self.kapi_ready = True  # its /readyz: the nodes' load balancer admits them only then
         self.token_ok = True
         self.cluster = "served"  # or "hibernated", "migrating"
         self.pending: list[tuple[str, str, Any]] = []
@@ -391,7 +394,7 @@ class World:
         return format_micro_time(at(t + node.skew_s))
 
     def can_reach(self, node: Node) -> bool:
-        return node.path and self.kapi_up and node.name in self.nodes
+        return node.path and self.kapi_up and self.kapi_ready and node.name in self.nodes
 
     def _renew_agents(self, now: float) -> None:
         for node in self.nodes.values():

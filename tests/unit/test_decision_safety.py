@@ -44,6 +44,28 @@ async def test_kapi_restart_is_not_an_outage(down_s: int) -> None:
     assert w.target.memory.phase is Phase.HEALTHY
 
 
+@pytest.mark.parametrize("unready_s", [4, 10, 16])
+async def test_a_kapi_that_serves_before_it_is_ready_is_judged_from_ready_on(unready_s: int) -> None:
+    """A KAPI restarting under load serves LISTs and watches seconds before its /readyz is
+    200, and the load balancer admits the nodes only then: they renew within two intervals
+    of it. Judged from the first LIST, every lease would look stale."""
+    w = World()
+    await w.settle()
+    w.shoot.down = True
+    await w.run(20)
+    w.shoot.down = False
+    w.shoot.fail("GET", "/readyz")
+    blocked = set(w.alive)
+    w.alive -= blocked
+    await w.run(unready_s)
+    w.shoot.clear()
+    await w.run(4)
+    w.alive |= blocked
+    await w.run(30)
+    assert not w.ever_scaled_down(), w.trace
+    assert w.target.memory.phase is Phase.HEALTHY
+
+
 async def test_a_real_outage_after_a_kapi_restart_is_still_seen() -> None:
     w = World()
     await w.settle()
