@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: deps install testenv image manifests lowest test unit integration e2e lint fmt bench bench-full demo clean coverage soak
+.PHONY: deps install testenv image manifests lowest test test-cpu test-clocks unit integration e2e lint fmt bench bench-full demo clean coverage soak
 
 install: $(STAMP)
 
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $@
 
 testenv: install
-	$(BIN)/python -m testenv build
+	$(BUILD_NICE) $(BIN)/python -m testenv build
 
 # The objects a ManagedResource delivers, rendered beside it (manifests/gardener/shoot); builds
 # only kustomize (a minute cold), not the test binaries.
@@ -33,25 +33,34 @@ manifests: install
 
 # Both images as OCI archives under build/images/ (docs/install.md); cached by their inputs.
 image: deps install
-	$(BIN)/python -m image build
+	$(BUILD_NICE) $(BIN)/python -m image build
 
-# Two passes. The unit tests and the model use the CPU: one worker per core. The integration,
-# end-to-end and soak cases mostly wait on clocks (KCM's grace, lease durations), so XDIST of
-# them run side by side, each worker a file at a time (a file's module fixtures built once,
-# each worker with control planes of its own).
-XDIST ?= 3
-test: deps install testenv image
+# Two passes. The unit tests and the model use the CPU: one worker per core; they need no test
+# binary and no image, so on a cold machine both are built meanwhile at the lowest CPU priority
+# (a cold build mostly waits on module downloads; the unit cases keep the CPU they need). The
+# integration, end-to-end and soak cases mostly wait on clocks (KCM's grace, lease durations),
+# so XDIST of them run side by side, each worker a file at a time (a file's module fixtures
+# built once, each worker with control planes of its own), the longest files first
+# (tests/conftest.py): xdist's own order, the files with most cases first, left the longest
+# single case for last.
+XDIST ?= 4
+test: deps install
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-clocks BUILD_NICE="nice -n 19"
+
+test-cpu:
 	$(BIN)/pytest -n 2 tests/unit tests/model $(PYTEST_ARGS)
-	$(BIN)/pytest -n $(XDIST) --dist loadfile tests/integration tests/e2e tests/soak $(PYTEST_ARGS)
+
+test-clocks: test-cpu testenv image
+	$(BIN)/pytest -n $(XDIST) --dist loadfile --no-loadscope-reorder tests/integration tests/e2e tests/soak $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest -n 2 tests/unit $(PYTEST_ARGS)
 
 integration: deps install testenv
-	$(BIN)/pytest -n $(XDIST) --dist loadfile tests/integration $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(XDIST) --dist loadfile --no-loadscope-reorder tests/integration $(PYTEST_ARGS)
 
 e2e: deps install testenv image
-	$(BIN)/pytest -n $(XDIST) --dist loadfile tests/e2e $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(XDIST) --dist loadfile --no-loadscope-reorder tests/e2e $(PYTEST_ARGS)
 
 # The model of docs/decision.md explored for SOAK_MINUTES on fresh random seeds, then the fault
 # suite's SOAK_CYCLES random cycles of plan SOAK_SEED against real processes (CI runs a

@@ -134,9 +134,9 @@ class ControlPlane:
         ]
         self._run_apiserver(timeout_s)
 
-    def _run_apiserver(self, timeout_s: float, until: str = "/readyz") -> None:
+    def _run_apiserver(self, timeout_s: float) -> None:
         proc = self._spawn("kube-apiserver", self._apiserver_argv)
-        self._wait(proc, f"{self.url}{until}", self.admin, timeout_s)
+        self._wait(proc, f"{self.url}/readyz", self.admin, timeout_s)
 
     def stop_apiserver(self) -> None:
         """Stop kube-apiserver only (etcd keeps the data): KAPI is down until start_apiserver()."""
@@ -144,11 +144,11 @@ class ControlPlane:
             proc.stop()
             self._procs.remove(proc)
 
-    def start_apiserver(self, timeout_s: float = 90.0, until: str = "/readyz") -> None:
+    def start_apiserver(self, timeout_s: float = 90.0) -> None:
         """Start kube-apiserver again on the same port; its watch cache starts at etcd's current
-        revision. Returns once ``until`` answers 200: ``/livez`` as soon as it serves (watches and
-        lists answer a few seconds before ``/readyz`` does, more under load)."""
-        self._run_apiserver(timeout_s, until)
+        revision. Returns once /readyz answers 200 (watches and lists answer a few seconds
+        before it does, more under load)."""
+        self._run_apiserver(timeout_s)
 
     def compact_etcd(self) -> int:
         """Compact etcd at its current revision (what kube-apiserver does every 5 minutes); returns it."""

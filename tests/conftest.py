@@ -10,6 +10,28 @@ from testenv.process import kill_python_children
 
 pytest_plugins = ["testenv.pytest_plugin"]
 
+# The files whose cases wait longest on clocks, longest first (seconds from `--durations=0`
+# in CI). A worker of `make test` takes a whole file at a time, in collection order
+# (--no-loadscope-reorder); these first, the workers end close together. A stale order costs
+# minutes, not correctness.
+LONG_FIRST = (
+    "tests/e2e/test_kcm_loop.py",  # 370: KCM's 40 s grace, three times
+    "tests/e2e/test_slow_path.py",  # 310
+    "tests/integration/test_decision_safety.py",  # 250
+    "tests/integration/test_demo.py",  # 210: one case, both acts of the demo
+    "tests/integration/test_other_writers.py",  # 200
+    "tests/e2e/test_images.py",  # 180
+    "tests/integration/test_kcm_loop.py",  # 170
+    "tests/integration/test_agents_fail.py",  # 110
+    "tests/integration/test_grm.py",  # 60: gardener-resource-manager and its ManagedResource
+    "tests/soak/test_faults.py",  # 70
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable
+
 
 @pytest.fixture(scope="session")
 def seed_plane() -> Iterator[ControlPlane]:

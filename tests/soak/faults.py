@@ -76,12 +76,11 @@ def _cycle(r: Rig, p: Plan, res: Result) -> None:
             r.shoot.shoot.stop_apiserver()
             r.journal("shoot KAPI stopped")
             time.sleep(p.duration_s)
-            # Serving, not yet ready: the aggregators, straight at it, see it again from here (a
-            # few seconds before /readyz under load), so the nodes' load balancer follows it from
-            # here too, not from /readyz: else the rig holds the nodes back while the aggregators
-            # watch, and makes an outage of its own.
-            r.shoot.shoot.start_apiserver(until="/livez")
-            r.journal("shoot KAPI serving")
+            # The nodes' load balancer admits them a second after /readyz is 200. The
+            # aggregators, straight at it, list and watch it seconds before that under load,
+            # and judge only from its readiness on (aggregator/view.py).
+            r.shoot.shoot.start_apiserver()
+            r.journal("shoot KAPI ready")
             time.sleep(1.0)
         else:
             r.cut(p.cut)
