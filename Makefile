@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: deps install testenv image manifests lowest test test-cpu test-clocks unit integration e2e lint fmt bench bench-full demo clean coverage soak
+.PHONY: deps install testenv image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e lint fmt bench bench-full demo clean coverage soak
 
 install: $(STAMP)
 
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $@
 
 testenv: install
-	$(BUILD_NICE) $(BIN)/python -m testenv build
+	$(NICE) $(BIN)/python -m testenv build
 
 # The objects a ManagedResource delivers, rendered beside it (manifests/gardener/shoot); builds
 # only kustomize (a minute cold), not the test binaries.
@@ -33,25 +33,28 @@ manifests: install
 
 # Both images as OCI archives under build/images/ (docs/install.md); cached by their inputs.
 image: deps install
-	$(BUILD_NICE) $(BIN)/python -m image build
+	$(NICE) $(BIN)/python -m image build
 
 # Two passes. The unit tests and the model use the CPU: one worker per core; they need no test
 # binary and no image, so on a cold machine both are built meanwhile at the lowest CPU priority
-# (a cold build mostly waits on module downloads; the unit cases keep the CPU they need). The
-# integration, end-to-end and soak cases mostly wait on clocks (KCM's grace, lease durations),
-# so XDIST of them run side by side, each worker a file at a time (a file's module fixtures
-# built once, each worker with control planes of its own), the longest files first
-# (tests/conftest.py): xdist's own order, the files with most cases first, left the longest
-# single case for last.
+# (the unit cases keep the CPU they need). The integration, end-to-end and soak cases mostly wait
+# on clocks (KCM's grace, lease durations), so XDIST of them run side by side, each worker a file
+# at a time (a file's module fixtures built once, each worker with control planes of its own),
+# the longest files first (tests/conftest.py): xdist's own order, the files with most cases
+# first, left the longest single case for last. They leave a third of the CPU idle, which the
+# unit tests on the floor of every dependency (make lowest) take at the lowest priority.
 XDIST ?= 4
 test: deps install
-	$(MAKE) --no-print-directory -j3 --output-sync=target test-clocks BUILD_NICE="nice -n 19"
+	$(MAKE) --no-print-directory -j4 --output-sync=target test-clocks test-lowest NICE="nice -n 19"
 
 test-cpu:
 	$(BIN)/pytest -n 2 tests/unit tests/model $(PYTEST_ARGS)
 
 test-clocks: test-cpu testenv image
 	$(BIN)/pytest -n $(XDIST) --dist loadfile --no-loadscope-reorder tests/integration tests/e2e tests/soak $(PYTEST_ARGS)
+
+test-lowest: test-cpu $(LOWEST_STAMP)
+	$(NICE) $(LOWEST)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
 
 unit: install
 	$(BIN)/pytest -n 2 tests/unit $(PYTEST_ARGS)

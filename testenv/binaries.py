@@ -109,11 +109,22 @@ def build(
     return out
 
 
+def go_build_env() -> dict[str, str]:
+    """The environment of every test binary's go build. The linker drops the debug info
+    (-ldflags -w); the compiler is told not to write it in the first place, the same binary
+    for about a fifth less compile time (kustomize cold: 28 s, 35 s with it)."""
+    return dict(
+        os.environ,
+        CGO_ENABLED="0",
+        GOFLAGS="-mod=mod -buildvcs=false -gcflags=all=-dwarf=false",
+    )
+
+
 def _build_together(components: list[Component], log: TextIO) -> None:
     started = time.monotonic()
     names = ", ".join(f"{c.name} {c.version()}" for c in components)
     print(f"testenv: building {names} (cold builds take minutes)", file=log, flush=True)
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
+    env = go_build_env()
     # One module, one pinned release: the same version stamp for each.
     ldflags = components[0].ldflags()
     with tempfile.TemporaryDirectory(prefix="dwd-testenv-build-") as tmp:

@@ -63,7 +63,7 @@ def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     print(f"testenv: building {NAME} {VERSION} (cold builds take minutes)", file=log, flush=True)
-    env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod -buildvcs=false")
+    env = binaries.go_build_env()
     found = subprocess.run(
         ["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"],
         env=env,
