@@ -11,19 +11,16 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from structlog.typing import FilteringBoundLogger
 
 from aggregator import budget
-from aggregator.decider import PACE_REASONS, Desired, Memory, Phase, Verdict, skipped, stale_fraction
+from aggregator.decider import PACE_REASONS, Desired, Memory, Phase, Verdict, stale_fraction
 from aggregator.interlocks import Interlock, Refusal
 from aggregator.metrics import AggregatorMetrics
 from aggregator.pacer import Plan
 from aggregator.view import View
-
-if TYPE_CHECKING:
-    from aggregator.target import Target
 
 
 @dataclass
@@ -195,25 +192,8 @@ class Reporter:
         )
 
 
-def snapshot(t: Target) -> dict[str, Any]:
-    """One target as the status page and ``/status`` show it."""
-    return {
-        "name": t.name,
-        "namespace": t.namespace,
-        **_verdict(t.status),
-        "desired": str(t.scaler.desired or ""),
-        "converged": t.scaler.converged,
-        "dependents": t.scaler.snapshot(),
-        "dry_run": t.settings.scaling.dry_run,
-        "held": t.memory.held,
-        "leader": t.scope.leads(),
-        **_shoot(t),
-        "tick_s": round(t.status.tick_s, 4),
-        "history": [(round(at, 1), round(f, 4)) for at, f in list(t.status.history)[-300:]],
-    }
-
-
-def _verdict(s: TargetStatus) -> dict[str, Any]:
+def verdict_fields(s: TargetStatus) -> dict[str, Any]:
+    """The last verdict as the status page and ``/status`` show it."""
     return {
         "phase": str(s.phase),
         "since": s.since_wall,
@@ -230,22 +210,4 @@ def _verdict(s: TargetStatus) -> dict[str, Any]:
             for zone, (n, stale) in sorted(s.zones.items())
         },
         "agent_silent_path_alive": sorted(s.path_alive),
-    }
-
-
-def _shoot(t: Target) -> dict[str, Any]:
-    """What the shoot looks like now: its leases, its pacing, the reads beside the watches."""
-    pacing, observed, machines = t.pacer.last(), t.observed, t.evidence.machines
-    left_out = skipped(observed.nodes, observed.leases, t.clock(), t.params, machines.phases())
-    return {
-        "fast_nodes": len(pacing.fast),
-        "heartbeat_writes_per_s": round(pacing.writes_per_s(len(observed.nodes)), 2),
-        "lease_ages": {k: round(v, 2) for k, v in sorted(observed.lease_ages().items())},
-        "skipped": dict(sorted(left_out.items())),
-        "kubelet_leases_error": t.evidence.kubelets.error,
-        "machines": {
-            "rule": machines.rule(),
-            "error": machines.error,
-            "age_s": None if (age := machines.age_s()) is None else round(age, 1),
-        },
     }

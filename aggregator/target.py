@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.budget import Pacing
-from aggregator.decider import Memory, Phase, Verdict, blocked, decide, deferred, take_over
+from aggregator.decider import Memory, Phase, Verdict, blocked, decide, deferred, skipped, take_over
 from aggregator.dependents import Dependent
 from aggregator.evidence import Evidence
 from aggregator.interlocks import Interlocks, Refusal
@@ -26,7 +26,7 @@ from aggregator.kube import KubeClient
 from aggregator.metrics import AggregatorMetrics
 from aggregator.pacer import Pacer
 from aggregator.provisioner import Provisioner
-from aggregator.report import Reporter, TargetStatus, snapshot
+from aggregator.report import Reporter, TargetStatus, verdict_fields
 from aggregator.scaler import Scaler
 from aggregator.scope import Scope
 from aggregator.seeddependents import SeedDependents
@@ -319,4 +319,35 @@ class Target:
         return await self.checks.refusal(lambda: self._decide(self.clock(), plan, confirming=True))
 
     def snapshot(self) -> dict[str, Any]:
-        return snapshot(self)
+        """This target as the status page and ``/status`` show it."""
+        return {
+            "name": self.name,
+            "namespace": self.namespace,
+            **verdict_fields(self.status),
+            "desired": str(self.scaler.desired or ""),
+            "converged": self.scaler.converged,
+            "dependents": self.scaler.snapshot(),
+            "dry_run": self.settings.scaling.dry_run,
+            "held": self.memory.held,
+            "leader": self.scope.leads(),
+            **self._shoot(),
+            "tick_s": round(self.status.tick_s, 4),
+            "history": [(round(at, 1), round(f, 4)) for at, f in list(self.status.history)[-300:]],
+        }
+
+    def _shoot(self) -> dict[str, Any]:
+        """What the shoot looks like now: its leases, its pacing, the reads beside the watches."""
+        pacing, observed, machines = self.pacer.last(), self.observed, self.evidence.machines
+        left_out = skipped(observed.nodes, observed.leases, self.clock(), self.params, machines.phases())
+        return {
+            "fast_nodes": len(pacing.fast),
+            "heartbeat_writes_per_s": round(pacing.writes_per_s(len(observed.nodes)), 2),
+            "lease_ages": {k: round(v, 2) for k, v in sorted(observed.lease_ages().items())},
+            "skipped": dict(sorted(left_out.items())),
+            "kubelet_leases_error": self.evidence.kubelets.error,
+            "machines": {
+                "rule": machines.rule(),
+                "error": machines.error,
+                "age_s": None if (age := machines.age_s()) is None else round(age, 1),
+            },
+        }

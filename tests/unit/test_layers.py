@@ -6,6 +6,8 @@ so the layers are told apart here.
   demo or the tests;
 - testenv/ is the one harness: bench/, demo/ and testenv/ itself never import tests/; testenv/
   imports no program (it starts them as processes), no bench and no demo; the demo no bench.
+- inside aggregator/, the pure rules reach no I/O, and no module of aggregator/ or core/ is in an
+  import cycle.
 """
 
 from __future__ import annotations
@@ -160,3 +162,54 @@ def test_a_planted_import_in_a_pure_rule_is_reported_with_its_path() -> None:
     }
     paths = io_reached("aggregator.decider", lambda n: via.get(n) or module_source(n))
     assert "aggregator.decider -> aggregator.witness -> aggregator.kube -> aiohttp" in paths, paths
+
+
+def own_imports(name: str, source_of: Callable[[str], str]) -> set[str]:
+    """The modules of aggregator/ and core/ that ``name`` imports, TYPE_CHECKING ones too (a type
+    that names its user is the same knot): ``from aggregator import budget`` is aggregator.budget."""
+    found = set()
+    for node in ast.walk(ast.parse(source_of(name))):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module in ("aggregator", "core"):
+                found |= {f"{node.module}.{alias.name}" for alias in node.names}
+            elif node.module.split(".")[0] in ("aggregator", "core"):
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] in ("aggregator", "core")}
+    return found
+
+
+def first_cycle(source_of: Callable[[str], str] = module_source) -> str:
+    """``a -> b -> a`` for the first import cycle among aggregator/ and core/, "" when none."""
+    modules = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for pkg in ("aggregator", "core")
+        for p in (ROOT / pkg).glob("*.py")
+    )
+    done: set[str] = set()
+
+    def walk(name: str, path: tuple[str, ...]) -> str:
+        if name in path:
+            return " -> ".join((*path[path.index(name) :], name))
+        if name in done or name not in modules:
+            return ""
+        for nxt in sorted(own_imports(name, source_of)):
+            if found := walk(nxt, (*path, name)):
+                return found
+        done.add(name)
+        return ""
+
+    return next((c for m in modules if (c := walk(m, ()))), "")
+
+
+def test_no_import_cycle_among_the_aggregators_modules() -> None:
+    assert first_cycle() == ""
+
+
+def test_a_planted_cycle_is_reported_with_its_path() -> None:
+    planted = {
+        "aggregator.report": module_source("aggregator.report")
+        + "\nif TYPE_CHECKING:\n    from aggregator.target import Target\n"
+    }
+    cycle = first_cycle(lambda n: planted.get(n) or module_source(n)).split(" -> ")
+    assert cycle[0] == cycle[-1] and set(cycle) == {"aggregator.report", "aggregator.target"}, cycle
