@@ -9,6 +9,7 @@ PYTEST_ARGS ?=
 # The oldest versions pyproject.toml allows, in a venv of their own (make lowest).
 LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+LOWEST_PYTEST := $(LOWEST)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
 
 .PHONY: deps install testenv image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e lint fmt bench bench-full demo clean coverage soak
 
@@ -53,7 +54,7 @@ test-cpu:
 	$(BIN)/pytest -n 2 tests/unit tests/model $(PYTEST_ARGS)
 
 test-lowest: test-cpu $(LOWEST_STAMP)
-	$(LOWEST)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
+	$(LOWEST_PYTEST)
 
 test-clocks: test-cpu test-lowest testenv image
 	$(BIN)/pytest -n $(XDIST) --dist loadfile --no-loadscope-reorder tests/integration tests/e2e tests/soak $(PYTEST_ARGS)
@@ -88,7 +89,7 @@ fmt: install
 
 # The unit tests on the floor of every dependency: a floor the code outgrew fails here.
 lowest: $(LOWEST_STAMP)
-	$(LOWEST)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
+	$(LOWEST_PYTEST)
 
 $(LOWEST_STAMP): pyproject.toml scripts/lowest.py
 	$(PYTHON) -m venv $(LOWEST)

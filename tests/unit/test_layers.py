@@ -136,13 +136,17 @@ def io_reached(start: str, source_of: Callable[[str], str] = module_source) -> l
 
 
 def imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
-    """(line, dotted module) of every absolute import."""
+    """(line, dotted module) of every absolute import; ``from aggregator import budget`` is
+    aggregator.budget (a module of ours), not the package it came through."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            yield node.lineno, node.module
+            package = ROOT / node.module.replace(".", "/")
+            for alias in node.names:
+                is_module = (package / f"{alias.name}.py").exists()
+                yield node.lineno, f"{node.module}.{alias.name}" if is_module else node.module
 
 
 def test_the_pure_rules_reach_no_io() -> None:
@@ -164,27 +168,15 @@ def test_a_planted_import_in_a_pure_rule_is_reported_with_its_path() -> None:
     assert "aggregator.decider -> aggregator.witness -> aggregator.kube -> aiohttp" in paths, paths
 
 
-def own_imports(name: str, source_of: Callable[[str], str]) -> set[str]:
-    """The modules of aggregator/ and core/ that ``name`` imports, TYPE_CHECKING ones too (a type
-    that names its user is the same knot): ``from aggregator import budget`` is aggregator.budget."""
-    found = set()
-    for node in ast.walk(ast.parse(source_of(name))):
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            if node.module in ("aggregator", "core"):
-                found |= {f"{node.module}.{alias.name}" for alias in node.names}
-            elif node.module.split(".")[0] in ("aggregator", "core"):
-                found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] in ("aggregator", "core")}
-    return found
-
-
 def first_cycle(source_of: Callable[[str], str] = module_source) -> str:
-    """``a -> b -> a`` for the first import cycle among aggregator/ and core/, "" when none."""
+    """``a -> b -> a`` for the first import cycle among aggregator/ and core/, "" when none
+    (TYPE_CHECKING imports count too: a type that names its user is the same knot)."""
     modules = sorted(
-        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        for pkg in ("aggregator", "core")
-        for p in (ROOT / pkg).glob("*.py")
+        {
+            ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            for pkg in ("aggregator", "core")
+            for p in (ROOT / pkg).glob("*.py")
+        }
     )
     done: set[str] = set()
 
@@ -193,7 +185,8 @@ def first_cycle(source_of: Callable[[str], str] = module_source) -> str:
             return " -> ".join((*path[path.index(name) :], name))
         if name in done or name not in modules:
             return ""
-        for nxt in sorted(own_imports(name, source_of)):
+        imports = {m for _, m in imported_modules(ast.parse(source_of(name)))}
+        for nxt in sorted(imports):
             if found := walk(nxt, (*path, name)):
                 return found
         done.add(name)
