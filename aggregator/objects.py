@@ -2,7 +2,7 @@
 
 Nothing past these views reads a raw object. A node's Lease is ``core.lease.LeaseView``
 (the agent's side of the contract lives there too); a dependent's Deployment is the
-scaler's ``DependentState``; nodes and Gardener's Clusters are here.
+scaler's ``DependentState``; nodes are here, Gardener's Clusters in aggregator/lifecycle.py.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from aggregator.candidates import pools_of_workers
 from core.lease import IGNORE_NODE, parse_time
 
 # The well-known label the fast sample is stratified by (aggregator/budget.py).
@@ -86,40 +85,3 @@ class NodeView:
                 for c in conditions
             ),
         )
-
-
-@dataclass(frozen=True)
-class ClusterView:
-    """A Gardener Cluster: its name, why it gets no prober ("" when it gets one), and its
-    worker pools' own unhealthy conditions (dependency-watchdog reads them from here too)."""
-
-    name: str
-    skip_reason: str
-    node_conditions: tuple[tuple[str, tuple[str, ...]], ...] = ()
-
-    @classmethod
-    def from_object(cls, obj: Mapping[str, Any]) -> ClusterView:
-        name = metadata(obj).get("name")
-        if not isinstance(name, str) or not name:
-            raise ValueError("cluster object without metadata.name")
-        shoot_spec = section(section(section(obj, "spec"), "shoot"), "spec")
-        pools = pools_of_workers(section(shoot_spec, "provider").get("workers"))
-        return cls(name, _skip_reason(obj), tuple(sorted(pools.items())))
-
-
-def _skip_reason(cluster: Mapping[str, Any]) -> str:
-    """dependency-watchdog's rules."""
-    if metadata(cluster).get("deletionTimestamp"):
-        return "deleting"
-    shoot = section(section(cluster, "spec"), "shoot")
-    spec, status = section(shoot, "spec"), section(shoot, "status")
-    if section(spec, "hibernation").get("enabled") or status.get("isHibernated"):
-        return "hibernated"
-    if not (section(spec, "provider").get("workers") or []):
-        return "worker-less"
-    last = section(status, "lastOperation")
-    if last.get("type") in ("Migrate", "Restore") and last.get("state") != "Succeeded":
-        return "migrating"
-    if not last or (last.get("type") == "Create" and last.get("state") != "Succeeded"):
-        return "not yet reconciled"
-    return ""

@@ -10,10 +10,14 @@ target serves is restored once it has been seen orphaned for the recovery period
 only where it is ours (a dependent with somebody else's marks is never touched).
 A standby does nothing and keeps nothing: the next leader starts from the seed.
 
+A record on a dependent that is no longer configured (a rollout dropped it from the
+dependents file while the shoot was held down) is an orphan too, in a namespace that is
+served as in any other: no target acts on it any more, and it must not stay at 0 for good.
+
 The sweep takes every record of ours in the seed that it does not serve for an orphan,
 so a seed has one aggregator with targets from a file or from Gardener (as it has one
-dependency-watchdog prober); one with a single target from the environment does not
-sweep.
+dependency-watchdog prober); one with a single target from the environment sweeps only
+its own namespace's records on dependents it no longer has.
 """
 
 from __future__ import annotations
@@ -77,17 +81,14 @@ class Orphans:
         self.wake = asyncio.Event()
         # Namespace -> the names carrying our record there, and since when it is orphaned.
         self.found: dict[str, dict[str, str]] = {}
+        # Of those, the ones no target acts on (``_orphaned``).
+        self.orphaned: dict[str, dict[str, str]] = {}
         self.since: dict[str, float] = {}
         self.scalers: dict[str, Scaler] = {}
         self._listed_at = -math.inf
         self._error = ""
 
     async def run(self) -> None:
-        if self.settings.shoots.mode == "env":
-            # One target from the environment is served as long as the process runs, and a
-            # record in any other namespace is not this aggregator's to judge: another
-            # aggregator may serve it.
-            return
         while True:
             if self.leadership.leading():
                 await self.sweep()
@@ -103,7 +104,7 @@ class Orphans:
                     await self.wake.wait()
 
     def _forget(self) -> None:
-        self.found, self.since, self.scalers, self._listed_at = {}, {}, {}, -math.inf
+        self.found, self.orphaned, self.since, self.scalers, self._listed_at = {}, {}, {}, {}, -math.inf
         self.metrics.orphans.set(0)
 
     async def sweep(self) -> None:
@@ -114,16 +115,18 @@ class Orphans:
         now = self.clock()
         if self.wake.is_set() or now - self._listed_at >= self.settings.shoots.sweep_s:
             try:
-                self.found = await self._list()
+                self.found = await self._list(served)
             except KubeError as e:
                 if str(e) != self._error:
                     log.warning("orphan_sweep_failed", error=str(e))
                 self._error = str(e)
                 return
             self._error, self._listed_at = "", now
-        orphaned = {ns for ns in self.found if ns not in served}
+        orphaned = self._orphaned(served)
         self.since = {ns: self.since.get(ns, now) for ns in orphaned}
-        self.scalers = {ns: s for ns, s in self.scalers.items() if ns in orphaned}
+        # A scaler is kept while it restores the same names (its read cache stays warm).
+        self.scalers = {ns: s for ns, s in self.scalers.items() if orphaned.get(ns) == self.orphaned.get(ns)}
+        self.orphaned = orphaned
         self.metrics.orphans.set(len(orphaned))
         for ns in sorted(orphaned):
             if (
@@ -132,21 +135,43 @@ class Orphans:
             ):
                 await self._restore(ns)
 
-    async def _list(self) -> dict[str, dict[str, str]]:
+    def _orphaned(self, served: set[str]) -> dict[str, dict[str, str]]:
+        """Namespace -> the records found there that no target acts on: all of them where no
+        target serves the namespace, else those on names no longer configured. One target from
+        the environment judges no other namespace: another aggregator may serve it."""
+        configured = {d.name for d in self.dependents}
+        out = {}
+        for ns, names in self.found.items():
+            if ns not in served and not self._env:
+                out[ns] = names
+            elif ns in served and (dropped := {n: k for n, k in names.items() if n not in configured}):
+                out[ns] = dropped
+        return out
+
+    @property
+    def _env(self) -> bool:
+        return self.settings.shoots.mode == "env"
+
+    async def _list(self, served: set[str]) -> dict[str, dict[str, str]]:
         """Namespace -> {name: kind} of every object carrying our record across the seed: by our
         label, and the configured dependents by name with our annotation. Either mark alone is
         ours (another writer may drop one): a dropped label must not hide a record, nor a
-        dropped annotation."""
+        dropped annotation. One target from the environment lists its own namespace by the
+        label alone (its RBAC may grant no more; what it has configured is its target's)."""
         found: dict[str, dict[str, str]] = {}
         # Only the kinds that are configured: the seed's RBAC grants no more.
         kinds = sorted({(d.api_version, d.kind) for d in self.dependents})
         for api_version, kind in kinds:
             path = COLLECTIONS[(api_version, kind)]
-            listed = [await self.seed.get(path, labelSelector=RECORD)]
+            if self._env:
+                listed = [await self.seed.get(_in(path, ns), labelSelector=RECORD) for ns in sorted(served)]
+            else:
+                listed = [await self.seed.get(path, labelSelector=RECORD)]
             for name in sorted(
                 {d.name for d in self.dependents if (d.api_version, d.kind) == (api_version, kind)}
             ):
-                listed.append(await self.seed.get(path, fieldSelector=f"metadata.name={name}"))
+                if not self._env:
+                    listed.append(await self.seed.get(path, fieldSelector=f"metadata.name={name}"))
             for obj in (o for answer in listed for o in answer.get("items") or []):
                 meta = metadata(obj)
                 ours = RECORD in (meta.get("annotations") or {}) or RECORD in (meta.get("labels") or {})
@@ -160,22 +185,26 @@ class Orphans:
             scaler = self.scalers[namespace] = Scaler(
                 self.seed,
                 namespace,
-                self._dependents(self.found[namespace]),
+                self._dependents(self.orphaned[namespace]),
                 settings=self.settings.scaling,
                 label=namespace,
                 scope=self.leadership.scope(namespace),
                 clock=self.clock,
             )
-            log.info("orphan_restoring", namespace=namespace, resources=sorted(self.found[namespace]))
+            log.info("orphan_restoring", namespace=namespace, resources=sorted(self.orphaned[namespace]))
         if owner := self.owner(namespace):
             reason = f"its Cluster is {owner}: the controllers are gardenlet's to run, our marks are removed"
             done = await scaler.hand_back(reason)
         else:
-            reason = "no target serves this namespace any more: restoring what it scaled down"
+            reason = (
+                "no longer a configured dependent: restoring what was scaled down"
+                if namespace in (self.served() or set())
+                else "no target serves this namespace any more: restoring what it scaled down"
+            )
             done = await scaler.converge(Desired.RUNNING, reason)
         if done:
             log.info("orphan_restored", namespace=namespace, handed_back=owner or None)
-            for store in (self.found, self.since, self.scalers):
+            for store in (self.found, self.orphaned, self.since, self.scalers):
                 store.pop(namespace, None)
 
     def _dependents(self, names: dict[str, str]) -> list[Dependent]:
@@ -189,3 +218,9 @@ class Orphans:
             if name not in {d.name for d in known}
         ]
         return known + extra
+
+
+def _in(collection: str, namespace: str) -> str:
+    """``/apis/<group>/<version>/<plural>`` of one namespace."""
+    head, plural = collection.rsplit("/", 1)
+    return f"{head}/namespaces/{namespace}/{plural}"

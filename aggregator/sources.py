@@ -25,7 +25,8 @@ from typing import Any, Protocol
 import yaml
 
 from aggregator.kube import Endpoint, KubeClient, load_kubeconfig_dict
-from aggregator.objects import ClusterView, metadata, section
+from aggregator.lifecycle import ClusterView
+from aggregator.objects import metadata, section
 from aggregator.settings import Watching
 from aggregator.watcher import Informer
 from core import logs
@@ -108,7 +109,8 @@ class FileSource(Polled):
 
 class GardenerSource:
     """Gardener's Cluster objects, by list+watch; dependency-watchdog's rules say which get a
-    target (``ClusterView.skip_reason``)."""
+    target (aggregator/lifecycle.py): whether a shoot keeps one depends on whether it has one,
+    so the source remembers what it served last."""
 
     # How long a first ``desired()`` waits for the first LIST before it reports the failure.
     FIRST_LIST_S = 10.0
@@ -118,6 +120,9 @@ class GardenerSource:
         self.watching = watching or Watching()
         self.clusters: dict[str, ClusterView] = {}
         self.skipped: dict[str, str] = {}
+        # The clusters the last answer named: a target that runs keeps running through states
+        # in which none would start (a reconcile that failed, a restore under way).
+        self.serving: set[str] = set()
         self._changed = asyncio.Event()
         self.informer: Informer[ClusterView] = Informer(
             seed,
@@ -164,8 +169,8 @@ class GardenerSource:
             raise KubeError(f"clusters: {informer.last_error or 'not listed yet'}")
         out, skipped = {}, {}
         for c in self.clusters.values():
-            if c.skip_reason:
-                skipped[c.name] = c.skip_reason
+            if why := c.lifecycle.reason(running=c.name in self.serving):
+                skipped[c.name] = why
                 continue
             # A changed list changes the spec: the Fleet restarts the target with it, as
             # dependency-watchdog restarts its prober (AreWorkerNodeConditionsStale).
@@ -177,7 +182,7 @@ class GardenerSource:
             )
         if skipped != self.skipped:
             log.info("clusters_skipped", skipped=skipped)
-        self.skipped = skipped
+        self.skipped, self.serving = skipped, set(out)
         return out
 
 

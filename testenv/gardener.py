@@ -53,26 +53,106 @@ GARDENER_MANIFEST_CRDS = [
 ]
 
 
-def cluster(name: str, *, machine_types: int = 0) -> dict[str, Any]:
-    """A reconciled Cluster with one worker pool. ``machine_types``: how many the embedded
+# The operations and states of a Shoot's ``status.lastOperation``, as Gardener names them
+# (pkg/apis/core/v1beta1/types_common.go).
+LAST_OPERATION_TYPES = ("Create", "Reconcile", "Delete", "Migrate", "Restore")
+LAST_OPERATION_STATES = ("Processing", "Succeeded", "Error", "Failed", "Pending", "Aborted")
+DELETED_AT = "2026-01-01T00:00:00Z"
+
+
+def shoot(
+    name: str = "s",
+    *,
+    project: str = "p",
+    workers: int = 1,
+    hibernation: bool | None = None,
+    hibernated: bool = False,
+    last_operation: tuple[str, str] | None = ("Reconcile", "Succeeded"),
+    deleting: bool = False,
+    node_conditions: dict[str, list[str]] | None = None,
+    grace: str = "",
+) -> dict[str, Any]:
+    """A Shoot as gardenlet embeds it in a Cluster (``core.gardener.cloud/v1beta1``), with the
+    fields dependency-watchdog and the aggregator read under their wire names:
+    ``metadata.deletionTimestamp`` (``deleting``), ``spec.hibernation.enabled`` (``hibernation``,
+    None: not set), ``status.hibernated``, ``spec.provider.workers`` (``workers`` pools, each
+    ``pool``, ``pool-1``, ...; ``node_conditions`` gives a pool MCM settings with that list),
+    ``status.lastOperation`` (type and state; None: absent), and the shoot's KCM grace."""
+    pools = []
+    for i in range(workers):
+        pool = f"pool-{i}" if i else "pool"
+        worker: dict[str, Any] = {
+            "name": pool,
+            "minimum": 1,
+            "maximum": 10,
+            "machine": {"type": "m1.xlarge"},
+        }
+        if node_conditions is not None and pool in node_conditions:
+            worker["machineControllerManager"] = {"nodeConditions": node_conditions[pool]}
+        pools.append(worker)
+    spec: dict[str, Any] = {
+        "cloudProfileName": "local",
+        "region": "local",
+        "provider": {"type": "local", "workers": pools},
+        "kubernetes": {"version": "1.35.4"},
+    }
+    if hibernation is not None:
+        spec["hibernation"] = {"enabled": hibernation}
+    if grace:
+        spec["kubernetes"]["kubeControllerManager"] = {"nodeMonitorGracePeriod": grace}
+    status: dict[str, Any] = {"hibernated": hibernated}
+    if last_operation is not None:
+        kind, state = last_operation
+        status["lastOperation"] = {
+            "type": kind,
+            "state": state,
+            "progress": 100 if state == "Succeeded" else 50,
+            "description": f"{kind} {state.lower()}",
+            "lastUpdateTime": "2026-01-01T00:00:00Z",
+        }
+    meta: dict[str, Any] = {"name": name, "namespace": f"garden-{project}"}
+    if deleting:
+        meta["deletionTimestamp"] = DELETED_AT
+        meta["finalizers"] = ["gardener"]
+    return {
+        "apiVersion": "core.gardener.cloud/v1beta1",
+        "kind": "Shoot",
+        "metadata": meta,
+        "spec": spec,
+        "status": status,
+    }
+
+
+def cluster(name: str, *, machine_types: int = 0, **shoot_fields: Any) -> dict[str, Any]:
+    """A Cluster as gardenlet writes it for the control-plane namespace ``name``
+    (``shoot--<project>--<shoot>``), embedding the Shoot (``shoot()``'s fields: by default
+    reconciled, one worker pool), its Seed and CloudProfile. ``machine_types``: how many the
     CloudProfile offers (about 110 bytes each in JSON): ~200 make the 25 KB of a real one."""
+    parts = name.split("--")
+    project, shoot_name = (parts[1], parts[2]) if len(parts) == 3 else ("p", name)
     return {
         "apiVersion": "extensions.gardener.cloud/v1alpha1",
         "kind": "Cluster",
         "metadata": {"name": name},
         "spec": {
             "cloudProfile": {
+                "apiVersion": "core.gardener.cloud/v1beta1",
+                "kind": "CloudProfile",
+                "metadata": {"name": "local"},
                 "spec": {
+                    "type": "local",
                     "machineTypes": [
                         {"name": f"m{i}.xlarge", "cpu": "4", "gpu": "0", "memory": "16Gi", "usable": True}
                         for i in range(machine_types)
-                    ]
-                }
+                    ],
+                },
             },
-            "seed": {"spec": {"provider": {"type": "local", "region": "local"}}},
-            "shoot": {
-                "spec": {"provider": {"workers": [{"name": "pool", "minimum": 1, "maximum": 10}]}},
-                "status": {"lastOperation": {"type": "Reconcile", "state": "Succeeded"}},
+            "seed": {
+                "apiVersion": "core.gardener.cloud/v1beta1",
+                "kind": "Seed",
+                "metadata": {"name": "local"},
+                "spec": {"provider": {"type": "local", "region": "local"}},
             },
+            "shoot": shoot(shoot_name, project=project, **shoot_fields),
         },
     }

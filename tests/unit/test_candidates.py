@@ -14,14 +14,16 @@ from aggregator.candidates import DEFAULT_CONDITIONS, NodeConditions, phases_by_
 from aggregator.decider import LeaseObs, Memory, NodeObs, Phase, decide, skipped
 from aggregator.interlocks import Interlock
 from aggregator.kube import METADATA_ONLY
+from aggregator.lifecycle import ClusterView
 from aggregator.machines import ABSENT, MACHINES
-from aggregator.objects import ClusterView, NodeView
+from aggregator.objects import NodeView
 from aggregator.settings import Decider, Settings
 from aggregator.sources import GardenerSource
 from aggregator.target import Shared, Target
 from aggregator.watcher import Observed
 from core.errors import ConfigError, KubeError, api_error
 from core.lease import LeaseView
+from testenv.gardener import cluster
 from tests.unit.fakekube import FakeKube, Rule, server_error
 from tests.unit.world import NS, World
 
@@ -285,17 +287,9 @@ def test_a_shoots_pools_are_read_from_its_cluster_as_dependency_watchdog_reads_t
 
 async def test_a_clusters_pools_reach_the_target_over_the_setting() -> None:
     seed = FakeKube()
-    workers = [{"name": "gpu", "machineControllerManager": {"nodeConditions": ["GPUUnhealthy"]}}]
     seed.put(
         "/apis/extensions.gardener.cloud/v1alpha1/clusters/shoot--p--a",
-        {
-            "spec": {
-                "shoot": {
-                    "spec": {"provider": {"workers": workers}},
-                    "status": {"lastOperation": {"type": "Reconcile", "state": "Succeeded"}},
-                }
-            }
-        },
+        cluster("shoot--p--a", workers=2, node_conditions={"pool-1": ["GPUUnhealthy"]}),
     )
     source = GardenerSource(seed, "access")  # type: ignore[arg-type]
     watching = asyncio.create_task(source.run())
@@ -304,12 +298,12 @@ async def test_a_clusters_pools_reach_the_target_over_the_setting() -> None:
     finally:
         watching.cancel()
         await asyncio.gather(watching, return_exceptions=True)
-    assert spec.node_conditions == (("gpu", ("GPUUnhealthy",)),)
-    settings = Settings(decider=Decider(node_conditions=NodeConditions.parse("gpu: [A]\ncpu: [B]")))
+    assert spec.node_conditions == (("pool-1", ("GPUUnhealthy",)),)
+    settings = Settings(decider=Decider(node_conditions=NodeConditions.parse("pool-1: [A]\ncpu: [B]")))
     t = Target("t", NS, FakeKube(), Shared(settings, seed, ()), node_conditions=dict(spec.node_conditions))  # type: ignore[arg-type]
     conditions = t.params.node_conditions
     assert conditions is not None
-    assert (conditions.for_pool("gpu"), conditions.for_pool("cpu"), conditions.for_pool("x")) == (
+    assert (conditions.for_pool("pool-1"), conditions.for_pool("cpu"), conditions.for_pool("x")) == (
         ("GPUUnhealthy",),
         ("B",),
         DEFAULT_CONDITIONS,

@@ -28,6 +28,7 @@ from aggregator.sources import (
 )
 from aggregator.target import Shared
 from core.errors import KubeconfigError, KubeError
+from testenv.gardener import cluster
 from testenv.pki import CertificateAuthority
 from tests.unit.fakekube import FakeKube
 from tests.unit.world import World
@@ -46,14 +47,6 @@ def secret_data(kubeconfig: Any) -> dict[str, Any]:
     return {"data": {"kubeconfig": base64.b64encode(yaml.safe_dump(kubeconfig).encode()).decode()}}
 
 
-WORKERS = {"provider": {"workers": [{"name": "pool"}]}}
-DONE = {"lastOperation": {"type": "Reconcile", "state": "Succeeded"}}
-
-
-def cluster(name: str, **spec: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"shoot": {"spec": spec, "status": DONE}}}
-
-
 @contextlib.asynccontextmanager
 async def running(feed: Any) -> AsyncIterator[None]:
     task = asyncio.create_task(feed.run())
@@ -66,8 +59,8 @@ async def running(feed: Any) -> AsyncIterator[None]:
 
 async def test_gardener_source_runs_the_clusters_it_may_and_names_why_not_the_others() -> None:
     seed = FakeKube()
-    seed.put(f"{CLUSTERS}/shoot--p--a", cluster("shoot--p--a", **WORKERS))
-    seed.put(f"{CLUSTERS}/shoot--p--b", cluster("shoot--p--b"))
+    seed.put(f"{CLUSTERS}/shoot--p--a", cluster("shoot--p--a"))
+    seed.put(f"{CLUSTERS}/shoot--p--b", cluster("shoot--p--b", workers=0))
     source = GardenerSource(seed, "access")  # type: ignore[arg-type]
     async with running(source):
         assert await source.desired() == {
@@ -78,16 +71,16 @@ async def test_gardener_source_runs_the_clusters_it_may_and_names_why_not_the_ot
 
 async def test_gardener_source_is_watched_a_change_wakes_the_fleet_and_no_list_is_repeated() -> None:
     seed = FakeKube()
-    seed.put(f"{CLUSTERS}/shoot--p--a", cluster("shoot--p--a", **WORKERS))
+    seed.put(f"{CLUSTERS}/shoot--p--a", cluster("shoot--p--a"))
     requests: list[tuple[str, str]] = []
     seed.on_request = lambda method, path: requests.append((method, path))
-    hibernated = cluster("shoot--p--a", hibernation={"enabled": True}, **WORKERS)
+    hibernated = cluster("shoot--p--a", hibernation=True)
     # The first watch delivers a write that changes nothing (a reconcile), then a hibernation.
     seed.watches = [
         [
             {
                 "type": "MODIFIED",
-                "object": {**cluster("shoot--p--a", **WORKERS), "metadata": {"name": "shoot--p--a"}},
+                "object": {**cluster("shoot--p--a"), "metadata": {"name": "shoot--p--a"}},
             }
         ],
         [{"type": "MODIFIED", "object": hibernated}],

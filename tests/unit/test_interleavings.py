@@ -32,6 +32,7 @@ from aggregator.sources import CLUSTERS, GardenerSource
 from aggregator.target import Shared, Target
 from core.errors import KubeError, TransportError, api_error
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
+from testenv.gardener import cluster
 from tests.unit.fakekube import FakeKube
 from tests.unit.world import NS, Clock, World, deployment_path, with_settings
 
@@ -171,12 +172,6 @@ async def test_a_started_target_whose_shoot_refuses_it_restores_after_the_blind_
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     assert restored, ({n: at(seed, n) for n in CONTROLLERS}, target.status.reason)
-
-
-def cluster(name: str, **shoot_spec: Any) -> dict[str, Any]:
-    spec = {"provider": {"workers": [{"name": "pool"}]}} | shoot_spec
-    status = {"lastOperation": {"type": "Reconcile", "state": "Succeeded"}}
-    return {"metadata": {"name": name}, "spec": {"shoot": {"spec": spec, "status": status}}}
 
 
 def gardener_fleet(seed: FakeKube, **changes: Any) -> tuple[Fleet, GardenerSource]:
@@ -380,6 +375,27 @@ async def test_a_record_whose_label_was_dropped_is_swept_once_its_target_is_gone
     assert w.replicas() == CONTROLLERS
 
 
+@pytest.mark.parametrize("mode", ["file", "env"])
+async def test_a_dependent_dropped_from_the_settings_while_held_down_is_restored(mode: str) -> None:
+    """A rollout removes cluster-autoscaler from the dependents while the shoot is held down:
+    the target that still serves the namespace acts on KCM and MCM only, so the sweep restores
+    the dropped one (before, it stayed at 0 with our record for good)."""
+    w = World()
+    await w.settle()
+    await w.outage()
+    assert w.replicas() == DOWN
+    settings = with_settings(w.settings, mode=mode)
+    kept = [d for d in quick_dependents() if d.name != CA]
+    orphans = Orphans(w.seed, kept, settings, AggregatorMetrics(), served=lambda: {NS}, clock=w.clock)  # type: ignore[arg-type]
+    for _ in range(40):
+        w.clock.now += 1
+        await orphans.sweep()
+    assert w.replicas() == {**DOWN, CA: CONTROLLERS[CA]}
+    assert not {RECORD, MELTDOWN} & set(
+        w.seed.objects[deployment_path(CA)]["metadata"].get("annotations") or {}
+    )
+
+
 # -- 5: the sweep raises a hibernated shoot
 
 
@@ -388,7 +404,7 @@ async def test_a_shoot_hibernated_while_held_down_is_not_raised_and_handed_back(
     not raise them, and must not leave our marks (Gardener does not scale up what carries
     meltdown-protection-active) for its wake-up."""
     seed = FakeKube()
-    seed.put(f"{CLUSTERS}/{NS}", cluster(NS, hibernation={"enabled": True}))
+    seed.put(f"{CLUSTERS}/{NS}", cluster(NS, hibernation=True))
     held_down(seed)
     fleet, source = gardener_fleet(seed)
 

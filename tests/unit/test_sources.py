@@ -5,39 +5,77 @@ from typing import Any
 
 import pytest
 
-from aggregator.objects import ClusterView
+from aggregator.lifecycle import ClusterView, Lifecycle
 from aggregator.server import render_page, render_table
-from aggregator.sources import FileSource, TargetSpec
+from aggregator.sources import CLUSTERS, FileSource, GardenerSource, TargetSpec
 from core.errors import KubeconfigError
+from testenv.gardener import cluster
+from tests.unit.fakekube import FakeKube
 
 
-def cluster(**shoot: Any) -> dict[str, Any]:
-    spec = {"provider": {"workers": [{"name": "pool"}]}, **shoot.pop("spec", {})}
-    status = {"lastOperation": {"type": "Reconcile", "state": "Succeeded"}, **shoot.pop("status", {})}
-    return {
-        "metadata": {"name": "shoot--p--s", **shoot.pop("metadata", {})},
-        "spec": {"shoot": {"spec": spec, "status": status}},
-    }
+# dependency-watchdog v1.7.0's rules (controllers/cluster/cluster_controller.go), case by case;
+# tests/integration/test_lifecycle_dwd.py compares every state with the real process.
+# (Shoot fields, why a running target stops, why a new one does not start.)
+LIFECYCLES: list[tuple[dict[str, Any], str, str]] = [
+    ({}, "", ""),
+    ({"deleting": True}, "deleting", ""),
+    ({"hibernation": True, "hibernated": True}, "hibernated", ""),
+    ({"hibernation": True}, "hibernated", ""),  # hibernating: not yet hibernated
+    ({"hibernation": False, "hibernated": True}, "", "waking up"),
+    ({"hibernated": True}, "", "waking up"),  # no hibernation section: not enabled
+    ({"workers": 0}, "worker-less", ""),
+    ({"last_operation": ("Migrate", "Processing")}, "migrating", "migrating"),
+    ({"last_operation": ("Migrate", "Succeeded")}, "migrating", "migrating"),
+    ({"last_operation": ("Restore", "Processing")}, "", "being restored"),
+    ({"last_operation": ("Restore", "Succeeded")}, "", ""),
+    ({"last_operation": ("Create", "Processing")}, "", "being created"),
+    ({"last_operation": ("Create", "Succeeded")}, "", ""),
+    ({"last_operation": ("Delete", "Succeeded")}, "", "being deleted"),
+    ({"last_operation": ("Reconcile", "Error")}, "", ""),
+    ({"last_operation": ("Reconcile", "Aborted")}, "", ""),
+    ({"last_operation": None}, "", "not yet created"),
+    ({"deleting": True, "last_operation": ("Delete", "Processing")}, "deleting", "being deleted"),
+]
 
 
-@pytest.mark.parametrize(
-    ("c", "why"),
-    [
-        (cluster(), ""),
-        (cluster(metadata={"deletionTimestamp": "2026-01-01T00:00:00Z"}), "deleting"),
-        (cluster(spec={"hibernation": {"enabled": True}}), "hibernated"),
-        (cluster(status={"isHibernated": True}), "hibernated"),
-        (cluster(spec={"provider": {"workers": []}}), "worker-less"),
-        (cluster(status={"lastOperation": {"type": "Migrate", "state": "Processing"}}), "migrating"),
-        (cluster(status={"lastOperation": {"type": "Restore", "state": "Error"}}), "migrating"),
-        (cluster(status={"lastOperation": {"type": "Restore", "state": "Succeeded"}}), ""),
-        (cluster(status={"lastOperation": {"type": "Create", "state": "Processing"}}), "not yet reconciled"),
-        (cluster(status={"lastOperation": {}}), "not yet reconciled"),
-        (cluster(status={"lastOperation": {"type": "Reconcile", "state": "Error"}}), ""),
-    ],
-)
-def test_cluster_skip_reason(c: dict[str, Any], why: str) -> None:
-    assert ClusterView.from_object(c) == ClusterView("shoot--p--s", why)
+@pytest.mark.parametrize(("fields", "stop", "no_start"), LIFECYCLES)
+def test_a_clusters_lifecycle_is_read_as_dependency_watchdog_reads_it(
+    fields: dict[str, Any], stop: str, no_start: str
+) -> None:
+    view = ClusterView.from_object(cluster("shoot--p--s", **fields))
+    assert view.lifecycle == Lifecycle(stop, no_start)
+    assert view.lifecycle.serves(running=True) == (not stop)
+    assert view.lifecycle.serves(running=False) == (not stop and not no_start)
+
+
+def test_a_cluster_being_deleted_stops_its_target_whichever_object_says_so() -> None:
+    c = cluster("shoot--p--s")
+    c["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert Lifecycle.of(c).stop == "deleting"
+
+
+async def test_a_running_target_keeps_running_through_states_in_which_none_would_start() -> None:
+    """A reconcile that fails is Reconcile Error (serves); a restore under way stops no running
+    target but starts none; after the source forgets (a restart), it starts none."""
+    seed = FakeKube()
+    path = f"{CLUSTERS}/shoot--p--s"
+    seed.put(path, cluster("shoot--p--s"))
+    source = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    assert set(await _desired(source)) == {"shoot--p--s"}
+    seed.put(path, cluster("shoot--p--s", last_operation=("Restore", "Processing")))
+    assert set(await _desired(source)) == {"shoot--p--s"}
+    fresh = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    assert await _desired(fresh) == {} and fresh.skipped == {"shoot--p--s": "being restored"}
+    seed.put(path, cluster("shoot--p--s", deleting=True, last_operation=("Delete", "Processing")))
+    assert await _desired(source) == {} and source.skipped == {"shoot--p--s": "deleting"}
+
+
+async def _desired(source: GardenerSource) -> dict[str, TargetSpec]:
+    """What the source names after a fresh LIST of the seed as it is now."""
+    source.informer.synced.clear()
+    await source.informer.list_now()
+    source.informer.synced.set()
+    return await source.desired()
 
 
 async def test_file_source(tmp_path: Path) -> None:
