@@ -1,5 +1,5 @@
 """What a target reads besides its watches: the kubelets' leases (the second witness) and the
-seed's Machines. Both are read where a write may follow, while it matters, and right before a
+seed's Machines. Both are read where a write may follow (the leader), and right before a
 scale-down; a failed read is told when it starts and when it ends."""
 
 from __future__ import annotations
@@ -41,10 +41,12 @@ class Evidence:
         return cls(KubeletLeases(shoot, clock=clock), machines, p, log)
 
     async def read_due(self, *, wanted: bool) -> None:
-        """The reads whose time has come. ``wanted``: a candidate is stale, or the shoot is not
-        healthy; then both are read every ``witness_every_s``, the Machines otherwise rarely."""
+        """The reads whose time has come. The kubelet leases every ``witness_every_s``, healthy
+        or not: a renewal is placed on our clock by the two reads around it, and a cut must find
+        the bracket there (aggregator/witness.py). The Machines as often while ``wanted`` (a
+        candidate is stale, or the shoot is not healthy), otherwise rarely."""
         p = self.params
-        if wanted and self.kubelets.due(p.witness_every_s):
+        if self.kubelets.due(p.witness_every_s):
             await self.read_kubelets()
         if self.machines.due(p.machines_every_s if wanted else p.machines_idle_s):
             await self.read_machines()

@@ -42,5 +42,5 @@ class KubeletLeases:
         items = result.get("items")
         if not isinstance(items, list):
             raise BadResponse(f"LIST {leases_path(NODE_LEASE_NAMESPACE)}: no items")
-        self.leases = observe(items, self.leases, self.clock())
+        self.leases = observe(items, Readings(self.leases, self.read_at), self.clock())
         self.read_at, self.error, self.refused = sent_at, "", False

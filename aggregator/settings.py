@@ -103,9 +103,9 @@ class Decider:
     """Scaled down and unable to see the shoot at all (its KAPI unreachable from the seed,
     credentials revoked) this long, the controllers are restored: holding them at 0 on no
     evidence is never the default, but a KAPI restart of a minute must not flap them."""
-    # The second witness (aggregator/witness.py). Kubelet leases are LISTed this often while a
-    # candidate is stale or the shoot is not healthy: kubelet renews every 10 s, so each LIST
-    # sees a renewal of every kubelet that can reach KAPI.
+    # The second witness (aggregator/witness.py). Kubelet leases are LISTed this often by the
+    # leader, as dependency-watchdog LISTs them on every probe: kubelet renews every 10 s, so
+    # about every LIST sees a renewal of every kubelet that can reach KAPI, bracketed by two reads.
     witness_every_s: float = 10.0
     # A kubelet's next renewal is taken as due this long after its interval has passed: for it to
     # land on a slow path (kubelet stamps renewTime before its PUT, and the PUT's own time

@@ -6,27 +6,35 @@ then scale a healthy shoot down and hold it there. Meanwhile each kubelet keeps
 renewing ``kube-node-lease/<node>`` through the same path, and that lease is what
 KCM judges.
 
-For a candidate whose agent went silent at A (its last renewal), with its kubelet's
-latest renewal K as last read (``witness``):
-- the kubelet's next renewal is due at K + its interval (a quarter of the kubelet
-  lease's duration, 10 s in Gardener; plus kubelet's jitter and ``Decider.witness_slack_s``
-  for the renewal to land): a read sent after that which still shows K says the
-  kubelet missed it: the node is **silent** to both witnesses;
-- otherwise, a K more than the agent's interval and a second after A
-  (``Decider.witness_margin_s``) reached KAPI after the agent went quiet: the path
-  works, the agent does not (**alive**);
-- otherwise it is **pending** until that next renewal is due: whether the path works
-  is known only then. A scale-down counts only silent nodes, so it waits for the read
-  that tells, at any kubelet phase and any setting.
-Both renewal times are the node's own clock, so its skew cancels; where a renewal is
-due is put on our clock from when we saw the agent's last renewal (``LeaseObs``),
-which is later than it was written: the due time errs late, never early.
+Each kubelet renewal is placed on our clock by the reads that bracket it, as KCM judges a
+node by when it saw its lease change: it happened after the last read that did not show it
+(``unseen_at``, the read's send time) and before the first read that did (``seen_mono``).
+Within that bracket, the node's own clock narrows it down: the kubelet's renewTime minus its
+agent's last renewTime (both stamped by the node) put after when we saw that agent renewal.
+Where that falls outside the bracket, the node's clock stepped between the two stamps (NTP,
+a restored VM): the node's times are not used for that renewal, only the bracket.
+
+For a candidate whose agent we last saw renewed at A (our clock), a kubelet renewal placed at
+K (our clock):
+- its next renewal is due at K + its interval (a quarter of the kubelet lease's duration,
+  10 s in Gardener; plus kubelet's jitter and ``Decider.witness_slack_s`` for the renewal to
+  land): a read sent after that which still shows the same renewal says the kubelet missed
+  it: the node is **silent** to both witnesses;
+- otherwise, a K more than ``Decider.witness_margin_s`` (the agent's interval and a second)
+  after A reached KAPI after the agent went quiet: the path works, the agent does not
+  (**alive**);
+- otherwise it is **pending** until that next renewal is due: whether the path works is
+  known only then. A scale-down counts only silent nodes, so it waits for the read that
+  tells, at any kubelet phase and any setting.
+A renewal whose bracket has no lower end (the first read that saw its lease) is placed at its
+upper end for its due time and is never alive: the node's clock cannot be checked against a
+bracket it does not have.
 
 Kubelet leases change every 10 s per node (500 writes/s at 5000 nodes), so they are
-not watched: they are LISTed when a candidate is stale or the shoot is not healthy,
-every ``Decider.witness_every_s``, and once more right before a scale-down
-(aggregator/kubelets.py). This module is the rule alone: the decider imports it, and a
-verdict does no I/O (tests/unit/test_layers.py).
+not watched: the leader LISTs them every ``Decider.witness_every_s``, as dependency-watchdog
+LISTs them on every probe, so that every renewal has a bracket when it matters; and once more
+right before a scale-down (aggregator/kubelets.py). This module is the rule alone: the
+decider imports it, and a verdict does no I/O (tests/unit/test_layers.py).
 """
 
 from __future__ import annotations
@@ -57,6 +65,9 @@ class KubeletObs:
     seen_renewed_mono: float
     # How often this kubelet renews: a quarter of its lease's duration.
     interval_s: float = KUBELET_LEASE_DURATION_S * KUBELET_RENEW_FRACTION
+    # When the last read that did not show this renewal was sent (our clock): the renewal came
+    # after it. -inf: this renewal was in the first read that showed the lease.
+    unseen_at: float = -math.inf
 
 
 @dataclass(frozen=True)
@@ -68,9 +79,9 @@ class Readings:
     read_at: float = -math.inf
 
 
-def observe(items: list[Any], before: Mapping[str, KubeletObs], now: float) -> dict[str, KubeletObs]:
-    """The kubelet leases of one LIST (``items``), each renewal first seen at ``now`` unless
-    ``before`` already showed it."""
+def observe(items: list[Any], before: Readings, now: float) -> dict[str, KubeletObs]:
+    """The kubelet leases of one LIST (``items``), answered at ``now``: each renewal first seen
+    now, after the read ``before`` (which did not show it), unless ``before`` already showed it."""
     seen: dict[str, KubeletObs] = {}
     for obj in items:
         name = metadata(obj).get("name")
@@ -78,9 +89,13 @@ def observe(items: list[Any], before: Mapping[str, KubeletObs], now: float) -> d
             continue
         spec = section(obj, "spec")
         renew = micro_time(spec.get("renewTime"))
-        known = before.get(name)
-        first_seen = known.seen_renewed_mono if known is not None and known.renew_time == renew else now
-        seen[name] = KubeletObs(renew, first_seen, _interval_s(spec.get("leaseDurationSeconds")))
+        known = before.leases.get(name)
+        if known is not None and known.renew_time == renew:
+            seen[name] = known
+            continue
+        # A lease the last read did not list at all was created after it too.
+        unseen_at = before.read_at if known is not None or before.read_at > -math.inf else -math.inf
+        seen[name] = KubeletObs(renew, now, _interval_s(spec.get("leaseDurationSeconds")), unseen_at)
     return seen
 
 
@@ -125,17 +140,35 @@ def kubelet_says(
     slack_s: float,
 ) -> tuple[str, float]:
     """One stale candidate: ("alive" | "silent" | "pending", when its kubelet's next renewal is
-    due on our clock). No kubelet lease, no renewal in it, or an agent renewal that cannot be
-    read leaves the agent's verdict as it is: silent."""
-    if kubelet is None or kubelet.renew_time is None or agent_renew_time is None:
+    due on our clock). No kubelet lease, or no renewal in it, leaves the agent's verdict as it
+    is: silent."""
+    if kubelet is None or kubelet.renew_time is None:
         return "silent", -math.inf
-    after_agent_s = (kubelet.renew_time - agent_renew_time).total_seconds()
-    due = agent_seen_mono + after_agent_s + kubelet.interval_s * (1 + KUBELET_JITTER) + slack_s
+    placed = place(agent_renew_time, agent_seen_mono, kubelet, slack_s)
+    due = (
+        (kubelet.seen_renewed_mono if placed is None else placed)
+        + kubelet.interval_s * (1 + KUBELET_JITTER)
+        + slack_s
+    )
     if read_at >= due:
         return "silent", due  # it missed the renewal it was due to make before that read
-    if after_agent_s > margin_s:
+    if (kubelet.unseen_at if placed is None else placed) - agent_seen_mono > margin_s:
         return "alive", due
     return "pending", due
+
+
+def place(
+    agent_renew_time: datetime | None, agent_seen_mono: float, kubelet: KubeletObs, slack_s: float
+) -> float | None:
+    """When the kubelet renewed, on our clock, by the node's own clock within the bracket of our
+    reads; None where the node's clock cannot be trusted for it (no bracket, no agent renewal
+    to measure from, or a phase outside the bracket by more than the slack: it stepped)."""
+    if kubelet.unseen_at == -math.inf or agent_renew_time is None or kubelet.renew_time is None:
+        return None
+    phase = agent_seen_mono + (kubelet.renew_time - agent_renew_time).total_seconds()
+    if not kubelet.unseen_at - slack_s <= phase <= kubelet.seen_renewed_mono + slack_s:
+        return None
+    return min(max(phase, kubelet.unseen_at), kubelet.seen_renewed_mono)
 
 
 def witness(

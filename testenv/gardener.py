@@ -78,22 +78,10 @@ def shoot(
     None: not set), ``status.hibernated``, ``spec.provider.workers`` (``workers`` pools, each
     ``pool``, ``pool-1``, ...; ``node_conditions`` gives a pool MCM settings with that list),
     ``status.lastOperation`` (type and state; None: absent), and the shoot's KCM grace."""
-    pools = []
-    for i in range(workers):
-        pool = f"pool-{i}" if i else "pool"
-        worker: dict[str, Any] = {
-            "name": pool,
-            "minimum": 1,
-            "maximum": 10,
-            "machine": {"type": "m1.xlarge"},
-        }
-        if node_conditions is not None and pool in node_conditions:
-            worker["machineControllerManager"] = {"nodeConditions": node_conditions[pool]}
-        pools.append(worker)
     spec: dict[str, Any] = {
         "cloudProfileName": "local",
         "region": "local",
-        "provider": {"type": "local", "workers": pools},
+        "provider": {"type": "local", "workers": _workers(workers, node_conditions or {})},
         "kubernetes": {"version": "1.35.4"},
     }
     if hibernation is not None:
@@ -121,6 +109,19 @@ def shoot(
         "spec": spec,
         "status": status,
     }
+
+
+def _workers(count: int, node_conditions: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """``count`` worker pools, ``pool``, ``pool-1``, ...; those named in ``node_conditions`` with
+    MCM settings that list them."""
+    pools = []
+    for i in range(count):
+        pool = f"pool-{i}" if i else "pool"
+        worker: dict[str, Any] = {"name": pool, "minimum": 1, "maximum": 10, "machine": {"type": "m1.xlarge"}}
+        if pool in node_conditions:
+            worker["machineControllerManager"] = {"nodeConditions": node_conditions[pool]}
+        pools.append(worker)
+    return pools
 
 
 def cluster(name: str, *, machine_types: int = 0, **shoot_fields: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from aggregator.records import MELTDOWN, REPLICAS
 from testenv.apply import apply
 from testenv.controllers import CONTROLLERS, DOWN, KCM
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port
-from testenv.gardener import CLUSTER_CRD
+from testenv.gardener import CLUSTER_CRD, cluster
 from testenv.process import Process
 from testenv.shoot import Shoot, shoot_for
 from testenv.wait import wait_for
@@ -141,22 +141,6 @@ def test_a_target_that_keeps_crashing_alerts(shoot: Shoot, tmp_path: Path) -> No
     )
 
 
-def cluster(name: str, *, hibernated: bool, last_operation: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "extensions.gardener.cloud/v1alpha1",
-        "kind": "Cluster",
-        "metadata": {"name": name},
-        "spec": {
-            "cloudProfile": {},
-            "seed": {},
-            "shoot": {
-                "spec": {"hibernation": {"enabled": hibernated}, "provider": {"workers": [{"name": "pool"}]}},
-                "status": {"lastOperation": last_operation},
-            },
-        },
-    }
-
-
 def test_gardener_clusters_hibernated_then_reconciled(shoot: Shoot) -> None:
     from testenv.apply import RESOURCES
 
@@ -167,11 +151,7 @@ def test_gardener_clusters_hibernated_then_reconciled(shoot: Shoot) -> None:
     wait_for(lambda: _crd_established(shoot), 20, "the Cluster CRD")
     apply(
         shoot.seed_admin,
-        [
-            cluster(
-                shoot.namespace, hibernated=True, last_operation={"type": "Reconcile", "state": "Succeeded"}
-            )
-        ],
+        [cluster(shoot.namespace, hibernation=True, hibernated=True)],
     )
     port = free_port()
     agg = shoot.start_aggregator(**FILE_MODE, DWD_TARGETS="gardener", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
@@ -182,21 +162,17 @@ def test_gardener_clusters_hibernated_then_reconciled(shoot: Shoot) -> None:
 
     apply(
         shoot.seed_admin,
-        [
-            cluster(
-                shoot.namespace, hibernated=False, last_operation={"type": "Create", "state": "Processing"}
-            )
-        ],
+        [cluster(shoot.namespace, last_operation=("Create", "Processing"))],
     )
     wait_for(
-        lambda: status(port)["skipped"].get(shoot.namespace) == "not yet reconciled",
+        lambda: status(port)["skipped"].get(shoot.namespace) == "being created",
         20,
         "waiting for reconcile",
     )
     assert status(port)["targets"] == []
     apply(
         shoot.seed_admin,
-        [cluster(shoot.namespace, hibernated=False, last_operation={"type": "Create", "state": "Succeeded"})],
+        [cluster(shoot.namespace, last_operation=("Create", "Succeeded"))],
     )
     wait_for(lambda: target(port, shoot.namespace).get("phase") == "healthy", 40, "a prober for the shoot")
     assert agg.names().count("target_started") == 1

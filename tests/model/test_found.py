@@ -67,5 +67,5 @@ def test_a_record_left_as_our_label_alone_is_handed_back_to_a_migrating_shoots_o
     m.cut(then=30, which="all", offset=0)
     m.operator_scale(then=0, name=KCM, replicas=5)
     m.lose_record(then=0, name=KCM, what="annotation")
-    m.owner_takes_over(then=30, to="migrating")
+    m.gardenlet(then=30, to="migrating")
     m.teardown()

@@ -28,6 +28,7 @@ from typing import Any
 from aggregator.decider import candidates
 from aggregator.dependents import DEFAULT_DEPENDENTS
 from aggregator.leader import LeaderElector
+from aggregator.lifecycle import Lifecycle
 from aggregator.looplag import LoopLag
 from aggregator.metrics import AggregatorMetrics
 from aggregator.orphans import Orphans
@@ -45,7 +46,8 @@ from core.lease import (
     lease_path,
     node_lease_path,
 )
-from testenv.controllers import CONTROLLERS
+from testenv.controllers import CA, CONTROLLERS
+from testenv.gardener import cluster
 from tests.unit.fakekube import FakeKube, managed
 
 NS = "shoot--p--s"
@@ -53,8 +55,30 @@ WALL0 = 1_796_000_000.0
 LEADER_NS = "garden"
 RENEW_FIELDS = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
 KUBELET_INTERVAL_S = 10.0
-# Cluster states in which gardenlet decides the controllers (it wants them at 0).
-OWNED = ("hibernated", "migrating")
+# The Shoot's states through its life, as gardenlet writes them into the Cluster it embeds
+# them in: testenv.gardener.cluster's fields (the wire names Gardener's types have).
+SHOOT_STATES: dict[str, dict[str, Any]] = {
+    "reconciled": {},
+    "reconciling": {"last_operation": ("Reconcile", "Processing")},
+    "reconcile-failed": {"last_operation": ("Reconcile", "Error")},
+    "hibernating": {"hibernation": True, "last_operation": ("Reconcile", "Processing")},
+    "hibernated": {"hibernation": True, "hibernated": True},
+    "waking-up": {"hibernation": False, "hibernated": True, "last_operation": ("Reconcile", "Processing")},
+    "migrating": {"last_operation": ("Migrate", "Processing")},
+    "migrated": {"last_operation": ("Migrate", "Succeeded")},
+    "restoring": {"last_operation": ("Restore", "Processing")},
+    "deleting": {"deleting": True, "last_operation": ("Delete", "Processing")},
+    "creating": {"last_operation": ("Create", "Processing")},
+    "worker-less": {"workers": 0},
+}
+LIFECYCLES = {state: Lifecycle.of(cluster(NS, **fields)) for state, fields in SHOOT_STATES.items()}
+# What a restarted replica can be rolled out with (a rollout changes the settings).
+CONFIGS: dict[str, dict[str, Any]] = {
+    "same": {},
+    "without-ca": {"dependents": "without-ca"},
+    "fraction": {"failure_fraction": 0.8, "recovery_fraction": 0.4},
+    "shorter-lease": {"lease_duration_s": "shorter"},
+}
 
 
 def deployment_path(name: str) -> str:
@@ -165,13 +189,18 @@ class Link:
 
 
 class Replica:
-    """One aggregator process: its election, its target (while the Cluster is served), its sweep."""
+    """One aggregator process: its election, its target (while the Cluster is served), its sweep;
+    rolled out with its own settings and dependents (``CONFIGS``)."""
 
-    def __init__(self, world: World, index: int, generation: int) -> None:
-        self.world, self.index = world, index
+    def __init__(self, world: World, index: int, generation: int, config: str = "same") -> None:
+        self.world, self.index, self.config = world, index, config
         self.seed = Link(world, world.seed, index, seed=True)
         self.shoot = Link(world, world.shoot, index, seed=False)
-        settings = world.settings
+        self.settings, self.dependents = world.configured(config)
+        settings = self.settings
+        # Whether the targets' source named the shoot at its last answer (GardenerSource.serving):
+        # a target that runs keeps running through states in which none would start.
+        self.serving = False
         self.elector = LeaderElector(
             self.seed,  # type: ignore[arg-type]
             Leader(True, LEADER_NS),
@@ -179,17 +208,17 @@ class Replica:
             clock=world.clock,
         )
         self.next_election = world.clock()
-        self.watch = SeedDependents(self.seed, DEFAULT_DEPENDENTS, settings.watching)  # type: ignore[arg-type]
+        self.watch = SeedDependents(self.seed, self.dependents, settings.watching)  # type: ignore[arg-type]
         self.watch_behind = False
         self.target: Target | None = None
         self.metrics = AggregatorMetrics()
         self.orphans = Orphans(
             self.seed,  # type: ignore[arg-type]
-            DEFAULT_DEPENDENTS,
+            self.dependents,
             settings,
             self.metrics,
-            served=lambda: {NS} if world.served() else set(),
-            owner=lambda ns: world.owner(),
+            served=lambda: {NS} if self.serving else set(),
+            owner=lambda ns: "" if world.removed else world.lifecycle().reason(self.serving),
             leadership=self.elector,
             clock=world.clock,
         )
@@ -198,9 +227,9 @@ class Replica:
         w = self.world
         scope = self.elector.scope(NS)
         shared = Shared(
-            w.settings,
+            self.settings,
             self.seed,  # type: ignore[arg-type]
-            DEFAULT_DEPENDENTS,
+            self.dependents,
             self.metrics,
             watched=self.watch,  # type: ignore[arg-type]
             lag_since=self.shoot.lag.worst_since,
@@ -224,7 +253,8 @@ class Replica:
                     informer.synced.set()
                 except KubeError:
                     pass
-        if w.served():
+        self.serving = not w.removed and w.lifecycle().serves(running=self.serving)
+        if self.serving:
             await self._target_step()
         else:
             self.target = None  # the fleet stops a target its source no longer names
@@ -273,7 +303,11 @@ class World:
         self.kapi_up = True
         self.kapi_ready = True  # its /readyz: the nodes' load balancer admits them only then
         self.token_ok = True
-        self.cluster = "served"  # or "hibernated", "migrating"
+        # The Shoot's state (SHOOT_STATES), and whether the targets' source names it at all.
+        self.state = "reconciled"
+        self.removed = False
+        # gardenlet took the controllers (to 0) and has not given them back yet.
+        self.taken = False
         self.pending: list[tuple[str, str, Any]] = []
         self.sent: list[Sent] = []
         self.violations: list[str] = []
@@ -285,13 +319,31 @@ class World:
         self.replicas = [Replica(self, i, 0) for i in range(replicas)]
         self.down = [False] * replicas  # a replica that is not running (crashed, not restarted)
 
+    def configured(self, config: str) -> tuple[Settings, tuple[Any, ...]]:
+        """A rollout's settings and dependents (``CONFIGS``)."""
+        changes = dict(CONFIGS[config])
+        dependents = tuple(DEFAULT_DEPENDENTS)
+        if changes.pop("dependents", None) == "without-ca":
+            dependents = tuple(d for d in dependents if d.name != CA)
+        if changes.get("lease_duration_s") == "shorter":
+            changes["lease_duration_s"] = max(2 * self.p.fast_interval_s, self.p.lease_duration_s / 2)
+        if "failure_fraction" in changes and changes["recovery_fraction"] > changes["failure_fraction"]:
+            changes["recovery_fraction"] = changes["failure_fraction"]
+        return with_settings(self.settings, **changes), dependents
+
     # -- the truth
+    def lifecycle(self) -> Lifecycle:
+        """The Shoot's lifecycle, read from the Cluster as gardenlet writes it."""
+        return LIFECYCLES[self.state]
+
     def served(self) -> bool:
-        return self.cluster == "served"
+        """The shoot runs as usual: its source names it, and a new target would start."""
+        lc = self.lifecycle()
+        return not self.removed and not lc.stop and not lc.no_start
 
     def owner(self) -> str:
-        """What gardenlet does with the Cluster, when it decides the controllers."""
-        return self.cluster if self.cluster in OWNED else ""
+        """Why gardenlet decides the controllers now (the lifecycle stops every target)."""
+        return "" if self.removed else self.lifecycle().stop
 
     def replicas_now(self) -> dict[str, int]:
         return {n: int(self.seed.objects[deployment_path(n)]["spec"]["replicas"]) for n in CONTROLLERS}
@@ -338,9 +390,7 @@ class World:
         if self.settings.scaling.dry_run and not election:
             self.violations.append(f"I4 at {sent.at:.1f}: dry-run wrote {sent.method} {sent.path}")
         if self.owner() and _raises(sent.body):
-            self.violations.append(
-                f"I5 at {sent.at:.1f}: raised {sent.path} while {self.cluster}: {sent.body}"
-            )
+            self.violations.append(f"I5 at {sent.at:.1f}: raised {sent.path} while {self.state}: {sent.body}")
 
     # -- nodes
     def add_node(self, *, old: bool = False) -> str:
@@ -490,18 +540,19 @@ class World:
                 continue
             if self.owner() and _raises(body):
                 self.violations.append(
-                    f"I5 at {self.clock():.1f}: a held write raised {path} while {self.cluster}"
+                    f"I5 at {self.clock():.1f}: a held write raised {path} while {self.state}"
                 )
 
-    def restart(self, index: int, *, clean: bool) -> Callable[[], Any]:
-        """A replica stops (cleanly: it steps down first) and a new process starts in its place."""
+    def restart(self, index: int, *, clean: bool, config: str | None = None) -> Callable[[], Any]:
+        """A replica stops (cleanly: it steps down first) and a new process starts in its place,
+        with the settings it had or those of a rollout (``config``)."""
         old = self.replicas[index]
 
         async def stop() -> None:
             if clean and not self.down[index]:
                 await old.elector.release()
             self.generations[index] += 1
-            self.replicas[index] = Replica(self, index, self.generations[index])
+            self.replicas[index] = Replica(self, index, self.generations[index], config or old.config)
             self.replicas[index].seed.faults = list(old.seed.faults)
             self.down[index] = False
 

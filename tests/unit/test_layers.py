@@ -88,9 +88,10 @@ def test_allowed_imports_are_not_reported() -> None:
 # -- inside aggregator/: the rules a verdict is made of do no I/O
 
 # The pure rules: a verdict, the write budget, who is a candidate, the second witness's rule,
-# the records. Tested without a loop, a client or a clock of their own.
+# the records, which shoots get a target. Tested without a loop, a client or a clock of their own.
 PURE = (
     "aggregator.decider",
+    "aggregator.lifecycle",
     "aggregator.budget",
     "aggregator.candidates",
     "aggregator.witness",

@@ -12,7 +12,6 @@ from core.errors import KubeconfigError
 from testenv.gardener import cluster
 from tests.unit.fakekube import FakeKube
 
-
 # dependency-watchdog v1.7.0's rules (controllers/cluster/cluster_controller.go), case by case;
 # tests/integration/test_lifecycle_dwd.py compares every state with the real process.
 # (Shoot fields, why a running target stops, why a new one does not start.)

@@ -9,6 +9,7 @@ silences the kubelet with the agent.
 from __future__ import annotations
 
 import asyncio
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 
 from aggregator.decider import Phase
 from aggregator.interlocks import Interlock
-from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletObs, Readings, kubelet_says, witness
+from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletObs, Readings, kubelet_says, observe, witness
 from core.errors import Forbidden
 from core.lease import leases_path
 from testenv.controllers import CONTROLLERS, DOWN
@@ -31,39 +32,63 @@ DUE = 10.0 * 1.04 + SLACK  # a kubelet's next renewal is due this long after its
 
 
 @pytest.mark.parametrize(
-    ("kubelet_s", "read_at", "says", "due"),
+    ("kubelet_s", "bracket", "read_at", "says", "due"),
     [
-        (3.01, 101.0, "alive", 103.01 + DUE),  # renewed more than the interval and a second after
-        (3.0, 101.0, "pending", 103.0 + DUE),  # exactly the margin: its next renewal will tell
-        (-5.0, 101.0, "pending", 95.0 + DUE),  # renewed before the agent did
-        (-5.0, 95.0 + DUE, "silent", 95.0 + DUE),  # a read sent when its next renewal was due: missed
-        (10.0, 110.0 + DUE, "silent", 110.0 + DUE),  # it proved the path once, then missed its next
-        (-30.0, 101.0, "silent", 70.0 + DUE),  # silent long before its agent
+        # The node's clock places the renewal inside the bracket of our reads.
+        (3.01, (95, 105), 101.0, "alive", 103.01 + DUE),  # more than the interval and a second after
+        (3.0, (95, 105), 101.0, "pending", 103.0 + DUE),  # exactly the margin: its next renewal tells
+        (-5.0, (90, 96), 101.0, "pending", 95.0 + DUE),  # renewed before the agent did
+        (-5.0, (90, 96), 95.0 + DUE, "silent", 95.0 + DUE),  # a read sent when its next was due: missed
+        (10.0, (105, 112), 110.0 + DUE, "silent", 110.0 + DUE),  # proved the path once, then missed
+        (-30.0, (65, 72), 101.0, "silent", 70.0 + DUE),  # silent long before its agent
+        (-6.0, (95, 105), 101.0, "pending", 95.0 + DUE),  # outside by less than the slack: clamped
+        # The node's clock stepped between the two stamps: the bracket alone.
+        (-3600.0, (105, 112), 113.0, "alive", 112.0 + DUE),  # after a read sent 5 s after the agent
+        (3600.0, (95, 99), 101.0, "pending", 99.0 + DUE),  # not known to be after the agent
+        (3600.0, (95, 99), 99.0 + DUE, "silent", 99.0 + DUE),
+        # No lower end (the first read that saw the lease): never alive, due from when we saw it.
+        (3.01, (-math.inf, 105), 106.0, "pending", 105.0 + DUE),
     ],
 )
 def test_a_kubelet_proves_the_path_after_its_agent_went_quiet_until_it_misses_a_renewal(
-    kubelet_s: float, read_at: float, says: str, due: float
+    kubelet_s: float, bracket: tuple[float, float], read_at: float, says: str, due: float
 ) -> None:
-    """The agent's last renewal at T, seen by us at 100 (our clock)."""
-    kubelet = KubeletObs(T + timedelta(seconds=kubelet_s), 100.0)
+    """The agent's last renewal at T, seen by us at 100 (our clock); the kubelet's renewal at
+    T + ``kubelet_s`` (the node's clock), not in a read sent at ``bracket[0]``, in one answered
+    at ``bracket[1]``."""
+    unseen_at, seen = bracket
+    kubelet = KubeletObs(T + timedelta(seconds=kubelet_s), seen, unseen_at=unseen_at)
     got = kubelet_says(T, 100.0, kubelet, read_at, margin_s=MARGIN, slack_s=SLACK)
     assert got == (says, pytest.approx(due))
 
 
 def test_a_kubelet_lease_of_another_duration_is_due_at_a_quarter_of_it() -> None:
-    kubelet = KubeletObs(T, 100.0, interval_s=60 * 0.25)
+    kubelet = KubeletObs(T, 100.0, interval_s=60 * 0.25, unseen_at=95.0)
     assert kubelet_says(T, 100.0, kubelet, 101.0, margin_s=MARGIN, slack_s=SLACK)[1] == pytest.approx(
         100.0 + 15.0 * 1.04 + SLACK
     )
 
 
-def test_no_kubelet_lease_or_an_unreadable_renewal_leaves_the_agents_verdict() -> None:
-    kubelet = KubeletObs(T + timedelta(seconds=10), 100.0)
+def test_no_kubelet_lease_or_no_renewal_in_it_leaves_the_agents_verdict() -> None:
     assert kubelet_says(T, 100.0, None, 101.0, margin_s=MARGIN, slack_s=SLACK)[0] == "silent"
-    assert kubelet_says(None, 100.0, kubelet, 101.0, margin_s=MARGIN, slack_s=SLACK)[0] == "silent"
-    assert (
-        kubelet_says(T, 100.0, KubeletObs(None, 100.0), 101.0, margin_s=MARGIN, slack_s=SLACK)[0] == "silent"
-    )
+    none = KubeletObs(None, 100.0, unseen_at=95.0)
+    assert kubelet_says(T, 100.0, none, 101.0, margin_s=MARGIN, slack_s=SLACK)[0] == "silent"
+    # An agent renewal that cannot be read: the bracket alone.
+    kubelet = KubeletObs(T + timedelta(seconds=10), 110.0, unseen_at=104.0)
+    assert kubelet_says(None, 100.0, kubelet, 111.0, margin_s=MARGIN, slack_s=SLACK)[0] == "alive"
+
+
+def test_each_renewal_is_bracketed_by_the_reads_that_did_not_and_did_show_it() -> None:
+    lease = {"metadata": {"name": "a"}, "spec": {"renewTime": "2026-12-01T12:00:00.000000Z"}}
+    first = observe([lease], Readings(), 10.0)
+    assert (first["a"].seen_renewed_mono, first["a"].unseen_at) == (10.0, -math.inf)
+    same = observe([lease], Readings(first, 9.0), 20.0)
+    assert same["a"] == first["a"]  # not renewed: the bracket of the renewal it shows stays
+    renewed = {"metadata": {"name": "a"}, "spec": {"renewTime": "2026-12-01T12:00:10.000000Z"}}
+    later = observe([renewed], Readings(same, 19.0), 30.0)
+    assert (later["a"].seen_renewed_mono, later["a"].unseen_at) == (30.0, 19.0)
+    # A lease the last read did not list was created after it.
+    assert observe([lease], Readings({}, 19.0), 30.0)["a"].unseen_at == 19.0
 
 
 def test_before_any_read_every_stale_node_waits_a_kubelet_interval_and_the_margin() -> None:
@@ -94,6 +119,26 @@ async def test_agents_failing_on_a_working_path_never_scale_a_shoot_down(skew_s:
     reports = [b for m, p, b in w.seed.writes[mark:] if p.endswith("/events")]
     assert [b["reason"] for b in reports] == ["AgentsSilentPathAlive"]  # once, for the episode
     assert "403" in reports[0]["message"] and "10 node(s)" in reports[0]["message"]
+
+
+@pytest.mark.parametrize("step_s", [-30.0, -3600.0, -86400.0, 30.0, 3600.0])
+@pytest.mark.parametrize("after_s", [0.0, 5.0, 25.0])
+async def test_node_clocks_that_step_while_the_agents_fail_on_a_working_path_lower_nothing(
+    step_s: float, after_s: float
+) -> None:
+    """An NTP correction or a restored VM steps every node's clock ``after_s`` after its agent
+    fell silent on a working path: the kubelets' later renewals carry earlier (or later) times
+    than their agents' last ones. Judged by when we saw each lease change, nothing is lowered,
+    and a real cut afterwards is still caught."""
+    w = World()
+    await w.settle()
+    w.agents_failing = set(w.names)
+    await w.run(after_s)
+    w.skew_s = dict.fromkeys(w.names, step_s)
+    await w.run(90)
+    assert not w.ever_scaled_down(), w.target.status.reason
+    w.alive -= set(w.names)
+    await w.until(lambda: w.replicas() == DOWN, 40, "a real cut scaled down")
 
 
 async def test_the_event_that_tells_of_silent_agents_never_holds_up_the_tick() -> None:
