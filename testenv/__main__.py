@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from testenv import binaries, grm
+from testenv import binaries, dependency_watchdog, grm
 from testenv.apply import GENERATED, generated
 from testenv.controlplane import ControlPlane, env_for
 
@@ -24,7 +24,10 @@ from testenv.controlplane import ControlPlane, env_for
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testenv")
     sub = parser.add_subparsers(dest="verb", required=True)
-    b = sub.add_parser("build", help="build the pinned binaries (KAPI, etcd, KCM, kustomize, GRM)")
+    b = sub.add_parser(
+        "build",
+        help="build the pinned binaries (KAPI, etcd, KCM, kustomize, GRM, DWD, our Gardener types check)",
+    )
     b.add_argument("--force", action="store_true")
     sub.add_parser("path", help="print where each pinned binary is cached")
     sub.add_parser("manifests", help="render the generated manifests (a ManagedResource's objects)")
@@ -44,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"testenv: wrote {target}", file=sys.stderr)
         return 0
     if args.verb == "path":
-        for c in binaries.COMPONENTS:
-            print(binaries.binary_path(c))
+        print(*paths(), sep="\n")
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
@@ -69,18 +71,26 @@ def main(argv: list[str] | None = None) -> int:
         cp.stop()
 
 
+def paths() -> list[Path]:
+    """Where each pinned binary is (or will be) cached."""
+    out = [binaries.binary_path(c) for c in binaries.COMPONENTS]
+    return [*out, *(b.binary_path() for b in grm.TREE_BINARIES), dependency_watchdog.binary_path()]
+
+
 def build_all(*, force: bool) -> None:
     """Every pinned binary, the unrelated builds side by side: a cold build mostly fetches
     modules (GRM's alone are about 850 MB) while another compiles, so together they take
     about the longest one's time, not the sum (docs/development.md). kube-controller-manager
-    follows kube-apiserver: it reuses that build's cache."""
+    follows kube-apiserver: it reuses that build's cache; our Gardener types check is built in
+    GRM's go build (grm.TREE_BINARIES)."""
     k8s = (binaries.KUBE_APISERVER, binaries.KUBE_CONTROLLER_MANAGER)
     rest = [(c,) for c in binaries.COMPONENTS if c not in k8s]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2 + len(rest)) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3 + len(rest)) as pool:
         builds: list[concurrent.futures.Future[object]] = [
             pool.submit(binaries.build, force=force, only=only) for only in (k8s, *rest)
         ]
         builds.append(pool.submit(grm.build, force=force))
+        builds.append(pool.submit(dependency_watchdog.build, force=force))
         for done in concurrent.futures.as_completed(builds):
             done.result()  # the first failure stops `make testenv`; the others finish first
 

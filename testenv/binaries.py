@@ -3,12 +3,15 @@ proxy into a version-keyed cache.
 
 The wrapper modules under ``go/`` pin the releases; the cache directory name is
 derived from those pins and the Go toolchain, so a warm cache makes a build a
-no-op and a changed pin can never pick up a stale binary.
+no-op and a changed pin can never pick up a stale binary. Programs built from a
+release's own module tree (gardener-resource-manager, dependency-watchdog) share
+``module_tree``, ``module_cache_dir`` and ``install`` from here.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -120,6 +123,46 @@ def go_build_env() -> dict[str, str]:
     )
 
 
+def module_cache_dir(name: str, module: str, version: str, *sources: Path) -> Path:
+    """The cache directory of a program built from ``module@version``'s own tree: keyed by the
+    release, the Go toolchain and the content of any ``sources`` of ours built into it."""
+    digest = hashlib.sha256(f"{module}@{version} {go_version()}".encode())
+    for source in sources:
+        digest.update(source.read_bytes())
+    return cache_root() / f"{name}-{version}-{digest.hexdigest()[:12]}"
+
+
+def module_tree(module: str, version: str, into: Path) -> Path:
+    """A writable copy of ``module@version`` from the module cache (fetched through the proxy
+    if missing), at ``into``. Built in its own tree, not through a wrapper module: its go.mod
+    carries the replace directives its build needs, and a wrapper would not inherit them."""
+    found = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@{version}"],
+        env=go_build_env(),
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    # The module cache is read-only, and go build writes go.sum entries beside go.mod.
+    shutil.copytree(Path(json.loads(found.stdout)["Dir"]), into)
+    for root, dirs, files in os.walk(into):
+        for name in (*dirs, *files):
+            path = Path(root) / name
+            path.chmod(path.stat().st_mode | 0o200)
+    return into
+
+
+def install(built: Path, target: Path) -> None:
+    """``built`` to ``target``, renamed last: an interrupted build never leaves a half-written
+    binary under the final name (a copy first: the build's temporary directory may be on
+    another file system)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_suffix(".tmp")
+    shutil.copyfile(built, staged)
+    staged.chmod(0o755)
+    staged.replace(target)
+
+
 def _build_together(components: list[Component], log: TextIO) -> None:
     started = time.monotonic()
     names = ", ".join(f"{c.name} {c.version()}" for c in components)
@@ -144,14 +187,7 @@ def _build_together(components: list[Component], log: TextIO) -> None:
             check=True,
         )
         for c in components:
-            target = binary_path(c)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            # Renamed last, so an interrupted build never leaves a half-written binary under
-            # the final name (a copy first: the temporary directory may be on another file system).
-            staged = target.with_suffix(".tmp")
-            shutil.copyfile(Path(tmp) / _go_binary_name(c.main_package), staged)
-            staged.chmod(0o755)
-            staged.replace(target)
+            install(Path(tmp) / _go_binary_name(c.main_package), binary_path(c))
     print(f"testenv: built {names} in {time.monotonic() - started:.0f}s", file=log, flush=True)
 
 

@@ -3,17 +3,15 @@ and started as gardenlet starts a shoot's: ManagedResources in one control-plane
 the seed, applied into the shoot through a cache of kube-system, kubernetes-dashboard and
 kube-node-lease only, the token requestor on, every webhook off.
 
-Built from the module's own tree, not through a wrapper module: Gardener's go.mod carries the
-replace directives its build needs, and a wrapper would not inherit them. Cached like the other
-binaries, under the version and the Go toolchain.
+Built from the module's own tree (``binaries.module_tree``), in the same ``go build`` as our
+Gardener types checker (``GARDENER_TYPES``, testenv/gardener_types.py). Cached like the other
+binaries, under the version and the Go toolchain (and the checker's source, for the checker).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -42,63 +40,92 @@ CRD = "example/seed-crds/10-crd-resources.gardener.cloud_managedresources.yaml"
 SHOOT_TARGET_NAMESPACES = ("kube-system", "kubernetes-dashboard", "kube-node-lease")
 
 
+@dataclass(frozen=True)
+class TreeBinary:
+    """A main package built from Gardener's module tree: GRM, or a program of ours (``source``,
+    copied into the tree as ``package``) that decodes with Gardener's own types."""
+
+    name: str
+    package: str
+    source: Path | None = None
+
+    def cache_dir(self) -> Path:
+        sources = () if self.source is None else (self.source,)
+        return binaries.module_cache_dir(self.name, MODULE, VERSION, *sources)
+
+    def binary_path(self) -> Path:
+        return self.cache_dir() / self.name
+
+
+GRM = TreeBinary(NAME, f"./cmd/{NAME}")
+# testenv/gardener_types.py runs it.
+GARDENER_TYPES = TreeBinary(
+    "dwd-lease-gardener-types",
+    "./cmd/dwd-lease-gardener-types",
+    binaries.GO_DIR / "gardener-types" / "main.go",
+)
+TREE_BINARIES = (GRM, GARDENER_TYPES)
+
+
 def cache_dir() -> Path:
-    digest = hashlib.sha256(f"{MODULE}@{VERSION} {binaries.go_version()}".encode()).hexdigest()[:12]
-    return binaries.cache_root() / f"{NAME}-{VERSION}-{digest}"
+    return GRM.cache_dir()
 
 
 def binary_path() -> Path:
-    return cache_dir() / NAME
+    return GRM.binary_path()
 
 
 def crd_path() -> Path:
     return cache_dir() / "managedresources-crd.yaml"
 
 
-def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
-    """Build GRM unless it is cached; returns the binary."""
-    target = binary_path()
-    if target.exists() and crd_path().exists() and not force:
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+def missing(b: TreeBinary) -> bool:
+    """Whether ``b`` is not built (GRM: nor the CRD its tests apply)."""
+    return not b.binary_path().exists() or (b is GRM and not crd_path().exists())
+
+
+def build(
+    *, force: bool = False, log: TextIO = sys.stderr, only: tuple[TreeBinary, ...] = TREE_BINARIES
+) -> dict[str, Path]:
+    """Build the missing ones of ``only`` in one ``go build`` of one copy of the tree (the
+    checker beside GRM costs seconds, not a second load of its packages); returns the path
+    of each."""
+    out = {b.name: b.binary_path() for b in only}
+    todo = [b for b in only if force or missing(b)]
+    if not todo:
+        return out
     started = time.monotonic()
-    print(f"testenv: building {NAME} {VERSION} (cold builds take minutes)", file=log, flush=True)
-    env = binaries.go_build_env()
-    found = subprocess.run(
-        ["go", "mod", "download", "-json", f"{MODULE}@{VERSION}"],
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    module_dir = Path(json.loads(found.stdout)["Dir"])
+    names = ", ".join(b.name for b in todo)
+    print(f"testenv: building {names} {VERSION} (cold builds take minutes)", file=log, flush=True)
     with tempfile.TemporaryDirectory(prefix="dwd-grm-build-") as tmp:
-        # The module cache is read-only, and go build writes go.sum entries beside go.mod.
-        src = Path(tmp) / "src"
-        shutil.copytree(module_dir, src)
-        for root, dirs, files in os.walk(src):
-            for name in (*dirs, *files):
-                path = Path(root) / name
-                path.chmod(path.stat().st_mode | 0o200)
+        src = binaries.module_tree(MODULE, VERSION, Path(tmp) / "src")
+        for b in todo:
+            if b.source is not None:
+                (src / b.package).mkdir(parents=True)
+                shutil.copyfile(b.source, src / b.package / "main.go")
         pkg = "k8s.io/component-base/version"
         ldflags = f"-s -w -X {pkg}.gitVersion={VERSION} -X {pkg}.gitTreeState=clean"
-        tmp_bin = target.with_suffix(".tmp")
         subprocess.run(
-            ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp_bin), f"./cmd/{NAME}"],
+            ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", tmp + "/", *(b.package for b in todo)],
             cwd=src,
-            env=env,
+            env=binaries.go_build_env(),
             check=True,
         )
-        shutil.copyfile(src / CRD, crd_path())
-        tmp_bin.replace(target)  # last: an interrupted build leaves no binary under the name
-    print(f"testenv: built {NAME} in {time.monotonic() - started:.0f}s -> {target}", file=log, flush=True)
-    return target
+        for b in todo:
+            if b is GRM:
+                crd_path().parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src / CRD, crd_path())
+            binaries.install(Path(tmp) / Path(b.package).name, b.binary_path())
+    print(f"testenv: built {names} in {time.monotonic() - started:.0f}s", file=log, flush=True)
+    return out
 
 
-def find() -> Path:
-    if not binary_path().exists() or not crd_path().exists():
-        raise FileNotFoundError(f"{NAME} {VERSION} not built in {cache_dir()}: run `make testenv`")
-    return binary_path()
+def find(binary: TreeBinary = GRM) -> Path:
+    if missing(binary):
+        raise FileNotFoundError(
+            f"{binary.name} {VERSION} not built in {binary.cache_dir()}: run `make testenv`"
+        )
+    return binary.binary_path()
 
 
 def embedded_kubeconfig(cp: ControlPlane) -> str:
