@@ -81,9 +81,9 @@ def build_all(*, force: bool) -> None:
     """Every pinned binary, the unrelated builds side by side: a cold build mostly fetches
     modules (GRM's alone are about 850 MB) while another compiles, so together they take
     about the longest one's time, not the sum (docs/development.md). kube-controller-manager
-    follows kube-apiserver: it reuses that build's cache; our Gardener types check is built in
+    and kubemark are built in kube-apiserver's go build; our Gardener types check is built in
     GRM's go build (grm.TREE_BINARIES)."""
-    k8s = (binaries.KUBE_APISERVER, binaries.KUBE_CONTROLLER_MANAGER)
+    k8s = (binaries.KUBE_APISERVER, binaries.KUBE_CONTROLLER_MANAGER, binaries.KUBEMARK)
     rest = [(c,) for c in binaries.COMPONENTS if c not in k8s]
     with concurrent.futures.ThreadPoolExecutor(max_workers=3 + len(rest)) as pool:
         builds: list[concurrent.futures.Future[object]] = [

@@ -1,4 +1,4 @@
-"""Build kube-apiserver, kube-controller-manager, etcd and kustomize from the Go module
+"""Build kube-apiserver, kube-controller-manager, kubemark, etcd and kustomize from the Go module
 proxy into a version-keyed cache.
 
 The wrapper modules under ``go/`` pin the releases; the cache directory name is
@@ -63,6 +63,10 @@ KUBE_CONTROLLER_MANAGER = Component(
     "k8s.io/kubernetes/cmd/kube-controller-manager",
     "k8s.io/kubernetes",
 )
+# The kubelet's own code as a hollow node (testenv/hollow.py), from the same module too.
+KUBEMARK = Component(
+    "kubemark", GO_DIR / "kube-apiserver", "k8s.io/kubernetes/cmd/kubemark", "k8s.io/kubernetes"
+)
 ETCD = Component("etcd", GO_DIR / "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3")
 KUSTOMIZE = Component(
     "kustomize",
@@ -70,7 +74,7 @@ KUSTOMIZE = Component(
     "sigs.k8s.io/kustomize/kustomize/v5",
     "sigs.k8s.io/kustomize/kustomize/v5",
 )
-COMPONENTS = (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, ETCD, KUSTOMIZE)
+COMPONENTS = (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBEMARK, ETCD, KUSTOMIZE)
 
 
 def go_version() -> str:
