@@ -7,7 +7,17 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from bench import agent_footprint, agent_imports, aggregator_scale, lease_home, path, race, scale, seed
+from bench import (
+    agent_footprint,
+    agent_imports,
+    aggregator_scale,
+    kubelet,
+    lease_home,
+    path,
+    race,
+    scale,
+    seed,
+)
 
 Benchmarks = dict[str, tuple[str, Callable[[], object]]]
 
@@ -28,6 +38,10 @@ LONG: Benchmarks = {
     "lease_home": (
         "LIST costs at 5000 nodes: our leases in kube-system or kube-node-lease (2 min)",
         lease_home.run,
+    ),
+    "kubelet": (
+        "the real kubelet's lease renewals, cuts and heals against the witness's model (5 min)",
+        kubelet.run,
     ),
 }
 BENCHMARKS: Benchmarks = {**QUICK, **LONG}
