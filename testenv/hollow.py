@@ -23,9 +23,9 @@ the answer) to drop a dead connection (bench/kubelet.py). Its configuration is k
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import shutil
+import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -75,7 +75,7 @@ def ready_condition(node: dict[str, Any]) -> dict[str, Any] | None:
 class HollowKubelet:
     """One hollow kubelet: ``start()`` issues its node certificate from the control plane's CA,
     writes its kubeconfig and log under ``workdir`` and spawns it; ``stop()`` ends it and
-    removes its root directory."""
+    removes what it left behind."""
 
     node: str
     cp: ControlPlane
@@ -89,11 +89,6 @@ class HollowKubelet:
     @property
     def log_path(self) -> Path:
         return self.workdir / f"kubelet-{self.node}.log"
-
-    @property
-    def scratch(self) -> Path:
-        """Where it makes its root directory and its fake runtime's socket (os.MkdirTemp)."""
-        return self.workdir / f"tmp-{self.node}"
 
     def argv(self, keys: KeyPair) -> list[str]:
         kubeconfig = write_kubeconfig(
@@ -122,13 +117,8 @@ class HollowKubelet:
         assert self.cp.ca is not None, "the control plane is not started"
         self.keys = node_credentials(self.cp.ca, self.node)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.scratch.mkdir(exist_ok=True)
         self.process = spawn(
-            f"kubelet-{self.node}",
-            self.argv(self.keys),
-            log_path=self.log_path,
-            env={**os.environ, "TMPDIR": str(self.scratch)},
-            die_with_parent=True,
+            f"kubelet-{self.node}", self.argv(self.keys), log_path=self.log_path, die_with_parent=True
         )
         return self
 
@@ -139,9 +129,15 @@ class HollowKubelet:
         return Client(self.cp.url, str(self.cp.ca_file), cert=(str(self.keys.cert), str(self.keys.key)))
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.process is not None:
-            self.process.stop(timeout_s)
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        """Stop it, and remove what it leaves in /tmp (kubemark puts its root directory and its
+        fake runtime's socket there, whatever TMPDIR says, and removes neither)."""
+        if self.process is None:
+            return
+        self.process.stop(timeout_s)
+        for line in self.log():
+            if match := _ROOT_DIR.fullmatch(line.message):
+                shutil.rmtree(match.group(1), ignore_errors=True)
+        sweep_runtime_sockets()
 
     def alive(self) -> bool:
         return self.process is not None and self.process.alive()
@@ -158,6 +154,23 @@ class HollowKubelet:
                 if (line := klog(text))
             ]
         return []
+
+
+_ROOT_DIR = re.compile(r"Using (/tmp/hollow-kubelet\.[0-9]+) as root dir for hollow-kubelet")
+
+
+def sweep_runtime_sockets(directory: Path = Path("/tmp")) -> None:
+    """Remove the fake runtime sockets (``kubelet_remote_<random>.sock``) nothing listens on
+    any more. Which one is whose cannot be told: kubemark binds a temporary name and renames
+    it, so not even its open descriptors name the file."""
+    for path in directory.glob("kubelet_remote_*.sock"):
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+            except ConnectionRefusedError:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass  # not a socket, or not ours to judge
 
 
 @dataclass(frozen=True)
