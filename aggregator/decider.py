@@ -346,6 +346,7 @@ def _witnessed(counted: Mapping[str, LeaseObs], now: float, p: Decider, kubelets
         kubelets,
         margin_s=p.witness_margin_s,
         slack_s=p.witness_slack_s,
+        bracket_s=p.witness_bracket_s,
     )
 
 

@@ -169,6 +169,13 @@ class Decider:
         return self.fast_interval_s + 1.0
 
     @property
+    def witness_bracket_s(self) -> float:
+        """The widest bracket of two kubelet lease reads in which a renewal is placed by the
+        node's own clock: the reads' interval and two seconds of ticks. Wider (the reads
+        stopped), the bracket alone places it (aggregator/witness.py)."""
+        return self.witness_every_s + 2.0
+
+    @property
     def stall_s(self) -> float:
         """A tick later than this past its due time means our own process stalled."""
         return min(2.0, self.lease_duration_s / 4)

@@ -26,9 +26,11 @@ K (our clock):
 - otherwise it is **pending** until that next renewal is due: whether the path works is
   known only then. A scale-down counts only silent nodes, so it waits for the read that
   tells, at any kubelet phase and any setting.
-A renewal whose bracket has no lower end (the first read that saw its lease) is placed at its
-upper end for its due time and is never alive: the node's clock cannot be checked against a
-bracket it does not have.
+A renewal whose bracket has no lower end (the first read that saw its lease), or one wider
+than the reads' own interval (they stopped for a while: the shoot unreachable, a standby
+become leader), is placed at its upper end for its due time and is alive only if the lower
+end is after the margin: the node's clock cannot be checked against a bracket it does not
+have, and a step smaller than a wide bracket would pass unseen.
 
 Kubelet leases change every 10 s per node (500 writes/s at 5000 nodes), so they are
 not watched: the leader LISTs them every ``Decider.witness_every_s``, as dependency-watchdog
@@ -138,13 +140,14 @@ def kubelet_says(
     *,
     margin_s: float,
     slack_s: float,
+    bracket_s: float = math.inf,
 ) -> tuple[str, float]:
     """One stale candidate: ("alive" | "silent" | "pending", when its kubelet's next renewal is
     due on our clock). No kubelet lease, or no renewal in it, leaves the agent's verdict as it
     is: silent."""
     if kubelet is None or kubelet.renew_time is None:
         return "silent", -math.inf
-    placed = place(agent_renew_time, agent_seen_mono, kubelet, slack_s)
+    placed = place(agent_renew_time, agent_seen_mono, kubelet, slack_s, bracket_s)
     due = (
         (kubelet.seen_renewed_mono if placed is None else placed)
         + kubelet.interval_s * (1 + KUBELET_JITTER)
@@ -158,12 +161,20 @@ def kubelet_says(
 
 
 def place(
-    agent_renew_time: datetime | None, agent_seen_mono: float, kubelet: KubeletObs, slack_s: float
+    agent_renew_time: datetime | None,
+    agent_seen_mono: float,
+    kubelet: KubeletObs,
+    slack_s: float,
+    bracket_s: float = math.inf,
 ) -> float | None:
     """When the kubelet renewed, on our clock, by the node's own clock within the bracket of our
-    reads; None where the node's clock cannot be trusted for it (no bracket, no agent renewal
-    to measure from, or a phase outside the bracket by more than the slack: it stepped)."""
-    if kubelet.unseen_at == -math.inf or agent_renew_time is None or kubelet.renew_time is None:
+    reads; None where the node's clock cannot be trusted for it: no bracket, or one wider than
+    ``bracket_s`` (reads that stopped for a while: a step smaller than such a gap would pass
+    unseen), no agent renewal to measure from, or a phase outside the bracket by more than the
+    slack (the node's clock stepped)."""
+    if agent_renew_time is None or kubelet.renew_time is None or kubelet.unseen_at == -math.inf:
+        return None
+    if kubelet.seen_renewed_mono - kubelet.unseen_at > bracket_s:
         return None
     phase = agent_seen_mono + (kubelet.renew_time - agent_renew_time).total_seconds()
     if not kubelet.unseen_at - slack_s <= phase <= kubelet.seen_renewed_mono + slack_s:
@@ -177,6 +188,7 @@ def witness(
     *,
     margin_s: float,
     slack_s: float,
+    bracket_s: float = math.inf,
 ) -> Witness:
     """Of the stale candidates (name -> their agent's last renewTime and when we saw it), what
     their kubelets say. ``readings`` None: the kubelet leases may not be read, every stale
@@ -191,7 +203,9 @@ def witness(
             interval_s = KUBELET_LEASE_DURATION_S * KUBELET_RENEW_FRACTION
             pending[name] = seen + margin_s + interval_s * (1 + KUBELET_JITTER) + slack_s
             continue
-        says, due = kubelet_says(renewed, seen, kubelet, readings.read_at, margin_s=margin_s, slack_s=slack_s)
+        says, due = kubelet_says(
+            renewed, seen, kubelet, readings.read_at, margin_s=margin_s, slack_s=slack_s, bracket_s=bracket_s
+        )
         if says == "alive":
             alive.add(name)
         elif says == "pending":

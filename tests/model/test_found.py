@@ -21,6 +21,16 @@ DEFAULTS: dict[str, Any] = {
     "node_grace_s": 0.0,
     "blind_limit_s": 30.0,
 }
+# Short clocks, a confirm period of none: where a wrong "silent" acts at once.
+SHORT: dict[str, Any] = {
+    "fast_interval_s": 0.5,
+    "lease_duration_s": 1.0,
+    "failure_fraction": 0.5,
+    "recovery_fraction": 0.2,
+    "confirm_period_s": 0.0,
+    "recovery_period_s": 0.0,
+    "blind_limit_s": 10.0,
+}
 
 
 def test_a_record_whose_annotation_was_lost_before_a_restart_is_still_restored() -> None:
@@ -68,4 +78,20 @@ def test_a_record_left_as_our_label_alone_is_handed_back_to_a_migrating_shoots_o
     m.operator_scale(then=0, name=KCM, replicas=5)
     m.lose_record(then=0, name=KCM, what="annotation")
     m.gardenlet(then=30, to="migrating")
+    m.teardown()
+
+
+def test_a_clock_step_hidden_in_a_gap_of_the_kubelet_reads_makes_no_kubelet_silent() -> None:
+    """Found by the model (2026-12-04, shrunk by hand from 33 steps): every agent killed on a
+    working path, a quorum of node clocks stepped back 30 s, then the shoot refused the
+    aggregator for 30 s (its token revoked). The first kubelet read after that brackets each
+    renewal between itself and the read before the gap, 40 s wide: the stepped renewal times
+    fell inside it, so the node's clock was trusted and every kubelet looked overdue (I1).
+    A bracket wider than the reads' interval is no longer narrowed by the node's clock."""
+    m = Model()
+    m.start(drawn=DEFAULTS | SHORT, nodes=5, seed=1)
+    m.agents_fail(then=30, how="killed", offset=0, which="all")
+    m.clock_step(then=0, dt=-30.0, offset=0, which="all")
+    m.token(then=30, ok=False)
+    m.token(then=13, ok=True)
     m.teardown()

@@ -258,8 +258,10 @@ class Replica:
             await self._target_step()
         else:
             self.target = None  # the fleet stops a target its source no longer names
-            if self.elector.leading():
-                await self.orphans.sweep()
+        if self.elector.leading():
+            # The fleet sweeps beside its targets: a served namespace can hold records of
+            # dependents no longer configured.
+            await self.orphans.sweep()
 
     async def _target_step(self) -> None:
         w = self.world

@@ -62,6 +62,16 @@ def test_a_kubelet_proves_the_path_after_its_agent_went_quiet_until_it_misses_a_
     assert got == (says, pytest.approx(due))
 
 
+def test_a_bracket_wider_than_the_reads_interval_is_not_narrowed_by_the_nodes_clock() -> None:
+    """The reads stopped for 40 s (the shoot refused us) while the node's clock stepped back
+    30 s: the stepped time falls inside the wide bracket, and would make the kubelet overdue."""
+    kubelet = KubeletObs(T + timedelta(seconds=-20), 110.0, unseen_at=70.0)  # renewed at ~108
+    trusting = kubelet_says(T, 100.0, kubelet, 110.0, margin_s=MARGIN, slack_s=SLACK)
+    assert trusting == ("silent", pytest.approx(80.0 + DUE))
+    says = kubelet_says(T, 100.0, kubelet, 110.0, margin_s=MARGIN, slack_s=SLACK, bracket_s=11.5)
+    assert says == ("pending", pytest.approx(110.0 + DUE))
+
+
 def test_a_kubelet_lease_of_another_duration_is_due_at_a_quarter_of_it() -> None:
     kubelet = KubeletObs(T, 100.0, interval_s=60 * 0.25, unseen_at=95.0)
     assert kubelet_says(T, 100.0, kubelet, 101.0, margin_s=MARGIN, slack_s=SLACK)[1] == pytest.approx(
