@@ -171,9 +171,11 @@ class Decider:
     @property
     def witness_bracket_s(self) -> float:
         """The widest bracket of two kubelet lease reads in which a renewal is placed by the
-        node's own clock: the reads' interval and two seconds of ticks. Wider (the reads
-        stopped), the bracket alone places it (aggregator/witness.py)."""
-        return self.witness_every_s + 2.0
+        node's own clock: half as long again as the reads' interval, for ticks that run late
+        under load. Wider (the reads stopped), the bracket alone places it
+        (aggregator/witness.py); a node clock stepped by less than this inside a bracket is
+        not seen as a step."""
+        return self.witness_every_s * 1.5
 
     @property
     def stall_s(self) -> float:
