@@ -282,14 +282,16 @@ class Model(RuleBasedStateMachine):
     def gardenlet(self, to: str) -> None:
         """gardenlet takes the shoot to another state of its life, with the Cluster's fields as
         it writes them. Where every target stops (hibernating, migrating, deleting, no workers),
-        it decides the controllers: it takes them to 0. Once a target would start again (woken
-        up, created again, back from a migration: reconciled), it scales up what carries no
+        it decides the controllers: it takes them to 0. Every reconcile that succeeds (woken up,
+        created again, restored, or any other) scales up what carries no
         ``meltdown-protection-active``."""
         w = self.world
         w.state = to
         if w.owner() and not w.taken:
             self.owner_takes_over()
-        elif w.served() and w.taken:
+        elif w.served() and (w.taken or to == "reconciled"):
+            # Every reconcile that succeeds deploys the controllers at their replicas, all but
+            # those carrying meltdown-protection-active (a restore, a wake-up, a creation end so).
             self.owner_gives_back()
         for r in w.replicas:
             r.orphans.wake.set()
