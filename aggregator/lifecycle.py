@@ -91,5 +91,10 @@ def _no_start(shoot: Mapping[str, Any]) -> str:
     kind, state = last.get("type"), last.get("state")
     if kind == "Reconcile" or (kind in ("Create", "Restore") and state == "Succeeded"):
         return ""
-    named = {"Create": "being created", "Restore": "being restored", "Delete": "being deleted"}
-    return named.get(str(kind), "migrating" if kind == "Migrate" else f"last operation {kind or '(none)'}")
+    named = {
+        "Create": "being created",
+        "Restore": "being restored",
+        "Delete": "being deleted",
+        "Migrate": "migrating",
+    }
+    return named.get(str(kind), f"last operation {kind or '(none)'}")

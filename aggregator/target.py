@@ -222,7 +222,7 @@ class Target:
         # 2. The reads beside the watches, where a write may follow: a standby's would double
         #    the load of a seed-wide outage. As leader it reads both before its first verdict.
         if leader:
-            await self.evidence.read_due(wanted=self._wants_witness())
+            await self.evidence.read_due(wanted=self._troubled())
         # 3. The verdict, on the pacing planned for this tick (the interlocks confirm on it too).
         pacing = self.pacer.plan()
         verdict = await self._judge(now, pacing)
@@ -274,9 +274,9 @@ class Target:
         self.report.leading(leader)
         return leader
 
-    def _wants_witness(self) -> bool:
-        """The kubelets are asked only while it matters: a candidate is stale (or vouched for by
-        its kubelet), or the shoot is anything but healthy."""
+    def _troubled(self) -> bool:
+        """Whether the Machines matter now (read often, not rarely): a candidate is stale (or
+        vouched for by its kubelet), or the shoot is anything but healthy."""
         s = self.status
         return s.stale > 0 or bool(s.path_alive) or self.memory.phase not in (Phase.HEALTHY, Phase.STARTING)
 

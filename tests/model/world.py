@@ -329,8 +329,6 @@ class World:
             dependents = tuple(d for d in dependents if d.name != CA)
         if changes.get("lease_duration_s") == "shorter":
             changes["lease_duration_s"] = max(2 * self.p.fast_interval_s, self.p.lease_duration_s / 2)
-        if "failure_fraction" in changes and changes["recovery_fraction"] > changes["failure_fraction"]:
-            changes["recovery_fraction"] = changes["failure_fraction"]
         return with_settings(self.settings, **changes), dependents
 
     # -- the truth
