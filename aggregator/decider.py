@@ -31,6 +31,7 @@ duration, exactly as after a start.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -112,8 +113,9 @@ class Verdict:
     # Stale candidates whose kubelet cannot tell yet whether the path works (its next renewal is
     # not due): counted stale while confirming, but a scale-down waits for them.
     pending: int = 0
-    # When the first of those kubelets' next renewal is due (our clock): a look right after it
-    # can tell, rather than at the next whole tick (None: nothing pending).
+    # When a look before the next whole tick can change the verdict (our clock): the first of
+    # those kubelets' next renewal due, the failure fraction reached if nothing renews, the
+    # confirm period ended (None: none of them before the next tick).
     wake_at: float | None = None
     # The sample's nodes that do not count, and the rule that leaves each out.
     left_out: Mapping[str, str] = field(default_factory=dict)
@@ -332,7 +334,38 @@ def decide(
     (zones, estimate), (_, silent_estimate) = fraction_of(stale), fraction_of(silent)
     quorum = Quorum(len(counted), len(stale), estimate, _fraction(len(silent), len(counted), silent_estimate))
     verdict = _judge(memory, now, p, quorum, view_since=view_since, records=records)
-    return _explained(verdict, zones=zones, estimate=estimate, said=said, stale=stale, left_out=left_out)
+    verdict = _explained(verdict, zones=zones, estimate=estimate, said=said, stale=stale, left_out=left_out)
+    look = _next_look(verdict, counted, stale | said.alive, now, p)
+    if look is not None and (verdict.wake_at is None or look < verdict.wake_at):
+        verdict = replace(verdict, wake_at=look)
+    return verdict
+
+
+def _next_look(
+    verdict: Verdict, counted: Mapping[str, LeaseObs], not_fresh: frozenset[str], now: float, p: Decider
+) -> float | None:
+    """When the next look can change the verdict, where that falls before the next tick: the
+    moment the failure fraction is reached if no fresh candidate renews again (healthy), the
+    end of the confirm period (confirming). Looked at a whole tick later, a cut would wait up to
+    that tick for its verdict; a look that changes nothing costs one tick's work."""
+    memory = verdict.memory
+    if memory.phase is Phase.CONFIRMING and not verdict.scale_down:
+        end = memory.since + p.confirm_period_s
+        return end if now < end < now + p.tick_s else None
+    if memory.phase is not Phase.HEALTHY or not verdict.judged:
+        return None
+    # Counted plainly, also for a sample (the estimate weighs zones): only a look rides on it.
+    f, n = p.failure_fraction, verdict.candidates
+    at_failure = next((s for s in range(math.floor(f * n), n + 1) if stale_fraction(s, n) >= f), n + 1)
+    need = at_failure - verdict.stale
+    if need <= 0:
+        return None
+    soon = sorted(
+        expiry
+        for name, lease in counted.items()
+        if name not in not_fresh and (expiry := lease.seen_renewed_mono + p.lease_duration_s) < now + p.tick_s
+    )
+    return soon[need - 1] if len(soon) >= need else None
 
 
 def _witnessed(counted: Mapping[str, LeaseObs], now: float, p: Decider, kubelets: Readings | None) -> Witness:

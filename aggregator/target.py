@@ -101,7 +101,7 @@ class Target:
         self.report = Reporter(name, self.metrics, wall=wall, log=self.log, event=self.scaler.report)
         self._wire_shoot(shared.seed, wall)
         self.memory = Memory(Phase.STARTING, clock())
-        # When the last verdict's first pending kubelet is due (``next_tick_in``).
+        # When the last verdict says to look again before the next tick (``next_tick_in``).
         self.wake_at: float | None = None
         self._was_leader = False
 
@@ -204,9 +204,9 @@ class Target:
             self.report.ticked(self.clock() - started)
 
     def next_tick_in(self, now: float) -> float:
-        """A tick from now, or sooner where a pending kubelet's renewal falls due before it: a
-        scale-down that waits for the kubelets' next renewals looks right after they are due,
-        not up to a whole tick later (a real cut is not slowed by the second witness)."""
+        """A tick from now, or sooner where the last verdict says a look can change it before
+        then (``Verdict.wake_at``): the quorum lost, the confirm period ended, a pending
+        kubelet's renewal due. A real cut waits no tick for its verdict."""
         wake_at = self.wake_at
         if wake_at is not None and now < wake_at + WAKE_AFTER_S < now + self.params.tick_s:
             return wake_at + WAKE_AFTER_S - now

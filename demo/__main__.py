@@ -1,9 +1,10 @@
-"""``make demo``: python -m demo [--fast] [--protected-only]."""
+"""``make demo``: python -m demo [--fast] [--protected-only] [--keep DIR]."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from demo import scenario
 
@@ -20,10 +21,14 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=10)
     parser.add_argument("--fast", action="store_true", help="shorter lease duration and periods")
     parser.add_argument("--protected-only", action="store_true", help="act 2 alone, without act 1")
+    parser.add_argument("--keep", type=Path, metavar="DIR", help="keep its logs in DIR")
     args = parser.parse_args()
     try:
         times = scenario.run(
-            nodes=args.nodes, overrides=FAST if args.fast else None, unprotected=not args.protected_only
+            nodes=args.nodes,
+            overrides=FAST if args.fast else None,
+            unprotected=not args.protected_only,
+            keep=args.keep,
         )
     except TimeoutError as e:
         print(e, file=sys.stderr)

@@ -297,16 +297,21 @@ def run(
     *,
     unprotected: bool = True,
     renewals: list[float] | None = None,
+    keep: Path | None = None,
 ) -> dict[str, float]:
     """Runs the scenario, first without protection (``unprotected``: the aggregator in dry-run
     beside KCM) and then with it, on the same cut; returns the measured times in seconds.
-    ``renewals`` gets, from act 1, each kubelet lease's last renewal in seconds from the cut."""
+    ``renewals`` gets, from act 1, each kubelet lease's last renewal in seconds from the cut;
+    ``keep`` is a directory for the logs and kubeconfigs (kept), else a temporary one."""
     overrides = {"DWD_NODE_GRACE": "0s", **(overrides or {})}
     tl = Timeline()
     show = Show(out, tl)
     env_base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    with tempfile.TemporaryDirectory(prefix="dwd-demo-") as tmp_s, world(nodes, Path(tmp_s), show) as w:
-        tmp = Path(tmp_s)
+    with contextlib.ExitStack() as stack:
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+        tmp = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dwd-demo-")))
+        w = stack.enter_context(world(nodes, tmp, show))
         start_agents(w, tmp, env_base)
         show(f"started {nodes} agents, renewing through the load balancer")
         stage = Stage(w, show, tl, nodes)

@@ -251,6 +251,49 @@ def test_memory_keeps_its_since_while_the_phase_holds() -> None:
     assert v2.memory == v1.memory
 
 
+def renewed(seen: list[float]) -> tuple[dict[str, NodeObs], dict[str, LeaseObs]]:
+    """Old nodes whose agents were last seen renewed at ``seen`` (our clock)."""
+    nodes = {f"n{i}": NodeObs(NodeView(f"n{i}"), created_mono=0.0) for i in range(len(seen))}
+    return nodes, {f"n{i}": lease(f"n{i}", at) for i, at in enumerate(seen)}
+
+
+@pytest.mark.parametrize(
+    ("seen", "wake_at"),
+    [
+        # 4 stale of 10, and two more expire within the tick: the 6th at NOW + 0.7, not at the 5th
+        ([NOW - 9] * 4 + [NOW - 7.8, NOW - 7.3, NOW - 7.1] + [NOW - 1] * 3, NOW + 0.7),
+        # only one of the two needed expires within the tick: the next tick looks anyway
+        ([NOW - 9] * 4 + [NOW - 7.8, NOW - 6.5] + [NOW - 1] * 4, None),
+        # 3 of 5 reach 0.6 exactly: the third expiry, not a fourth
+        ([NOW - 9] * 2 + [NOW - 7.5, NOW - 7.2, NOW - 1], NOW + 0.5),
+        # all renewing: nothing to look for before the tick
+        ([NOW - 1] * 10, None),
+    ],
+)
+def test_a_healthy_verdict_looks_again_the_moment_the_quorum_would_be_lost(
+    seen: list[float], wake_at: float | None
+) -> None:
+    """Detection waits for no tick: a cut is judged the moment enough leases expire."""
+    nodes, leases = renewed(seen)
+    v = judge(nodes, leases, NOW, P, healthy())
+    assert v.memory.phase is Phase.HEALTHY
+    assert v.wake_at == (None if wake_at is None else pytest.approx(wake_at))
+    if wake_at is not None:
+        assert judge(nodes, leases, wake_at, P, v.memory).memory == Memory(Phase.CONFIRMING, wake_at)
+        assert judge(nodes, leases, wake_at - 0.001, P, v.memory).memory.phase is Phase.HEALTHY
+
+
+@pytest.mark.parametrize(("since", "wake_at"), [(NOW - 3.4, NOW + 0.6), (NOW - 2.5, None), (NOW - 4.0, None)])
+def test_a_confirming_verdict_looks_again_when_the_confirm_period_ends(
+    since: float, wake_at: float | None
+) -> None:
+    nodes, leases = cluster(10, 7)
+    v = judge(nodes, leases, NOW, P, Memory(Phase.CONFIRMING, since))
+    assert v.wake_at == (None if wake_at is None else pytest.approx(wake_at))
+    if wake_at is not None:
+        assert judge(nodes, leases, wake_at, P, v.memory).scale_down
+
+
 def test_staleness_is_exactly_the_lease_duration() -> None:
     assert is_stale(lease("a", NOW - 8.0), NOW, P)
     assert not is_stale(lease("b", NOW - 7.999), NOW, P)
