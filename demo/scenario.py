@@ -1,12 +1,13 @@
 """The demo scenario, in two acts on the same cut; the protected act is also the detection
 benchmark's.
 
-Two real API servers (shoot and seed), ten nodes each with a real agent process and a kubelet
-stand-in that reach the shoot's KAPI through a TCP load balancer under an external name, a pod
-on each node behind a Service, the controllers in the seed. The seed's kube-controller-manager
-Deployment runs real KCM processes against the shoot (its node lifecycle controller marks a
-node Unknown 40 s after its kubelet goes quiet); machine-controller-manager and
-cluster-autoscaler are Deployment objects only. The load balancer is cut: every renewal fails,
+Two real API servers (shoot and seed), ten nodes each with a real agent process and a real
+kubelet (kubemark's hollow node: the kubelet's own code on a fake container runtime) that reach
+the shoot's KAPI through a TCP load balancer under an external name, a pod on each node behind a
+Service (Running and Ready as the kubelet reports it), the controllers in the seed. The seed's
+kube-controller-manager Deployment runs real KCM processes against the shoot (its node lifecycle
+controller marks a node Unknown 40 s after its kubelet goes quiet); machine-controller-manager
+and cluster-autoscaler are Deployment objects only. The load balancer is cut: every renewal fails,
 KAPI itself stays healthy.
 
 Act 1, no protection: the aggregator runs in dry-run (it judges and says what it would do,
@@ -41,14 +42,18 @@ from testenv import workload
 from testenv.client import node_leases
 from testenv.controllers import CONTROLLERS, DOWN, MCM
 from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.hollow import HollowKubelet
 from testenv.kcm import NODE_GRACE_S as GRACE_S
 from testenv.kcm import KcmDeploymentController, KcmReplicas
-from testenv.kubelet import Kubelet, node_credentials, write_kubeconfig
+from testenv.kubelet import write_kubeconfig
 from testenv.process import Process, json_log, spawn_python, stop_all
 from testenv.standins import DEPLOYMENTS, deployment, grant_agent_rbac
 from testenv.tcpproxy import TcpProxy
 from testenv.wait import wait_for
 
+# How long after its start the aggregator judges and has read the kubelet leases twice (every
+# 10 s): a lease duration of fresh view (8 s), its second read, and a second for both.
+WARM_S = 12
 # How long the demo holds the cut beyond the moment KCM (its grace as Gardener sets it) would
 # have acted.
 HOLD_PAST_GRACE_S = 10
@@ -134,8 +139,7 @@ def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
         names = [f"node-{i}" for i in range(nodes)]
         # The kubelets go through the load balancer too: the cut silences them as it does the agents.
         kubelets = [
-            Kubelet(f"https://localhost:{lb.port}", str(shoot.ca_file), node_credentials(shoot.ca, n), n, i)
-            for i, n in enumerate(names)
+            HollowKubelet(n, shoot, tmp / "kubelets", server=f"https://localhost:{lb.port}") for n in names
         ]
         try:
             grant_agent_rbac(shoot_admin)
@@ -147,7 +151,8 @@ def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
                 k.start()
             workload.deploy(shoot_admin, names)
             show(
-                f"{nodes} nodes (kubelet stand-ins), a pod on each behind a Service; controllers in the "
+                f"{nodes} nodes (real kubelets: kubemark's hollow node), a pod on each behind a Service; "
+                "controllers in the "
                 f"seed: {CONTROLLERS}, the kube-controller-manager replicas real KCM processes"
             )
             yield {
@@ -175,7 +180,7 @@ def start_agents(w: dict[str, Any], tmp: Path, env_base: dict[str, str]) -> None
     for node in w["names"]:
         token = tmp / f"{node}.token"
         token.write_text(shoot.node_token(node))
-        # The node's kubelet kubeconfig, naming the load balancer the kubelet stand-ins use:
+        # The node's kubelet kubeconfig, naming the load balancer the kubelets use:
         # the agent takes its server and CA from there, as on a Gardener node.
         kubeconfig = write_kubeconfig(
             tmp / f"kubeconfig-{node}", f"https://localhost:{w['lb'].port}", shoot.ca_file.read_bytes()
@@ -353,7 +358,13 @@ def _aggregator(stage: Stage, tmp: Path, env_base: dict[str, str], env: dict[str
         "a healthy verdict",
         stage.tick,
     )
-    hold(2, stage.tick)
+    # A cut comes to an aggregator that has been running for a while: judging (a lease duration
+    # of fresh view) and with a second read of the kubelet leases, which places each kubelet's
+    # renewal between two reads (before it, the second witness waits up to a read longer).
+    started = next(e["timestamp"] for e in json_log(log_path) if e.get("event") == "target_observing")
+    warm_in = datetime.fromisoformat(started).timestamp() + WARM_S - time.time()
+    stage.show(f"the aggregator is healthy; cutting {max(2.0, warm_in):.0f}s from now, once it is warm")
+    hold(max(2.0, warm_in), stage.tick)
     return log_path
 
 

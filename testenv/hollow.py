@@ -62,6 +62,19 @@ def renew_time(lease: dict[str, Any] | None) -> datetime | None:
     return parse_micro_time(text) if isinstance(text, str) else None
 
 
+def renewals(client: Client, nodes: Sequence[str]) -> dict[str, float]:
+    """Each of ``nodes``' last lease renewal (time.time(), by the kubelet's clock: this
+    machine's), from one LIST of kube-node-lease; a node whose kubelet has not renewed yet is
+    absent."""
+    leases = client.get(f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases")["items"]
+    out = {}
+    for lease in leases:
+        name = lease["metadata"]["name"]
+        if name in nodes and (renewed := renew_time(lease)) is not None:
+            out[name] = renewed.timestamp()
+    return out
+
+
 def ready_condition(node: dict[str, Any]) -> dict[str, Any] | None:
     """The Node's Ready condition as the kubelet last posted it (or KCM last set it)."""
     for condition in (node.get("status") or {}).get("conditions") or []:

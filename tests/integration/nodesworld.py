@@ -1,6 +1,9 @@
-"""The demo's nodes on the test clock: per node a real agent process and a kubelet stand-in,
-both reaching the shoot's KAPI through one load balancer (``TcpProxy``) under its name, so a
-cut silences both; the aggregator as its own process, reaching KAPI directly as from the seed.
+"""The demo's nodes on the test clock: per node a real agent process and a real kubelet
+(kubemark's hollow node), both reaching the shoot's KAPI through one load balancer
+(``TcpProxy``) under its name, so a cut silences both; the aggregator as its own process,
+reaching KAPI directly as from the seed. The aggregator's clock is the test clock (a 2 s
+lease); the kubelet's is its own (every 10 s): the second witness waits for it, as it must at
+any setting.
 
 Lighter than the demo: no KCM processes (the seed's controllers are Deployment objects whose
 status a driver copies), a fresh shoot per test in the shared seed (``Shoot``).
@@ -11,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -19,7 +22,7 @@ from core.lease import DEFAULT_LEASE_NAMESPACE, parse_micro_time
 from testenv.agents import Agents, agents_for
 from testenv.controllers import DOWN
 from testenv.controlplane import free_port
-from testenv.kubelet import Kubelet, node_credentials
+from testenv.hollow import HollowKubelet, renewals, running
 from testenv.process import Process
 from testenv.shoot import FAST_ENV, Shoot
 from testenv.standins import AGENT_SA
@@ -29,10 +32,6 @@ from testenv.webhook import FailingWebhook
 from tests.alerting import scrape
 from tests.integration.dwdworld import NODES
 
-# The test clock's lease duration is 2 s and the witness margin 1.5 s (the agents' 500 ms and a
-# second): at kubelet's 10 s a working path would be proven only after the confirm period. In
-# production the same order holds with kubelet's own 10 s: 8 s lease, 4 s confirm, 3 s margin.
-KUBELET_EVERY_S = 1.0
 LEASE_DURATION_S = float(FAST_ENV["DWD_LEASE_DURATION"].rstrip("s"))
 RECOVERY_PERIOD_S = float(FAST_ENV["DWD_RECOVERY_PERIOD"].rstrip("s"))
 ROLEBINDING = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{DEFAULT_LEASE_NAMESPACE}/rolebindings"
@@ -52,7 +51,7 @@ class NodesWorld:
     shoot: Shoot
     agents: Agents
     lb: TcpProxy
-    kubelets: list[Kubelet]
+    kubelets: Sequence[HollowKubelet]
     webhook: FailingWebhook
     procs: list[Process] = field(default_factory=list)
     aggregator: Process | None = None
@@ -101,8 +100,15 @@ class NodesWorld:
             for p in self.procs
         )
 
+    def kubelet_renewals(self) -> dict[str, float]:
+        """Each kubelet's last lease renewal (time.time())."""
+        for k in self.kubelets:
+            assert k.alive(), k.tail()
+        return renewals(self.shoot.shoot_admin, NODES)
+
     def kubelets_renewed_after(self, wall: float) -> bool:
-        return all(k.last.lease > wall for k in self.kubelets)
+        renewed = self.kubelet_renewals()
+        return len(renewed) == len(NODES) and min(renewed.values()) > wall
 
     def metrics(self) -> str:
         """The aggregator's /metrics, as Prometheus scrapes it."""
@@ -144,26 +150,16 @@ def nodes_world(shoot: Shoot) -> Iterator[NodesWorld]:
     lb = TcpProxy(upstream=("127.0.0.1", int(cp.url.rsplit(":", 1)[1]))).open()
     webhook = FailingWebhook(shoot.tmp / "webhook").open()
     kubelets = [
-        Kubelet(
-            f"https://localhost:{lb.port}",
-            str(cp.ca_file),
-            node_credentials(cp.ca, n),
-            n,
-            i,
-            renew_interval_s=KUBELET_EVERY_S,
-        )
-        for i, n in enumerate(NODES)
+        HollowKubelet(n, cp, shoot.tmp / "kubelets", server=f"https://localhost:{lb.port}") for n in NODES
     ]
-    with agents_for(cp, shoot.tmp) as agents:
+    with agents_for(cp, shoot.tmp) as agents, running(kubelets):
         try:
-            for k in kubelets:
-                k.start()
             # Only the kubelets' writes so far: the aggregator has not provisioned the agents' leases.
+            # A kubelet's first lease waits for a pass of its lease controller after it registered.
             started = time.time()
-            wait_for(lambda: all(k.last.lease > started for k in kubelets), 30, "every kubelet renewing")
-            yield NodesWorld(shoot, agents, lb, kubelets, webhook)
+            world = NodesWorld(shoot, agents, lb, kubelets, webhook)
+            wait_for(lambda: world.kubelets_renewed_after(started), 60, "every kubelet renewing", every_s=0.5)
+            yield world
         finally:
-            for k in kubelets:
-                k.stop()
             webhook.shutdown()
             lb.shutdown()

@@ -1,5 +1,5 @@
-"""Agents that fail on a working path, with the real pieces: agent processes and kubelet
-stand-ins behind one load balancer, the aggregator as a process. The agents' RoleBinding
+"""Agents that fail on a working path, with the real pieces: agent processes and real kubelets
+(kubemark's hollow node) behind one load balancer, the aggregator as a process. The agents' RoleBinding
 removed (403), a webhook that fails for ``dwd-node-lease`` leases (500), every agent SIGKILLed.
 The kubelets keep renewing ``kube-node-lease`` through the same path: from healthy nothing may be
 scaled down; already scaled down by a real cut, the controllers come back once the path heals
@@ -25,9 +25,10 @@ from tests.integration.nodesworld import DOWN, LEASE_DURATION_S, RECOVERY_PERIOD
 
 pytestmark = pytest.mark.integration
 
-# From the agents' failure: the stale quorum lasts ten confirm periods of the test clock, and the
-# aggregator tells its Event once the episode has lasted a kubelet read (10 s).
-WINDOW_S = 15.0
+# From the agents' failure: the stale quorum lasts 90 confirm periods of the test clock and nine
+# renewals of every kubelet (each 10 s), and the aggregator tells its Event once the episode has
+# lasted a kubelet read (10 s).
+WINDOW_S = 90.0
 # The path heals and the kubelets renew: the aggregator sees it on its next LIST of them (every
 # 10 s while not healthy), then restores after the recovery period and MCM's 500 ms; each with
 # slack for a busy machine.
@@ -53,7 +54,7 @@ def seen_failing(w: NodesWorld, failure: str) -> None:
         assert [p.popen.returncode for p in w.procs] == [-9] * len(w.procs)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("failure", BREAK)
 def test_agents_failing_on_a_working_path_scale_nothing_down(
     real_nodes: NodesWorld, failure: str, tmp_path: Path
@@ -89,13 +90,18 @@ def test_agents_failing_after_a_cut_are_restored_once_the_kubelets_prove_the_pat
     real_nodes: NodesWorld, failure: str
 ) -> None:
     w = real_nodes.start()
+    cut = time.monotonic()
     w.cut()
-    wait_for(lambda: w.shoot.replicas() == DOWN, 20, "every controller scaled down by the cut", every_s=0.1)
+    # The kubelets' next renewals due (up to 11.9 s after the cut) and read: then the cut is acted on.
+    wait_for(lambda: w.shoot.replicas() == DOWN, 30, "every controller scaled down by the cut", every_s=0.1)
+    # Whatever the kubelets' phase: their interval, the slack and a look, the interlocks, the levels.
+    assert time.monotonic() - cut < 16, time.monotonic() - cut
     BREAK[failure](w)  # while cut: the agents meet it once the path heals
     healed = time.time()
     w.heal()
-    wait_for(lambda: w.kubelets_renewed_after(healed), 10, "every kubelet renewing through the load balancer")
-    proved = max(k.last.lease for k in w.kubelets)  # the last of them to prove the path
+    # kubelet retries a refused path at most 7 s apart (docs/measured.md).
+    wait_for(lambda: w.kubelets_renewed_after(healed), 20, "every kubelet renewing through the load balancer")
+    proved = max(w.kubelet_renewals().values())  # the last of them to prove the path
     seen_failing(w, failure)
     recovering = wait_for(lambda: w.entered("recovering", healed), SEEN_S + 5, "the aggregator recovering")
     assert recovering.at - proved < SEEN_S, (recovering.at - proved, recovering)
