@@ -301,8 +301,11 @@ class Model(RuleBasedStateMachine):
         w.taken = True
         for name in DEPENDENTS:
             # A count someone set on a dependent we hold down is seen by us only at our next
-            # look; gardenlet's zero erases it before that. What can come back is our record's.
-            if (recorded := self.recorded(name)) is not None and w.replicas_now()[name] == 0:
+            # look; gardenlet's zero erases it before that, whether we had lowered it again or
+            # it still runs at their count. What can come back is our record's: the soak found
+            # an operator's 5 on a controller held at 0 zeroed by a migration, our record's 2
+            # restored after it (gardenlet leaves what carries meltdown-protection-active).
+            if (recorded := self.recorded(name)) is not None:
                 w.wanted[name] = recorded
             w.write_seed(name, replicas=0)
 
