@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import re
 import shutil
+import signal
 import socket
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -141,11 +142,22 @@ class HollowKubelet:
         assert self.keys is not None, "not started"
         return Client(self.cp.url, str(self.cp.ca_file), cert=(str(self.keys.cert), str(self.keys.key)))
 
+    def pause(self) -> None:
+        """SIGSTOP: it writes nothing until ``resume()``, its connections open and silent, as a
+        frozen node's (for a node whose path is cut, cut its load balancer)."""
+        assert self.process is not None, "not started"
+        self.process.popen.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None and self.process.alive():
+            self.process.popen.send_signal(signal.SIGCONT)
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """Stop it, and remove what it leaves in /tmp (kubemark puts its root directory and its
         fake runtime's socket there, whatever TMPDIR says, and removes neither)."""
         if self.process is None:
             return
+        self.resume()  # a stopped process would take its SIGTERM only when continued
         self.process.stop(timeout_s)
         for line in self.log():
             if match := _ROOT_DIR.fullmatch(line.message):
@@ -218,7 +230,9 @@ def running(kubelets: Sequence[HollowKubelet]) -> Iterator[Sequence[HollowKubele
             kubelet.start()
         yield kubelets
     finally:
-        # SIGTERM to all first: they shut down side by side.
+        # SIGTERM to all first: they shut down side by side (a paused one continued to take it).
+        for kubelet in kubelets:
+            kubelet.resume()
         stop_all(k.process for k in kubelets if k.process is not None)
         for kubelet in kubelets:
             kubelet.stop()

@@ -1,6 +1,6 @@
 """The whole loop with a real kube-controller-manager: 10 nodes in network namespaces, each with
-its agent and a kubelet stand-in reaching the shoot KAPI through the same DNS name and load
-balancer, the real aggregator, KCM run from the seed's Deployment. 7 of 10 paths are cut for
+its agent and a real kubelet (kubemark's hollow node) reaching the shoot KAPI through the same
+DNS name and load balancer, the real aggregator, KCM run from the seed's Deployment. 7 of 10 paths are cut for
 60 s: without protection (dry run) KCM marks the cut nodes Unknown and takes their endpoints
 away; with it, KCM is at 0 before any node goes Unknown, and a KCM started after the heal marks
 nothing. The same with all 10 cut."""
@@ -8,7 +8,6 @@ nothing. The same with all 10 cut."""
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,11 +17,11 @@ import pytest
 
 from testenv import workload
 from testenv.controlplane import ControlPlane
+from testenv.hollow import HollowKubelet, renewals
 from testenv.kcm import KCM_DEPLOYMENT, MARKS_WITHIN_S, KcmDeploymentController, KcmReplicas
 from testenv.kcm import NODE_GRACE_S as GRACE_S
-from testenv.kubelet import node_credentials
 from testenv.networld import API, Node, World
-from testenv.process import Process, json_log, spawn
+from testenv.process import stop_all
 from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.shoot import Shoot, shoot_for
 from testenv.standins import grant_agent_rbac
@@ -47,37 +46,22 @@ class Loop:
     world: World
     nodes: list[Node]
     kcm: KcmReplicas
-    kubelets: dict[str, Process] = field(default_factory=dict)
-    logs: dict[str, Path] = field(default_factory=dict)
+    kubelets: list[HollowKubelet] = field(default_factory=list)
 
-    def start_kubelet(self, node: Node, index: int) -> None:
-        cp = self.shoot.shoot
-        assert cp.ca is not None
-        node_credentials(cp.ca, node.name)
-        log = self.logs[node.name] = self.world.tmp / f"kubelet-{node.name}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "testenv.kubelet",
-            f"--url=https://{API}",
-            f"--ca={cp.ca_file}",
-            f"--cert-dir={cp.workdir / 'pki'}",
-            f"--node={node.name}",
-            f"--index={index}",
-        ]
-        self.kubelets[node.name] = spawn(
-            f"kubelet-{node.name}",
-            node.ns.argv(argv),
-            log_path=log,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    def start_kubelet(self, node: Node) -> None:
+        """The real kubelet in the node's namespace, through the DNS name as the agent."""
+        kubelet = HollowKubelet(
+            node.name,
+            self.shoot.shoot,
+            self.world.tmp / "kubelets",
+            server=f"https://{API}",
+            prefix=node.ns.argv([]),
         )
+        self.kubelets.append(kubelet.start())
 
-    def last_renewal(self, node: str) -> float:
-        """When this node's kubelet last renewed its lease, from its own log."""
-        return max(
-            (float(e["at"]) for e in json_log(self.logs[node]) if e.get("event") == "lease_renewed"),
-            default=0,
-        )
+    def renewals(self) -> dict[str, float]:
+        """When each node's kubelet last renewed its lease."""
+        return renewals(self.shoot.shoot_admin, [n.name for n in self.nodes])
 
     def observe(self) -> workload.Observation:
         return workload.observe(self.shoot.shoot_admin)
@@ -97,8 +81,9 @@ class Loop:
             node.iptables("-I" if on else "-D", "-j", "DROP")
 
     def close(self) -> None:
-        for p in self.kubelets.values():
-            p.stop(15)
+        stop_all(k.process for k in self.kubelets if k.process is not None)
+        for k in self.kubelets:
+            k.stop(15)
 
 
 @contextlib.contextmanager
@@ -118,8 +103,8 @@ def kcm_loop(seed: ControlPlane, tmp: Path, namespace: str, **aggregator_env: st
         try:
             loop.nodes = [world.add_node(f"node-{i}") for i in range(NODES)]
             world.start_dns()
-            for i, node in enumerate(loop.nodes):
-                loop.start_kubelet(node, i)
+            for node in loop.nodes:
+                loop.start_kubelet(node)
             workload.deploy(shoot.shoot_admin, [n.name for n in loop.nodes])
             wait_for(loop.healthy, 90, "10 nodes and pods Ready, 10 ready endpoints", every_s=0.5)
             shoot.start_aggregator(seed=None, **aggregator_env)
@@ -161,8 +146,9 @@ def test_unprotected_kcm_marks_the_cut_nodes_unknown(seed_plane: ControlPlane, t
                 done_at = min(done_at, time.time() + 5)
             time.sleep(0.5)
         o = lp.observe()
+        last = lp.renewals()  # before the heal: each cut node's last renewal
         lp.cut(False)
-        after = {n: unknown_at[n] - lp.last_renewal(n) for n in unknown_at}
+        after = {n: unknown_at[n] - last[n] for n in unknown_at}
         print(f"\ncut nodes Unknown after their last kubelet renewal: {sorted(after.values())}")
         print(f"ready endpoints at the end of the cut: {o.ready_endpoints}, lowest {min_endpoints}")
         assert sorted(unknown_at) == cut_names

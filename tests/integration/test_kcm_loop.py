@@ -1,5 +1,6 @@
-"""A real kube-controller-manager in the loop: kubelet stand-ins, a workload, KCM run from the seed's
-Deployment. What KCM does to a node that stops renewing, and that it does nothing while at 0."""
+"""A real kube-controller-manager in the loop: real kubelets (kubemark's hollow node), a workload, KCM
+run from the seed's Deployment. What KCM does to a node whose kubelet stops renewing, and that it
+does nothing while at 0."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from core.errors import Forbidden, NotFound
 from testenv import workload
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.hollow import HollowKubelet, renewals
 from testenv.kcm import KCM_DEPLOYMENT, MARKS_WITHIN_S, KcmDeploymentController, KcmReplicas
 from testenv.kcm import NODE_GRACE_S as GRACE_S
-from testenv.kubelet import NODE_LEASE_NAMESPACE, Kubelet, node_credentials
+from testenv.kubelet import NODE_LEASE_NAMESPACE
 from testenv.standins import DEPLOYMENTS, deployment
 from testenv.wait import wait_for
 
@@ -34,7 +35,7 @@ class KcmLoop:
     seed: ControlPlane
     namespace: str
     tmp: Path
-    kubelets: dict[str, Kubelet] = field(default_factory=dict)
+    kubelets: dict[str, HollowKubelet] = field(default_factory=dict)
     shoot_admin: Client = field(init=False)
     seed_admin: Client = field(init=False)
     kcm: KcmReplicas = field(init=False)
@@ -43,22 +44,25 @@ class KcmLoop:
     def start(self) -> KcmLoop:
         self.shoot_admin = self.shoot.admin_client()
         self.seed_admin = self.seed.admin_client()
-        assert self.shoot.ca is not None
-        for i, node in enumerate(NODES):
-            cert = node_credentials(self.shoot.ca, node)
-            self.kubelets[node] = Kubelet(self.shoot.url, str(self.shoot.ca_file), cert, node, i)
         # kube-apiserver creates kube-node-lease itself, shortly after it is ready.
         wait_for(lambda: self._has_namespace(NODE_LEASE_NAMESPACE), 20, "kube-node-lease")
-        for k in self.kubelets.values():
-            k.start()
+        for node in NODES:
+            self.kubelets[node] = HollowKubelet(node, self.shoot, self.tmp / "kubelets").start()
         workload.deploy(self.shoot_admin, NODES)
         ensure_namespace(self.seed_admin, self.namespace)
         self.seed_admin.create(DEPLOYMENTS.format(ns=self.namespace), deployment(KCM_DEPLOYMENT, 1))
         self.kcm = KcmReplicas(self.shoot, self.tmp / "kcm")
         self.controller = KcmDeploymentController(self.seed.admin_client(), self.namespace, self.kcm)
         self.controller.start()
-        wait_for(self.all_healthy, 60, "3 nodes and pods Ready, 3 ready endpoints", every_s=0.5)
+        wait_for(self.all_healthy, 90, "3 nodes and pods Ready, 3 ready endpoints", every_s=0.5)
+        # A kubelet's first lease waits for a pass of its lease controller after it registered.
+        wait_for(lambda: len(self.renewals()) == len(NODES), 30, "every kubelet's lease", every_s=0.5)
         return self
+
+    def renewals(self) -> dict[str, float]:
+        for k in self.kubelets.values():
+            assert k.alive(), k.tail()
+        return renewals(self.shoot_admin, NODES)
 
     def _has_namespace(self, name: str) -> bool:
         with contextlib.suppress(Exception):
@@ -110,10 +114,10 @@ def loop(seed_plane: ControlPlane, tmp_path: Path, request: pytest.FixtureReques
 def test_kcm_marks_a_silent_node_unknown_after_its_grace(loop: KcmLoop) -> None:
     assert loop.kcm.count() == 1
     silent = loop.kubelets["node-2"]
-    silent.paused.set()
+    silent.pause()
+    last = loop.renewals()["node-2"]  # its heartbeat; the real kubelet posts an unchanged status each 5 min
     o = wait_for(lambda: (o := loop.observe()).unknown() and o, 70, "a node Unknown", every_s=0.25)
     seen = time.time()
-    last = max(silent.last.lease, silent.last.status)
     after = seen - last
     print(f"\nnode-2 Ready=Unknown {after:.1f} s after its last renewal (grace {GRACE_S} s)")
     assert o.unknown() == ["node-2"]
@@ -148,18 +152,19 @@ def test_kcm_at_zero_marks_nothing_and_a_restarted_kcm_neither(loop: KcmLoop) ->
     )
 
     silent = loop.kubelets["node-2"]
-    silent.paused.set()
+    silent.pause()
     cut = time.time()
+    last = loop.renewals()["node-2"]
     while time.time() - cut < PAST_GRACE_S:
         o = loop.observe()
         assert not o.unknown(), o
         assert not o.pods_not_ready(), o
         assert o.ready_endpoints == 3, o
         time.sleep(1)
-    print(f"node-2 silent {time.time() - max(silent.last.lease, silent.last.status):.0f} s: no node Unknown")
+    print(f"node-2 silent {time.time() - last:.0f} s: no node Unknown")
 
-    silent.paused.clear()
-    wait_for(lambda: silent.last.lease > cut, 15, "node-2 renewing again", every_s=0.2)
+    silent.resume()
+    wait_for(lambda: loop.renewals()["node-2"] > cut, 15, "node-2 renewing again", every_s=0.2)
     loop.scale_kcm(1)
     up = time.monotonic()
     wait_for(lambda: loop.kcm.ready() == 1, 30, "KCM healthy again", every_s=0.2)
@@ -174,47 +179,6 @@ def test_kcm_at_zero_marks_nothing_and_a_restarted_kcm_neither(loop: KcmLoop) ->
     # The restarted KCM did lead while watched: it took over the leader lease.
     assert loop.kcm.started == 2
     assert "Successfully acquired lease" in loop.kcm.logs()[-1].read_text(errors="replace")
-
-
-def test_a_kubelet_writes_as_its_node_and_only_for_it(control_plane: ControlPlane) -> None:
-    """The stand-in's identity is judged by the Node authorizer and NodeRestriction: it may
-    write its own Node and lease, and nothing of another node's."""
-    assert control_plane.ca is not None
-    with control_plane.admin_client() as admin:
-        wait_for(lambda: _exists(admin, f"/api/v1/namespaces/{NODE_LEASE_NAMESPACE}"), 20, "kube-node-lease")
-    mine = Kubelet(
-        control_plane.url, str(control_plane.ca_file), node_credentials(control_plane.ca, "own-0"), "own-0"
-    )
-    other = Kubelet(
-        control_plane.url, str(control_plane.ca_file), node_credentials(control_plane.ca, "own-1"), "own-1"
-    )
-    try:
-        mine.tick()
-        other.tick()
-        assert mine.last.failures == 0 and mine.last.lease > 0 and mine.last.status > 0
-        leases = f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases"
-        with pytest.raises(Forbidden):
-            mine.client.merge_patch(f"{leases}/own-1", {"spec": {"holderIdentity": "own-0"}})
-        with pytest.raises(Forbidden):
-            mine.client.merge_patch("/api/v1/nodes/own-1/status", {"status": {"conditions": []}})
-    finally:
-        mine.stop()
-        other.stop()
-        with control_plane.admin_client() as admin:  # the control plane is shared: leave it as found
-            for node in ("own-0", "own-1"):
-                with contextlib.suppress(NotFound):
-                    admin.delete(f"/api/v1/nodes/{node}")
-                with contextlib.suppress(NotFound):
-                    admin.delete(
-                        f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases/{node}"
-                    )
-
-
-def _exists(c: Client, path: str) -> bool:
-    with contextlib.suppress(NotFound):
-        c.get(path)
-        return True
-    return False
 
 
 @pytest.mark.timeout(120)
