@@ -26,7 +26,8 @@ import asyncio
 import contextlib
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from aggregator.decider import Desired
 from aggregator.dependents import KIND_PATHS, Dependent, Step
@@ -38,7 +39,7 @@ from aggregator.scaler import Scaler
 from aggregator.scope import Alone, Leadership
 from aggregator.settings import Settings
 from core import logs
-from core.errors import KubeError
+from core.errors import KubeError, NotFound
 
 log = logs.get("fleet")
 
@@ -174,9 +175,26 @@ class Orphans:
                     listed.append(await self.seed.get(path, fieldSelector=f"metadata.name={name}"))
             for obj in (o for answer in listed for o in answer.get("items") or []):
                 meta = metadata(obj)
-                ours = RECORD in (meta.get("annotations") or {}) or RECORD in (meta.get("labels") or {})
-                if meta.get("namespace") and meta.get("name") and ours:
+                if meta.get("namespace") and meta.get("name") and _ours(meta):
                     found.setdefault(str(meta["namespace"]), {})[str(meta["name"])] = kind
+        return await self._still_ours(found)
+
+    async def _still_ours(self, found: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+        """``found``, and what the last pass found that this list misses, asked for by name: a
+        record on a dependent no longer configured is listed by our label alone, and another
+        writer may remove that label after the sweep found it (no target writes it back). It
+        stays found while either mark is on it."""
+        for ns, names in self.found.items():
+            for name, kind in names.items():
+                if name in found.get(ns, {}):
+                    continue
+                api_version = next(api for api, k in KIND_PATHS if k == kind)
+                try:
+                    obj = await self.seed.get(KIND_PATHS[(api_version, kind)].format(ns=ns, name=name))
+                except NotFound:
+                    continue
+                if _ours(metadata(obj)):
+                    found.setdefault(ns, {})[name] = kind
         return found
 
     async def _restore(self, namespace: str) -> None:
@@ -218,6 +236,11 @@ class Orphans:
             if name not in {d.name for d in known}
         ]
         return known + extra
+
+
+def _ours(meta: Mapping[str, Any]) -> bool:
+    """Either of our two marks: another writer may have dropped the other."""
+    return RECORD in (meta.get("annotations") or {}) or RECORD in (meta.get("labels") or {})
 
 
 def _in(collection: str, namespace: str) -> str:

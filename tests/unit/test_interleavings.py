@@ -396,6 +396,31 @@ async def test_a_dependent_dropped_from_the_settings_while_held_down_is_restored
     )
 
 
+@pytest.mark.parametrize("mode", ["file", "env"])
+async def test_a_dropped_dependent_whose_label_goes_after_the_sweep_found_it_is_still_restored(
+    mode: str,
+) -> None:
+    """As above, and another writer removes our label from the dropped one once the sweep has
+    found it: a list by label no longer shows it, and no target writes the label back (it is
+    configured nowhere). The model's soak found it at 0 with our annotation for good; what the
+    sweep has found it asks for by name until it is restored or carries no mark of ours."""
+    w = World()
+    await w.settle()
+    await w.outage()
+    settings = with_settings(w.settings, mode=mode)
+    kept = [d for d in quick_dependents() if d.name != CA]
+    orphans = Orphans(w.seed, kept, settings, AggregatorMetrics(), served=lambda: {NS}, clock=w.clock)  # type: ignore[arg-type]
+    await orphans.sweep()
+    assert CA in orphans.orphaned.get(NS, {}), orphans.orphaned
+    w.seed.objects[deployment_path(CA)]["metadata"]["labels"].pop(RECORD)
+    for _ in range(40):
+        orphans.wake.set()  # listed again at every pass (a target dropped, a new term)
+        w.clock.now += 1
+        await orphans.sweep()
+    assert w.replicas() == {**DOWN, CA: CONTROLLERS[CA]}
+    assert RECORD not in (w.seed.objects[deployment_path(CA)]["metadata"].get("annotations") or {})
+
+
 # -- 5: the sweep raises a hibernated shoot
 
 
