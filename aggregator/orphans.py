@@ -31,7 +31,7 @@ from typing import Any
 
 from aggregator.decider import Desired
 from aggregator.dependents import KIND_PATHS, Dependent, Step
-from aggregator.kube import KubeClient
+from aggregator.kube import METADATA_LIST, KubeClient
 from aggregator.metrics import AggregatorMetrics
 from aggregator.objects import metadata
 from aggregator.records import RECORD
@@ -39,7 +39,7 @@ from aggregator.scaler import Scaler
 from aggregator.scope import Alone, Leadership
 from aggregator.settings import Settings
 from core import logs
-from core.errors import KubeError, NotFound
+from core.errors import KubeError
 
 log = logs.get("fleet")
 
@@ -158,7 +158,11 @@ class Orphans:
         label, and the configured dependents by name with our annotation. Either mark alone is
         ours (another writer may drop one): a dropped label must not hide a record, nor a
         dropped annotation. One target from the environment lists its own namespace by the
-        label alone (its RBAC may grant no more; what it has configured is its target's)."""
+        label alone (its RBAC may grant no more; what it has configured is its target's).
+        Where a record of ours is, or was at the last pass, every object of those kinds is
+        listed too, metadata only: a record on a dependent no longer configured is found by
+        our label alone, no target writes a lost mark back on it, and the model's soak found
+        another writer removing that label (the dependent held at 0 for good)."""
         found: dict[str, dict[str, str]] = {}
         # Only the kinds that are configured: the seed's RBAC grants no more.
         kinds = sorted({(d.api_version, d.kind) for d in self.dependents})
@@ -173,28 +177,11 @@ class Orphans:
             ):
                 if not self._env:
                     listed.append(await self.seed.get(path, fieldSelector=f"metadata.name={name}"))
-            for obj in (o for answer in listed for o in answer.get("items") or []):
-                meta = metadata(obj)
-                if meta.get("namespace") and meta.get("name") and _ours(meta):
-                    found.setdefault(str(meta["namespace"]), {})[str(meta["name"])] = kind
-        return await self._still_ours(found)
-
-    async def _still_ours(self, found: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-        """``found``, and what the last pass found that this list misses, asked for by name: a
-        record on a dependent no longer configured is listed by our label alone, and another
-        writer may remove that label after the sweep found it (no target writes it back). It
-        stays found while either mark is on it."""
-        for ns, names in self.found.items():
-            for name, kind in names.items():
-                if name in found.get(ns, {}):
-                    continue
-                api_version = next(api for api, k in KIND_PATHS if k == kind)
-                try:
-                    obj = await self.seed.get(KIND_PATHS[(api_version, kind)].format(ns=ns, name=name))
-                except NotFound:
-                    continue
-                if _ours(metadata(obj)):
-                    found.setdefault(ns, {})[name] = kind
+            _collect(found, listed, kind)
+        for ns in sorted(found.keys() | self.found.keys()):
+            for api_version, kind in kinds:
+                path = _in(COLLECTIONS[(api_version, kind)], ns)
+                _collect(found, [await self.seed.request("GET", path, accept=METADATA_LIST)], kind)
         return found
 
     async def _restore(self, namespace: str) -> None:
@@ -236,6 +223,14 @@ class Orphans:
             if name not in {d.name for d in known}
         ]
         return known + extra
+
+
+def _collect(found: dict[str, dict[str, str]], answers: list[dict[str, Any]], kind: str) -> None:
+    """Into ``found``, what the LIST ``answers`` hold that carries a mark of ours."""
+    for obj in (o for answer in answers for o in answer.get("items") or []):
+        meta = metadata(obj)
+        if meta.get("namespace") and meta.get("name") and _ours(meta):
+            found.setdefault(str(meta["namespace"]), {})[str(meta["name"])] = kind
 
 
 def _ours(meta: Mapping[str, Any]) -> bool:
