@@ -104,7 +104,9 @@ bench: install testenv
 bench-full: install testenv
 	$(BIN)/python -m bench --full
 
-demo: install testenv
+# Builds only what it runs (kube-apiserver, KCM, kubemark, etcd), not all of testenv.
+demo: install
+	$(BIN)/python -m testenv build --demo
 	$(BIN)/python -m demo
 
 clean:
