@@ -4,8 +4,9 @@ Kubeconfig files are read with the ``kubernetes`` package (that is all it is
 used for): a client certificate, a token, a ``tokenFile`` (re-read when it
 changes, like the in-cluster token) or an exec plugin (run again by the
 package's own refresh hook before its token expires); ``auth-provider`` is
-refused by name. The kubeconfig itself is re-loaded when its file changes, so
-rotated credentials keep working. aiohttp's exceptions are translated into
+refused by name. A kubeconfig from a Secret (``data_only``) holds credentials as data
+only: none of those actions, no file path, no proxy. The kubeconfig itself is re-loaded
+when its file changes, so rotated credentials keep working. aiohttp's exceptions are translated into
 core.errors here and nowhere else.
 """
 
@@ -69,10 +70,23 @@ def load_kubeconfig(path: str | os.PathLike[str]) -> Endpoint:
     return load_kubeconfig_dict(raw, path)
 
 
-def load_kubeconfig_dict(raw: Any, source: str) -> Endpoint:
-    """An Endpoint from a parsed kubeconfig; ``source`` names it in every error."""
+# What a kubeconfig from a Secret may hold: credentials and where to use them, as data. Whoever
+# can write the Secret must not choose an action of this pod: a command (exec, auth-provider), a
+# local file read and sent on (tokenFile: the pod's own seed token to any server), a proxy.
+DATA_USER_FIELDS = frozenset({"token", "client-certificate-data", "client-key-data"})
+DATA_CLUSTER_FIELDS = frozenset(
+    {"server", "certificate-authority-data", "tls-server-name", "insecure-skip-tls-verify"}
+)
+
+
+def load_kubeconfig_dict(raw: Any, source: str, *, data_only: bool = False) -> Endpoint:
+    """An Endpoint from a parsed kubeconfig; ``source`` names it in every error. ``data_only``
+    (a kubeconfig from a Secret): any field beyond credentials as data is refused, by name,
+    before the loader sees it."""
     if not isinstance(raw, dict):
         raise KubeconfigError(f"kubeconfig {source}: not a kubeconfig (expected a mapping)")
+    if data_only:
+        _refuse_actions(raw, source)
     if provider := _current_user(raw).get("auth-provider"):
         name = provider.get("name") if isinstance(provider, dict) else provider
         raise KubeconfigError(
@@ -112,6 +126,24 @@ def load_kubeconfig_dict(raw: Any, source: str) -> Endpoint:
             "or client certificate"
         )
     return Endpoint(str(cfg.host).rstrip("/"), ctx, token, source)
+
+
+def _refuse_actions(raw: Mapping[str, Any], source: str) -> None:
+    """Every user and cluster of a Secret's kubeconfig holds data only (not only the current
+    context's: what it does not use, it has no reason to carry)."""
+    for section, key, allowed in (
+        ("users", "user", DATA_USER_FIELDS),
+        ("clusters", "cluster", DATA_CLUSTER_FIELDS),
+    ):
+        entries = raw.get(section) or []
+        for entry in entries if isinstance(entries, list) else []:
+            body = entry.get(key) if isinstance(entry, dict) else None
+            if isinstance(body, dict) and (refused := sorted(set(body) - allowed)):
+                raise KubeconfigError(
+                    f"kubeconfig {source}: {key} {entry.get('name')!r} has {refused[0]!r}, not allowed "
+                    f"in a kubeconfig from a Secret (it may hold {', '.join(sorted(allowed))}: "
+                    "credentials as data, never a command, a local file or a proxy)"
+                )
 
 
 def _bearer(cfg: k8s_client.Configuration) -> str:

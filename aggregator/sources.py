@@ -230,7 +230,7 @@ class SecretKubeconfig:
             return False
         try:
             raw = yaml.safe_load(base64.b64decode(encoded)) if encoded else self._requested(data)
-            endpoint = load_kubeconfig_dict(raw, self.source)
+            endpoint = load_kubeconfig_dict(raw, self.source, data_only=True)
         except (binascii.Error, ValueError, yaml.YAMLError) as e:
             self.error = f"cannot be decoded: {e}"
             return False

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from aggregator.fleet import Fleet
+from aggregator.kube import load_kubeconfig
 from aggregator.metrics import AggregatorMetrics
 from aggregator.settings import Backoff, Settings, Shoots
 from aggregator.sources import (
@@ -133,6 +134,83 @@ async def test_a_secret_kubeconfig_is_checked_and_taken_only_when_it_changed() -
     # A broken or deleted Secret leaves the last good credentials in use, and says why.
     assert secret.update(None) is False and secret.error == "the secret does not exist"
     assert secret().headers() == {"Authorization": "Bearer t2"}
+
+
+def acting(tmp_path: Path) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Kubeconfigs whose user or cluster acts on the aggregator's pod: the field, and the
+    kubeconfig. The exec plugin would leave a file behind; tokenFile would send the pod's
+    own token."""
+    ran = tmp_path / "ran"
+    own_token = tmp_path / "token"
+    own_token.write_text("the-pods-own-seed-token")
+    exec_user = {
+        "apiVersion": "client.authentication.k8s.io/v1",
+        "command": "/bin/sh",
+        "args": ["-c", f'touch {ran}; echo \'{{"status": {{"token": "x"}}}}\''],
+    }
+
+    def with_user(user: dict[str, Any]) -> dict[str, Any]:
+        return {**KUBECONFIG, "users": [{"name": "u", "user": user}]}
+
+    def with_cluster(extra: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **KUBECONFIG,
+            "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1", **extra}}],
+        }
+
+    return {
+        "exec": ("exec", with_user({"exec": exec_user})),
+        "tokenFile": ("tokenFile", with_user({"tokenFile": str(own_token)})),
+        "client-certificate": ("client-certificate", with_user({"client-certificate": str(own_token)})),
+        "auth-provider": ("auth-provider", with_user({"auth-provider": {"name": "oidc"}})),
+        "certificate-authority": (
+            "certificate-authority",
+            with_cluster({"certificate-authority": str(own_token)}),
+        ),
+        "proxy-url": ("proxy-url", with_cluster({"proxy-url": "http://127.0.0.1:3128"})),
+        # Not the current context's user: a Secret carries nothing it could run later.
+        "another user": (
+            "exec",
+            {**KUBECONFIG, "users": [*KUBECONFIG["users"], {"name": "v", "user": {"exec": exec_user}}]},
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "exec",
+        "tokenFile",
+        "client-certificate",
+        "auth-provider",
+        "certificate-authority",
+        "proxy-url",
+        "another user",
+    ],
+)
+def test_a_secret_kubeconfig_carries_data_never_an_action(tmp_path: Path, case: str) -> None:
+    """A kubeconfig from a Secret is refused, naming the Secret and the field, for anything
+    beyond credentials as data: whoever writes the Secret must not run a command in the
+    aggregator nor send its own token elsewhere. Before, the exec plugin ran and tokenFile
+    was read."""
+    field, kubeconfig = acting(tmp_path)[case]
+    secret = SecretKubeconfig("shoot--p--a", "access")
+    assert secret.update(secret_data(kubeconfig)["data"]) is False
+    with pytest.raises(KubeconfigError) as refused:
+        secret()
+    assert "secret shoot--p--a/access" in str(refused.value) and repr(field) in str(refused.value), (
+        refused.value
+    )
+    assert not (tmp_path / "ran").exists()
+
+
+def test_the_aggregators_own_kubeconfig_keeps_the_loaders_features(tmp_path: Path) -> None:
+    """Its own kubeconfig is the operator's, not a Secret's: tokenFile (the in-cluster token
+    re-read as it rotates) stays."""
+    _, kubeconfig = acting(tmp_path)["tokenFile"]
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    assert load_kubeconfig(path).headers() == {"Authorization": "Bearer the-pods-own-seed-token"}
 
 
 async def test_a_token_requestor_secret_without_a_kubeconfig_reaches_the_shoots_service(
