@@ -121,9 +121,15 @@ class LeaseClient:
             settings.tls,
         )
 
-    def reload_tls(self) -> None:
-        """Re-read the CA: after a tls failure it may have been rotated."""
-        self._ssl = self.tls()
+    def reload_tls(self) -> str:
+        """Re-read the CA: after a tls failure it may have been rotated. One that cannot be
+        read now (a rotation half written, a file replaced by something else) leaves the
+        context in use: returns why ("" when read)."""
+        try:
+            self._ssl = self.tls()
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+            return str(e)
+        return ""
 
     async def patch(
         self, body: dict[str, Any] | list[dict[str, Any]], *, window_s: float, path: str = ""

@@ -48,8 +48,8 @@ def read_endpoint(path: str) -> Endpoint:
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    except OSError as e:
-        raise KubeconfigError(f"{path}: {e.strerror or e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise KubeconfigError(f"{path}: {unreadable(e)}") from None
     try:
         doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:

@@ -245,8 +245,8 @@ class Renewer:
             self.log.debug("renew_throttled", retry_after=e.retry_after_s)
             return min(max(e.retry_after_s or 0.0, self.interval_s), MAX_BACKOFF_S)
         except KubeError as e:
-            if e.failure_class == "tls":
-                self.client.reload_tls()
+            if e.failure_class == "tls" and (why := self.client.reload_tls()):
+                self.log.warning("ca_unreadable", error=why, kept="the CA read before")
             self._failed(e, stamp, started)
             return self.interval_s
         self._succeeded(lease)

@@ -146,6 +146,7 @@ def _ca_file(r: EnvReader, endpoint: Endpoint, kubeconfig: str) -> str:
     """DWD_CA_FILE, else the kubelet kubeconfig's certificate-authority file ("" for its data or
     the system store)."""
     ca_file = r.string("DWD_CA_FILE", "")
+    setting = "DWD_CA_FILE" if ca_file else "DWD_KUBELET_KUBECONFIG"
     if ca_file and not os.access(ca_file, os.R_OK):
         r.problem("DWD_CA_FILE", f"{ca_file} is not a readable file")
     elif not ca_file and endpoint.ca_file:
@@ -156,4 +157,16 @@ def _ca_file(r: EnvReader, endpoint: Endpoint, kubeconfig: str) -> str:
                 f"{kubeconfig}: its certificate-authority {ca_file} is not readable "
                 "(mount it too, or set DWD_CA_FILE)",
             )
+    else:
+        _check_ca(r, setting, ca_file, endpoint)
     return ca_file
+
+
+def _check_ca(r: EnvReader, setting: str, ca_file: str, endpoint: Endpoint) -> None:
+    """The CA the agent will verify KAPI with, loaded once now: one that is not a certificate
+    is a setting's error (rc 2, named), not a traceback at the first renewal."""
+    try:
+        ssl_context(ca_file, ca_pem="" if ca_file else endpoint.ca_pem)
+    except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+        what = ca_file or "its certificate-authority-data"
+        r.problem(setting, f"{what}: not a CA certificate bundle ({e})")

@@ -89,7 +89,7 @@ def load_dependents(path: str) -> tuple[Dependent, ...]:
     """Parse a dependents file; every problem is named with the entry it belongs to."""
     try:
         raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError([f"DWD_DEPENDENTS_FILE: {path}: {unreadable(e)}"]) from e
     items = raw.get("dependentResourceInfos") if isinstance(raw, dict) else raw
     if not isinstance(items, list) or not items:

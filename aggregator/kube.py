@@ -65,7 +65,7 @@ def load_kubeconfig(path: str | os.PathLike[str]) -> Endpoint:
     path = str(path)
     try:
         raw = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise KubeconfigError(f"kubeconfig {path}: {unreadable(e)}") from e
     return load_kubeconfig_dict(raw, path)
 

@@ -86,7 +86,7 @@ class FileSource(Polled):
     async def desired(self) -> dict[str, TargetSpec]:
         try:
             raw = yaml.safe_load(await asyncio.to_thread(Path(self.path).read_text))
-        except (OSError, yaml.YAMLError) as e:
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
             raise KubeconfigError(f"targets file {self.path}: {unreadable(e)}") from e
         items = raw.get("targets") if isinstance(raw, dict) else None
         if not isinstance(items, list):

@@ -176,6 +176,8 @@ def unreadable(e: Exception) -> str:
     the agent imports YAML only while it reads a kubeconfig."""
     if isinstance(e, OSError):
         return e.strerror or str(e)
+    if isinstance(e, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {e.object[e.start : e.start + 1]!r} at offset {e.start})"
     problem = getattr(e, "problem", None) or (str(e).splitlines() or [type(e).__name__])[0]
     mark = getattr(e, "problem_mark", None)
     where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""

@@ -21,7 +21,7 @@ from testenv.apply import GENERATED, generated
 from testenv.controlplane import ControlPlane, env_for
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m testenv")
     sub = parser.add_subparsers(dest="verb", required=True)
     b = sub.add_parser(
@@ -37,6 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run COMMAND against a fresh control plane")
     r.add_argument("--san", action="append", default=[], help="extra name in the serving certificate")
     r.add_argument("command", nargs=argparse.REMAINDER)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
 
     if args.verb == "build":

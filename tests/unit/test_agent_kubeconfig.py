@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agent.client import LeaseClient
 from agent.kubeconfig import KubeconfigError, read_endpoint
 from agent.settings import Settings
 from core.config import ConfigError
@@ -106,16 +107,45 @@ def test_a_ca_by_path_is_read_relative_to_the_kubeconfig(
     assert len(subjects(s)) == 1
 
 
-def test_a_ca_path_that_is_not_mounted_says_what_to_do(tmp_path: Path, base: dict[str, str]) -> None:
+def test_a_ca_path_that_is_not_mounted_says_what_to_do(
+    tmp_path: Path, base: dict[str, str], ca: CertificateAuthority
+) -> None:
     path = kubeconfig(tmp_path / "kubeconfig", **{"certificate-authority": "/var/lib/kubelet/ca.crt"})
     with pytest.raises(ConfigError, match=r"certificate-authority /var/lib/kubelet/ca.crt is not readable"):
         Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(path)})
     # DWD_CA_FILE replaces it.
-    (tmp_path / "own.crt").write_text("")
+    (tmp_path / "own.crt").write_bytes(ca.cert_path.read_bytes())
     s = Settings.from_env(
         {**base, "DWD_KUBELET_KUBECONFIG": str(path), "DWD_CA_FILE": str(tmp_path / "own.crt")}
     )
     assert (s.apiserver_url, s.ca_file) == (SERVER, str(tmp_path / "own.crt"))
+
+
+def test_a_ca_or_kubeconfig_that_cannot_be_read_is_a_named_setting_error(
+    tmp_path: Path, base: dict[str, str]
+) -> None:
+    """Not a traceback with rc 1 at the first renewal: rc 2 and the setting named."""
+    (tmp_path / "not-a-ca").write_text("not a certificate")
+    with pytest.raises(ConfigError, match=r"DWD_CA_FILE: .*not-a-ca: not a CA certificate bundle"):
+        Settings.from_env({**base, "DWD_APISERVER_URL": SERVER, "DWD_CA_FILE": str(tmp_path / "not-a-ca")})
+    (tmp_path / "latin1").write_bytes(b"server: caf\xe9")
+    with pytest.raises(ConfigError, match=r"DWD_KUBELET_KUBECONFIG: .*latin1: not UTF-8 text"):
+        Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(tmp_path / "latin1")})
+
+
+def test_a_ca_unreadable_mid_rotation_keeps_the_one_in_use(
+    tmp_path: Path, ca: CertificateAuthority, base: dict[str, str]
+) -> None:
+    own = tmp_path / "own.crt"
+    own.write_bytes(ca.cert_path.read_bytes())
+    s = Settings.from_env({**base, "DWD_APISERVER_URL": SERVER, "DWD_CA_FILE": str(own)})
+    client = LeaseClient.for_settings(s)
+    before = client._ssl
+    own.write_text("half written")
+    assert "NO_CERTIFICATE" in client.reload_tls()
+    assert client._ssl is before
+    own.write_bytes(ca.cert_path.read_bytes())
+    assert client.reload_tls() == "" and client._ssl is not before
 
 
 def test_a_rotated_ca_is_read_again(tmp_path: Path, ca: CertificateAuthority, base: dict[str, str]) -> None:

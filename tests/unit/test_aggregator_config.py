@@ -165,11 +165,12 @@ def test_bad_dependents_name_each_entry(tmp_path: Path) -> None:
             "users: [{name: u, user: {auth-provider: {name: oidc, config: {}}}}]\n",
             "auth-provider 'oidc' is not supported",
         ),
+        ("server: caf\udce9", "not UTF-8 text (byte b'\\xe9' at offset 11)"),
     ],
 )
 def test_bad_kubeconfig_names_the_file(tmp_path: Path, content: str, message: str) -> None:
     p = tmp_path / "kc"
-    p.write_text(content)
+    p.write_bytes(content.encode("utf-8", "surrogateescape"))
     with pytest.raises(KubeconfigError) as e:
         load_kubeconfig(p)
     assert str(p) in str(e.value)
