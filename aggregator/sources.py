@@ -31,6 +31,7 @@ from aggregator.settings import Watching
 from aggregator.watcher import Informer
 from core import logs
 from core.errors import KubeconfigError, KubeError, unreadable
+from core.lease import is_dns_label
 
 # The sources log as part of the fleet they feed.
 log = logs.get("fleet")
@@ -91,13 +92,19 @@ class FileSource(Polled):
         items = raw.get("targets") if isinstance(raw, dict) else None
         if not isinstance(items, list):
             raise KubeconfigError(f"targets file {self.path}: expected a list under 'targets'")
-        out = {}
+        out: dict[str, TargetSpec] = {}
         for i, item in enumerate(items):
+            where = f"targets file {self.path}: entry {i}"
             if not isinstance(item, dict) or not item.get("namespace"):
-                raise KubeconfigError(f"targets file {self.path}: entry {i} needs a namespace")
-            ns = str(item["namespace"])
-            out[str(item.get("name") or ns)] = TargetSpec(
-                name=str(item.get("name") or ns),
+                raise KubeconfigError(f"{where} needs a namespace")
+            ns, name = str(item["namespace"]), str(item.get("name") or item["namespace"])
+            if not is_dns_label(ns):
+                raise KubeconfigError(f"{where}: {ns!r} is not a valid namespace name (RFC 1123 label)")
+            if name in out:
+                # Two entries, one target: the last would silently replace the first.
+                raise KubeconfigError(f"{where}: target {name!r} is named twice (give each a distinct name)")
+            out[name] = TargetSpec(
+                name=name,
                 namespace=ns,
                 kubeconfig_path=str(item.get("kubeconfig") or ""),
                 kubeconfig_secret=""

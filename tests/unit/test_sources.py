@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,25 @@ async def test_file_source(tmp_path: Path) -> None:
     }
     p.write_text("targets:\n  - name: x\n")
     with pytest.raises(KubeconfigError, match="entry 0 needs a namespace"):
+        await FileSource(str(p), "d").desired()
+
+
+@pytest.mark.parametrize(
+    ("targets", "message"),
+    [
+        # Before, the second silently replaced the first.
+        ("  - namespace: a\n  - namespace: a\n", "entry 1: target 'a' is named twice"),
+        ("  - namespace: a\n  - {namespace: b, name: a}\n", "entry 1: target 'a' is named twice"),
+        ("  - namespace: Shoot_A\n", "entry 0: 'Shoot_A' is not a valid namespace name"),
+        ("  - namespace: ../kube-system\n", "entry 0: '../kube-system' is not a valid namespace name"),
+    ],
+)
+async def test_a_targets_file_with_a_target_twice_or_a_bad_namespace_is_refused(
+    tmp_path: Path, targets: str, message: str
+) -> None:
+    p = tmp_path / "targets.yaml"
+    p.write_text("targets:\n" + targets)
+    with pytest.raises(KubeconfigError, match=re.escape(message)):
         await FileSource(str(p), "d").desired()
 
 
