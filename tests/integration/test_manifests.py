@@ -436,6 +436,19 @@ async def test_the_file_targets_example_is_what_the_aggregator_reads(tmp_path: P
         "shoot--dev--one": "shoot-access-dwd-lease-aggregator",
         "shoot--dev--two": "my-shoot-kubeconfig",
     }
+    # Every Secret the targets name is one the rendered RBAC lets the aggregator read (the
+    # example named one the seed's ClusterRole refused).
+    readable = {
+        name
+        for d in docs
+        if d["kind"] == "ClusterRole"
+        for rule in d["rules"]
+        if "secrets" in rule["resources"] and {"get", "list", "watch"} <= set(rule["verbs"])
+        for name in rule.get("resourceNames", [])
+    }
+    bound = {d["roleRef"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"}
+    assert {r["metadata"]["name"] for r in docs if r["kind"] == "ClusterRole"} <= bound
+    assert {s.kubeconfig_secret for s in wanted.values()} <= readable, readable
     secret = yaml.safe_load(
         (MANIFESTS / "seed-file-targets" / "shoot-access-secret.example.yaml").read_text()
     )
