@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import http.client
 import json
 import os
 import signal
@@ -250,10 +251,17 @@ def status_main(argv: list[str]) -> int:
     try:
         with urllib.request.urlopen(args.url.rstrip("/") + "/status", timeout=10) as response:
             status = json.load(response)
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        print(f"dwd-lease-aggregator status: {args.url}: {e}", file=sys.stderr)
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
+        print(f"dwd-lease-aggregator status: {args.url}: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
-    print(json.dumps(status, indent=2) if args.json else render_table(status))
+    try:
+        if not isinstance(status, dict) or not isinstance(status.get("targets"), list):
+            raise TypeError("expected a JSON object with a list of targets")
+        shown = json.dumps(status, indent=2) if args.json else render_table(status)
+    except (TypeError, KeyError, ValueError, AttributeError) as e:  # someone else's JSON
+        print(f"dwd-lease-aggregator status: {args.url}: not an aggregator's /status ({e})", file=sys.stderr)
+        return 1
+    print(shown)
     if error := status.get("source_error"):
         print(f"dwd-lease-aggregator status: the targets are unavailable: {error}", file=sys.stderr)
         return 1

@@ -3,12 +3,16 @@ variable, the file and what is wrong with it."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
+import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
+
+import pytest
 
 SEED = """apiVersion: v1
 kind: Config
@@ -80,3 +84,59 @@ def test_status_says_when_the_targets_are_unavailable_and_exits_1(tmp_path: Path
         server.server_close()
     assert out.returncode == 1, out
     assert "the targets are unavailable: bad file" in out.stderr
+
+
+def _status_against(answer: bytes) -> subprocess.CompletedProcess[str]:
+    """``status`` against a server that answers ``answer`` to anything, raw."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "aggregator",
+                "status",
+                "--url",
+                f"http://127.0.0.1:{listener.getsockname()[1]}",
+            ],
+            env={"PATH": "/usr/bin:/bin", "NO_PROXY": "*"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        listener.close()
+
+
+def _http(body: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(body),
+        body,
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n", "BadStatusLine"),  # not an HTTP port
+        (_http(b"[1, 2, 3]"), "not an aggregator's /status"),  # JSON, not an object
+        (_http(b'{"targets": [1]}'), "not an aggregator's /status"),  # someone else's object
+        (_http(b"<html>"), "JSONDecodeError"),
+    ],
+)
+def test_status_against_something_else_says_so_in_one_line(answer: bytes, said: str) -> None:
+    """Before, a non-HTTP port or JSON that is not a status object ended in a traceback."""
+    out = _status_against(answer)
+    assert out.returncode == 1, out
+    assert said in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
