@@ -27,6 +27,9 @@ from aggregator.view import View
 class TargetStatus:
     since_wall: float
     phase: Phase = Phase.STARTING
+    # The last verdict judged a quorum (False: starting, no view of the shoot, too few
+    # candidates): a healthy phase then says only that nothing is held down.
+    judging: bool = False
     candidates: int = 0
     stale: int = 0
     # What the verdict judged: stale / candidates, or the stratified estimate of a sample.
@@ -122,7 +125,7 @@ class Reporter:
 
     def verdict(self, v: Verdict) -> None:
         s, m = self.status, self.metrics
-        s.candidates, s.stale, s.fraction = v.candidates, v.stale, v.fraction
+        s.candidates, s.stale, s.fraction, s.judging = v.candidates, v.stale, v.fraction, v.judged
         s.zones = dict(v.zones)
         s.path_alive = v.path_alive
         m.path_alive.set(len(v.path_alive), target=self.name)
@@ -196,6 +199,7 @@ def verdict_fields(s: TargetStatus) -> dict[str, Any]:
     """The last verdict as the status page and ``/status`` show it."""
     return {
         "phase": str(s.phase),
+        "judging": s.judging,
         "since": s.since_wall,
         "candidates": s.candidates,
         "stale": s.stale,

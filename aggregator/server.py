@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -109,10 +109,18 @@ def _dependents(t: dict[str, Any]) -> str:
     return f"{desired}: {', '.join(parts)}" if parts else str(desired)
 
 
+def shown_phase(t: Mapping[str, Any]) -> str:
+    """The phase as shown: a healthy target that judges nothing (no view of the shoot, too few
+    candidates) is not shown as plainly healthy."""
+    phase = str(t.get("phase", ""))
+    return f"{phase} (not judging)" if phase == "healthy" and t.get("judging") is False else phase
+
+
 def _row(t: dict[str, Any], threshold: float) -> str:
     e = html.escape
     phase = str(t.get("phase", ""))
-    colour = PHASE_COLOURS.get(phase, "#57606a")
+    colour = PHASE_COLOURS.get(phase, "#57606a") if shown_phase(t) == phase else "#57606a"
+    phase = shown_phase(t)
     return (
         "<tr>"
         f'<td class="name">{e(t.get("name", ""))}</td>'
@@ -177,7 +185,7 @@ def render_table(status: dict[str, Any]) -> str:
         rows.append(
             (
                 str(t.get("name", "")),
-                str(t.get("phase", "")),
+                shown_phase(t),
                 _ago(t.get("since")),
                 f"{t.get('stale', 0)}/{t.get('candidates', 0)}",
                 f"{float(t.get('fraction', 0)):.0%}",

@@ -9,9 +9,10 @@ import pytest
 from aggregator.lifecycle import ClusterView, Lifecycle
 from aggregator.server import render_page, render_table
 from aggregator.sources import CLUSTERS, FileSource, GardenerSource, TargetSpec
-from core.errors import KubeconfigError
+from core.errors import KubeconfigError, api_error
 from testenv.gardener import cluster
 from tests.unit.fakekube import FakeKube
+from tests.unit.world import World
 
 # dependency-watchdog v1.7.0's rules (controllers/cluster/cluster_controller.go), case by case;
 # tests/integration/test_lifecycle_dwd.py compares every state with the real process.
@@ -154,3 +155,20 @@ def test_table() -> None:
     assert lines[1].split() == ["TARGET", "STATE", "SINCE", "STALE", "FRACTION", "WHY"]
     assert lines[2].split()[:2] == ["shoot--p--<a>", "scaled-down"]
     assert "7/10" in lines[2] and "70%" in lines[2]
+
+
+async def test_a_target_that_sees_nothing_of_its_shoot_is_not_shown_as_plainly_healthy() -> None:
+    """A shoot that refuses the aggregator from the start: no view, nothing judged. Before, the
+    table and the page showed it ``healthy`` like a shoot whose every node renews."""
+    w = World()
+    w.shoot.fail(error=lambda: api_error(401, '{"reason":"Unauthorized","message":"token revoked"}'))
+    await w.run(20)
+    seen = {"identity": "a", "targets": [w.target.snapshot()]}
+    assert seen["targets"][0]["phase"] == "healthy" and seen["targets"][0]["judging"] is False
+    assert render_table(seen).splitlines()[2].split()[1:4] == ["healthy", "(not", "judging)"]
+    assert "healthy (not judging)" in render_page(seen)
+    judged = World()
+    await judged.settle()
+    assert judged.target.snapshot()["judging"] is True
+    row = render_table({"targets": [judged.target.snapshot()]}).splitlines()[2]
+    assert row.split()[1] == "healthy" and "not judging" not in row
