@@ -169,25 +169,46 @@ class Registry:
         return "\n".join(m.render() for m in self._metrics.values()) + "\n"
 
 
-async def serve_metrics(registry: Registry, host: str, port: int) -> asyncio.Server:
-    """A minimal HTTP/1.0 endpoint for /metrics (and /healthz) without a web framework."""
+# Connections served at once; beyond, a new one is closed at once. Prometheus needs one; a
+# client that opens hundreds and sends nothing must not hold the agent's memory or its loop.
+MAX_CONNECTIONS = 8
+
+
+async def serve_metrics(
+    registry: Registry, host: str, port: int, *, max_connections: int = MAX_CONNECTIONS
+) -> asyncio.Server:
+    """A minimal HTTP/1.0 endpoint for /metrics (and /healthz) without a web framework: one
+    request a connection, its head within 5 s and 64 KiB, ``max_connections`` at once."""
+    open_now = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
-            path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b"/"
-            if path.startswith(b"/metrics"):
-                status, ctype, body = "200 OK", CONTENT_TYPE, registry.render().encode()
-            elif path.startswith(b"/healthz"):
-                status, ctype, body = "200 OK", "text/plain", b"ok\n"
-            else:
-                status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
-            head = f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n"
-            writer.write(head.encode() + body)
-            await writer.drain()
-        except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass
-        finally:
+        nonlocal open_now
+        if open_now >= max_connections:
             writer.close()
+            return
+        open_now += 1
+        try:
+            await _answer(registry, reader, writer)
+        finally:
+            open_now -= 1
 
     return await asyncio.start_server(handle, host, port)
+
+
+async def _answer(registry: Registry, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
+        path = request.split(b" ", 2)[1] if request.count(b" ") >= 2 else b"/"
+        if path.startswith(b"/metrics"):
+            status, ctype, body = "200 OK", CONTENT_TYPE, registry.render().encode()
+        elif path.startswith(b"/healthz"):
+            status, ctype, body = "200 OK", "text/plain", b"ok\n"
+        else:
+            status, ctype, body = "404 Not Found", "text/plain", b"not found\n"
+        head = f"HTTP/1.0 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n\r\n"
+        writer.write(head.encode() + body)
+        await writer.drain()
+    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        pass
+    finally:
+        writer.close()

@@ -106,3 +106,21 @@ def agents_for(cp: ControlPlane, tmp: Path) -> Iterator[Agents]:
             yield agents
         finally:
             agents.close()
+
+
+def pod_env(container: dict[str, Any], *, node: str, host_ip: str) -> dict[str, str]:
+    """A container's env as kubelet gives it on ``node``: the downward API's node name and host
+    IP filled in, ``$(VAR)`` references to the variables before it expanded."""
+    fields = {"spec.nodeName": node, "status.hostIP": host_ip}
+    env: dict[str, str] = {}
+    for var in container.get("env") or []:
+        if "valueFrom" in var:
+            path = var["valueFrom"]["fieldRef"]["fieldPath"]
+            assert path in fields, f"{var['name']}: the downward API's {path} is not played here"
+            env[var["name"]] = fields[path]
+            continue
+        value = str(var.get("value", ""))
+        for name, known in env.items():
+            value = value.replace(f"$({name})", known)
+        env[var["name"]] = value
+    return env

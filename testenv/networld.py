@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from testenv import containers
+from testenv.agents import pod_env
 from testenv.controlplane import ControlPlane
 from testenv.dns import DnsServer
 from testenv.kubelet import write_kubeconfig
@@ -190,13 +191,7 @@ class World:
         kubeconfig = write_kubeconfig(
             self.tmp / f"kubeconfig-{node.name}", f"https://{API}", self.cp.ca_file.read_bytes()
         )
-        full_env = {}
-        for var in container["env"]:
-            if "valueFrom" in var:
-                assert var["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-                full_env[var["name"]] = node.name
-            else:
-                full_env[var["name"]] = var["value"]
+        full_env = pod_env(container, node=node.name, host_ip=node.ns.ns_ip)
         node.log = self.tmp / f"agent-{node.name}.log"
         node.container = f"dwd-agent-{node.ns.name}"
         user = spec["securityContext"]

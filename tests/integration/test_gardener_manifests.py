@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from core.lease import lease_metadata, leases_path, node_lease_path
+from testenv.agents import pod_env
 from testenv.apply import GENERATED, RESOURCES, apply, generated, kustomize_build, load_docs
 from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
@@ -137,8 +138,9 @@ def test_the_shoot_part_is_a_managed_resource_of_gardeners_shape(
     ]["labels"].items()
     assert daemonset["spec"]["revisionHistoryLimit"] == 2
     # Its metrics served as shipped: DwdLeaseAgentNotRenewing needs them.
-    env = {e["name"]: e.get("value") for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["DWD_METRICS_ADDR"] == ":16909"
+    # On the node's own address, not every interface of the node.
+    env = pod_env(daemonset["spec"]["template"]["spec"]["containers"][0], node="n", host_ip="10.250.0.7")
+    assert env["DWD_METRICS_ADDR"] == "10.250.0.7:16909"
     assert daemonset["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "16909"
     # Not node-critical: that would keep new nodes tainted while the agent cannot run.
     for labels in (daemonset["metadata"]["labels"], daemonset["spec"]["template"]["metadata"]["labels"]):

@@ -18,6 +18,7 @@ from aggregator.sources import FileSource
 from core.errors import Forbidden
 from core.lease import LEASE_LABEL, lease_metadata, lease_path, leases_path, node_lease_path
 from testenv import netns
+from testenv.agents import pod_env
 from testenv.apply import apply, generated, kustomize_build, load_docs
 from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
@@ -367,16 +368,10 @@ def test_agent_from_the_daemonset_environment_renews(
     host = EXTERNAL_NAMES[0]
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig-real", f"https://{host}", plane.ca_file.read_bytes())
     env: dict[str, str] = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    for var in container["env"]:
-        if "valueFrom" in var:
-            assert var["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-            env[var["name"]] = node
-        else:
-            env[var["name"]] = (
-                var["value"]
-                .replace(mounts["credentials"], str(creds))
-                .replace(mounts["kubelet-kubeconfig"], str(kubeconfig))
-            )
+    for name, value in pod_env(container, node=node, host_ip="127.0.0.1").items():
+        env[name] = value.replace(mounts["credentials"], str(creds)).replace(
+            mounts["kubelet-kubeconfig"], str(kubeconfig)
+        )
     assert "DWD_APISERVER_URL" not in env  # the kubelet's server, not one of its own
     ns = netns.NetNs().create()
     lb = None

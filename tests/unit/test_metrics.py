@@ -1,8 +1,10 @@
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from core.metrics import Registry
+from core.metrics import Registry, serve_metrics
 
 
 def test_render_counters_gauges_and_labels() -> None:
@@ -59,3 +61,34 @@ def test_histogram_buckets_are_cumulative_with_sum_and_count() -> None:
     assert 'dwd_x_seconds_count{phase="dns"} 3' in text
     assert "# TYPE dwd_x_seconds histogram" in text
     assert h.count(phase="dns") == 3
+
+
+async def test_the_metrics_endpoint_serves_a_bounded_number_of_connections() -> None:
+    """Connections that send nothing hold a slot for at most 5 s; beyond the cap a new one is
+    closed at once, and a scrape gets through again as soon as a slot is free. Before, every
+    connection was served: a client opening hundreds held the agent's memory and loop."""
+    registry = Registry()
+    registry.counter("dwd_test_total", "a counter").inc()
+    server = await serve_metrics(registry, "127.0.0.1", 0, max_connections=3)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 2) == b""  # closed without an answer
+        writer.close()
+        idle[0][1].close()
+        await idle[0][1].wait_closed()
+        await asyncio.sleep(0.05)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /metrics HTTP/1.0\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 2)
+        assert answer.startswith(b"HTTP/1.0 200 OK") and b"dwd_test_total 1" in answer
+        writer.close()
+        for _, w in idle[1:]:
+            w.close()
+            await w.wait_closed()
+        await asyncio.sleep(0.1)  # the server's side of each sees its end
+    finally:
+        server.close()
+        await server.wait_closed()
