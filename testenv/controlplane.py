@@ -63,7 +63,7 @@ class ControlPlane:
         return self.workdir / "admin.kubeconfig"
 
     def start(self, timeout_s: float = 90.0) -> ControlPlane:
-        paths = binaries.find()
+        paths = binaries.find((binaries.KUBE_APISERVER, binaries.ETCD))
         pki = self.workdir / "pki"
         pki.mkdir(parents=True, exist_ok=True)
         ca = self.ca = CertificateAuthority(pki)

@@ -92,7 +92,7 @@ class KcmReplicas:
         self.shoot = shoot
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.binary = binaries.find()["kube-controller-manager"]
+        self.binary = binaries.find((binaries.KUBE_CONTROLLER_MANAGER,))["kube-controller-manager"]
         self.procs: list[Process] = []
         self._ports: dict[str, int] = {}  # by process name: where its /healthz answers
         self.started = 0  # processes ever started, restarts included
