@@ -4,7 +4,6 @@ variable, the file and what is wrong with it."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import socket
 import subprocess
@@ -57,31 +56,7 @@ def test_status_says_when_the_targets_are_unavailable_and_exits_1(tmp_path: Path
     targets are missing, and fails (a script's check must not read an empty table as fine)."""
     status = {"identity": "a", "leader": True, "dry_run": False, "targets": [], "source_error": "bad file"}
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps(status).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        out = subprocess.run(
-            [sys.executable, "-m", "aggregator", "status", "--url", f"http://127.0.0.1:{server.server_port}"],
-            env={"PATH": "/usr/bin:/bin", "NO_PROXY": "*"},
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    finally:
-        server.shutdown()
-        server.server_close()
+    out = _status_against(_http(json.dumps(status).encode()))
     assert out.returncode == 1, out
     assert "the targets are unavailable: bad file" in out.stderr
 
