@@ -11,7 +11,7 @@ LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 LOWEST_PYTEST := $(LOWEST)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
 
-.PHONY: deps install testenv image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e lint fmt bench bench-full demo clean coverage soak
+.PHONY: deps install testenv demo-binaries image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e lint fmt bench bench-full demo clean coverage soak
 
 install: $(STAMP)
 
@@ -104,10 +104,14 @@ bench: install testenv
 bench-full: install testenv
 	$(BIN)/python -m bench --full
 
-# Builds only what it runs (kube-apiserver, KCM, kubemark, etcd), not all of testenv.
-demo: install
-	$(BIN)/python -m testenv build --demo
+# Builds only what it runs (kube-apiserver, KCM, kubemark, etcd), not all of testenv, and builds
+# it while pip installs: testenv/binaries.py needs only the standard library.
+demo:
+	$(MAKE) --no-print-directory -j2 install demo-binaries
 	$(BIN)/python -m demo
+
+demo-binaries:
+	$(PYTHON) -m testenv.binaries
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .pytest_cache .mypy_cache .ruff_cache build

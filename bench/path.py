@@ -44,8 +44,10 @@ from types import FrameType
 
 from bench.table import print_table
 from testenv import netns
-from testenv.chain import Chain, agent_counters, agent_record, chain, latencies
+from testenv.chain import AGGREGATOR_DEFAULTS, Chain, agent_counters, agent_record, chain, latencies
+from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane
+from testenv.wait import wait_for
 
 
 @dataclass(frozen=True)
@@ -171,10 +173,81 @@ def loss_levels(c: Chain, percents: Sequence[int], seconds: float) -> list[Level
     return out
 
 
+def blackhole(c: Chain, on: bool) -> None:
+    for lb in c.lbs:
+        lb.blackhole = on
+
+
+def fault_levels(c: Chain, half_open_s: Sequence[float], seconds: float) -> list[Level]:
+    """Short faults a working path recovers from, each observed for ``seconds``: the load
+    balancer half-open for a moment (the connections open then stay dead: each agent must give
+    up on its attempt and connect anew), DNS failing while the connections stay up, and DNS
+    losing half its answers while every connection must be made again (the agent resolves the
+    name for each one)."""
+    out = []
+    for blip in half_open_s:
+
+        def half_open(blip: float = blip) -> None:
+            blackhole(c, True)
+            time.sleep(blip)
+            blackhole(c, False)
+
+        out.append(measure(c, f"load balancer half-open {blip:g} s", seconds, half_open, lambda: None))
+
+    def dns_dead() -> None:
+        c.dns.drop = 1.0
+
+    def dns_back() -> None:
+        c.dns.drop = 0.0
+
+    out.append(measure(c, "DNS failing, connections kept", seconds, dns_dead, dns_back))
+
+    def dns_flaky() -> None:
+        c.dns.drop = 0.5
+        end = time.time() + seconds
+        while time.time() < end - 10:
+            c.cut_connections()
+            time.sleep(10)
+
+    out.append(measure(c, "DNS 50 % lost, connections cut every 10 s", seconds, dns_flaky, dns_back))
+    for level in out:
+        print(f"  {level.name}: {level.ok_ratio} ok, max stale {level.max_stale}", flush=True)
+    return out
+
+
+@dataclass(frozen=True)
+class Detection:
+    """A real cut (the load balancers refuse): how soon the controllers go down."""
+
+    first_down_s: float
+    all_down_s: float
+
+
+def detect(c: Chain) -> Detection:
+    c.wait_judging(120)
+    t0 = time.monotonic()
+    for lb in c.lbs:
+        lb.close()
+
+    def down(all_of_them: bool) -> float | None:
+        for sample in c.replicas.between(t0):
+            low = [n for n, r in sample.replicas.items() if r < CONTROLLERS[n]]
+            if (len(low) == len(CONTROLLERS)) if all_of_them else low:
+                return sample.t - t0
+        return None
+
+    all_down = wait_for(lambda: down(True), 60, "every controller scaled down after the cut", every_s=0.1)
+    first = down(False)
+    assert first is not None
+    for lb in c.lbs:
+        lb.open()
+    return Detection(first, all_down)
+
+
 def print_rtt(levels: list[Level]) -> None:
     seconds = levels[0].seconds if levels else 0
     print_table(
-        f"Renewals against added RTT (agent and aggregator defaults, {len(levels)} levels of "
+        f"Renewals against added RTT ({len(levels)} levels of "
         f"{seconds:.0f}s, load balancer connections cut half-way)",
         [
             "added RTT",
@@ -258,36 +331,104 @@ def sigterm_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def run(
-    rtts_ms: Sequence[int] = (0, 150, 300, 600, 1000),
-    rtt_seconds: float = 60.0,
-    loss_percents: Sequence[int] = (20, 40, 50),
-    loss_seconds: float = 120.0,
-    nodes: int = 10,
-) -> None:
+@dataclass(frozen=True)
+class Run:
+    """Every level under one set of the aggregator's settings."""
+
+    settings: dict[str, str]
+    rtt: list[Level]
+    loss: list[Level]
+    faults: list[Level]
+    detection: Detection | None
+
+    @property
+    def label(self) -> str:
+        shown = {**AGGREGATOR_DEFAULTS, **self.settings}
+        return f"lease {shown['DWD_LEASE_DURATION']}, confirm {shown['DWD_CONFIRM_PERIOD']}"
+
+
+def run_one(settings: dict[str, str], levels: Levels, nodes: int) -> Run:
+    with (
+        tempfile.TemporaryDirectory(prefix="dwd-bench-path-") as tmp,
+        ControlPlane().running() as seed,
+        chain(seed, Path(tmp), "shoot--bench--path", nodes, settings=settings) as c,
+    ):
+        print(f"bench.path: {nodes} nodes, settings {settings or 'the defaults'}, logs in {tmp}", flush=True)
+        rtt = rtt_levels(c, levels.rtts_ms, levels.rtt_seconds)
+        loss = loss_levels(c, levels.loss_percents, levels.loss_seconds)
+        faults = fault_levels(c, levels.half_open_s, levels.fault_seconds) if levels.faults else []
+        detection = detect(c) if levels.detect else None
+    return Run(settings, rtt, loss, faults, detection)
+
+
+@dataclass(frozen=True)
+class Levels:
+    rtts_ms: Sequence[int] = (0, 150, 300, 600, 1000)
+    rtt_seconds: float = 60.0
+    loss_percents: Sequence[int] = (20, 40, 50)
+    loss_seconds: float = 120.0
+    half_open_s: Sequence[float] = (2.0, 4.0)
+    fault_seconds: float = 60.0
+    faults: bool = True
+    detect: bool = True
+
+
+def run(levels: Levels = Levels(), variants: Sequence[dict[str, str]] = ({},), nodes: int = 10) -> None:
     why = netns.available()
     if why:
         print(f"\nbench.path skipped: {why}")
         return
     started = time.monotonic()
-    with (
-        sigterm_interrupts(),
-        tempfile.TemporaryDirectory(prefix="dwd-bench-path-") as tmp,
-        ControlPlane().running() as seed,
-        chain(seed, Path(tmp), "shoot--bench--path", nodes) as c,
-    ):
-        print(f"bench.path: {nodes} nodes, logs in {tmp}", flush=True)
-        rtt = rtt_levels(c, rtts_ms, rtt_seconds)
-        loss = loss_levels(c, loss_percents, loss_seconds)
-    if rtt:
-        print_rtt(rtt)
-    if loss:
-        print_loss(loss)
+    with sigterm_interrupts():
+        runs = [run_one(settings, levels, nodes) for settings in variants]
+    for r in runs:
+        print(f"\n=== aggregator: {r.label} ===")
+        if r.rtt:
+            print_rtt(r.rtt)
+        if r.loss:
+            print_loss(r.loss)
+    print_side_by_side(runs)
     print(f"\nbench.path took {time.monotonic() - started:.0f}s")
+
+
+def print_side_by_side(runs: list[Run]) -> None:
+    """Each level under each setting: what the aggregator counted stale at most, the longest
+    it saw a lease unrenewed, and whether anything was scaled down (on a path that works,
+    a false scale-down); then a real cut's detection."""
+    columns = ["level"]
+    for r in runs:
+        columns += [f"{r.label}: max stale", "longest age, s", "scaled down"]
+    rows = []
+    for i, level in enumerate([*runs[0].rtt, *runs[0].loss, *runs[0].faults]):
+        row: list[object] = [level.name if not level.name[0].isdigit() else f"loss {level.name}"]
+        for r in runs:
+            x = [*r.rtt, *r.loss, *r.faults][i]
+            row += [x.max_stale, f"{x.longest_age_s:.1f}", "YES (false)" if x.scaled_down else "no"]
+        rows.append(row)
+    for what, pick in (("cut -> first controller down, s", 0), ("cut -> every controller down, s", 1)):
+        row = [what]
+        for r in runs:
+            d = r.detection
+            row += [f"{(d.first_down_s, d.all_down_s)[pick]:.1f}" if d else "-", "", ""]
+        rows.append(row)
+    print_table(f"The same paths, side by side ({len(runs)} settings)", columns, rows)
 
 
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def _settings(text: str) -> dict[str, str]:
+    """``DWD_LEASE_DURATION=6s,DWD_CONFIRM_PERIOD=3s``: the aggregator's settings for a run."""
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    bad = [item for item in pairs if len(item) != 2 or not item[0].startswith("DWD_")]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not NAME=VALUE with a DWD_ name: {bad}")
+    return {k.strip(): v.strip() for k, v in pairs}
 
 
 def main() -> None:
@@ -306,9 +447,35 @@ def main() -> None:
         help="loss levels, each way (default 20,40,50; '' for none)",
     )
     parser.add_argument("--loss-seconds", type=float, default=120.0, help="per loss level (default 120)")
+    parser.add_argument(
+        "--half-open-s", type=_floats, default=[2.0, 4.0], help="half-open blips, seconds (default 2,4)"
+    )
+    parser.add_argument(
+        "--fault-seconds", type=float, default=60.0, help="each short fault observed for (default 60)"
+    )
+    parser.add_argument("--no-faults", action="store_true", help="no half-open or DNS levels")
+    parser.add_argument("--no-detect", action="store_true", help="no real cut at the end")
+    parser.add_argument(
+        "--against",
+        type=_settings,
+        action="append",
+        default=[],
+        help="also run every level with these aggregator settings, side by side with the defaults "
+        "(e.g. DWD_LEASE_DURATION=6s,DWD_CONFIRM_PERIOD=3s); repeatable",
+    )
     parser.add_argument("--nodes", type=int, default=10, help="nodes, each with its agent (default 10)")
     args = parser.parse_args()
-    run(args.rtt_ms, args.rtt_seconds, args.loss_percent, args.loss_seconds, args.nodes)
+    levels = Levels(
+        args.rtt_ms,
+        args.rtt_seconds,
+        args.loss_percent,
+        args.loss_seconds,
+        args.half_open_s,
+        args.fault_seconds,
+        not args.no_faults,
+        not args.no_detect,
+    )
+    run(levels, [{}, *args.against], args.nodes)
 
 
 if __name__ == "__main__":

@@ -92,15 +92,16 @@ def build_all(*, force: bool, demo: bool = False) -> None:
     and kubemark are built in kube-apiserver's go build; our Gardener types check is built in
     GRM's go build (grm.TREE_BINARIES). ``demo``: only what ``make demo`` runs (a cold build
     of everything took 11 min here, 455 s of it kube-apiserver's competing with GRM's)."""
-    k8s = (binaries.KUBE_APISERVER, binaries.KUBE_CONTROLLER_MANAGER, binaries.KUBEMARK)
-    rest = [(c,) for c in binaries.COMPONENTS if c not in k8s and (not demo or c is binaries.ETCD)]
+    if demo:
+        binaries.build_demo(force=force)
+        return
+    rest = [(c,) for c in binaries.COMPONENTS if c not in binaries.KUBERNETES]
     with concurrent.futures.ThreadPoolExecutor(max_workers=3 + len(rest)) as pool:
         builds: list[concurrent.futures.Future[object]] = [
-            pool.submit(binaries.build, force=force, only=only) for only in (k8s, *rest)
+            pool.submit(binaries.build, force=force, only=only) for only in (binaries.KUBERNETES, *rest)
         ]
-        if not demo:
-            builds.append(pool.submit(grm.build, force=force))
-            builds.append(pool.submit(dependency_watchdog.build, force=force))
+        builds.append(pool.submit(grm.build, force=force))
+        builds.append(pool.submit(dependency_watchdog.build, force=force))
         for done in concurrent.futures.as_completed(builds):
             done.result()  # the first failure stops `make testenv`; the others finish first
 

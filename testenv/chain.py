@@ -38,6 +38,7 @@ from testenv.apply import kustomize_build
 from testenv.client import node_leases
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, free_port
+from testenv.dns import DnsServer
 from testenv.networld import Node, World
 from testenv.poller import Poller
 from testenv.process import Process
@@ -240,6 +241,11 @@ class Chain:
     def lbs(self) -> list[TcpProxy]:
         return [n.lb for n in self.nodes]
 
+    @property
+    def dns(self) -> DnsServer:
+        assert self.world.dns is not None, "chain() starts the nodes' DNS server"
+        return self.world.dns
+
     def wait_judging(self, timeout_s: float = 60) -> View:
         """Every node a candidate, none stale, the aggregator judging, the controllers up."""
 
@@ -273,10 +279,17 @@ class Chain:
 
 @contextlib.contextmanager
 def chain(
-    seed: ControlPlane, tmp: Path, namespace: str, nodes: int = 10, images: dict[str, str] | None = None
+    seed: ControlPlane,
+    tmp: Path,
+    namespace: str,
+    nodes: int = 10,
+    *,
+    images: dict[str, str] | None = None,
+    settings: dict[str, str] | None = None,
 ) -> Iterator[Chain]:
     """``images``: run the agents and the aggregator from these (testenv.containers.images()),
-    the agents as the example overlay's DaemonSet runs them."""
+    the agents as the example overlay's DaemonSet runs them. ``settings``: the aggregator's,
+    over its defaults (AGGREGATOR_DEFAULTS)."""
     with shoot_for(seed, namespace, tmp / "shoot", EXTERNAL_NAMES) as shoot:
         (tmp / "shoot").mkdir(parents=True, exist_ok=True)
         shoot.setup(nodes=nodes)
@@ -301,7 +314,7 @@ def chain(
             aggregator = shoot.start_aggregator(
                 seed=None,
                 image=images["aggregator"] if images else None,
-                **AGGREGATOR_DEFAULTS,
+                **{**AGGREGATOR_DEFAULTS, **(settings or {})},
                 DWD_METRICS_ADDR=f"127.0.0.1:{port}",
             )
             view = AggregatorView(f"http://127.0.0.1:{port}")

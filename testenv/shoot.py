@@ -17,10 +17,10 @@ import yaml
 
 from core.lease import DEFAULT_LEASE_NAMESPACE
 from testenv import containers
-from testenv.apply import apply, load_docs
+from testenv.apply import apply, kustomize_build, load_docs
 from testenv.client import Client, node_leases
 from testenv.controllers import CONTROLLERS
-from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
+from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node, kubeconfig_yaml
 from testenv.faultproxy import FaultProxy
 from testenv.poller import Poller
 from testenv.process import Process, spawn_python
@@ -29,6 +29,9 @@ from testenv.wait import wait_for
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
 AGGREGATOR_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "shoot-access" / "rbac.yaml"
+SEED_MANIFESTS = Path(__file__).resolve().parents[1] / "manifests" / "seed"
+# What manifests/seed runs, not what it allows: seed_service_account leaves them out.
+SEED_WORKLOAD_KINDS = {"Deployment", "Service", "PodDisruptionBudget"}
 
 # Fast but faithful: the same rules as the defaults, on a shorter clock.
 FAST_ENV = {
@@ -298,6 +301,21 @@ class Shoot:
             "contexts": [{"name": "shoot", "context": {"cluster": "shoot", "user": "aggregator"}}],
             "users": [{"name": "aggregator", "user": {"token": token}}],
         }
+
+    def seed_service_account(self) -> Path:
+        """A kubeconfig of the seed aggregator's own ServiceAccount (garden/dwd-lease-aggregator)
+        under the shipped RBAC and admission policy (manifests/seed), applied to the seed: the
+        identity a seed runs the aggregator with, whose every write the policy judges."""
+        docs = [d for d in kustomize_build(SEED_MANIFESTS) if d["kind"] not in SEED_WORKLOAD_KINDS]
+        ensure_namespace(self.seed_admin, "garden")
+        apply(self.seed_admin, docs)
+        token = self.seed_admin.create(
+            "/api/v1/namespaces/garden/serviceaccounts/dwd-lease-aggregator/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )["status"]["token"]
+        path = self.tmp / "seed-service-account.kubeconfig"
+        path.write_text(kubeconfig_yaml(self.seed.url, self.seed.ca_file, {"token": token}))
+        return path
 
     def store_access(self, kubeconfig: dict[str, Any] | str, name: str = ACCESS_SECRET) -> None:
         """The kubeconfig secret in the shoot's control-plane namespace of the seed."""

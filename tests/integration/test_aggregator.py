@@ -16,8 +16,11 @@ pytestmark = pytest.mark.integration
 
 
 def test_quorum_lost_scales_down_in_order_and_back_up_exactly(shoot: Shoot) -> None:
+    """As the seed runs it: the aggregator's own ServiceAccount under the shipped RBAC and
+    admission policy (manifests/seed), whose every write, scale-down, record, Event and
+    scale-up, the policy judges."""
     shoot.setup()
-    agg = shoot.start_aggregator()
+    agg = shoot.start_aggregator(DWD_SEED_KUBECONFIG=str(shoot.seed_service_account()))
     shoot.wait_leases_renewed()
     time.sleep(3)  # the aggregator waits one lease duration after start
     cut = time.monotonic()

@@ -25,6 +25,7 @@ from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.kubelet import write_kubeconfig
 from testenv.process import spawn
 from testenv.pytest_plugin import EXTERNAL_NAMES
+from testenv.standins import deployment
 from testenv.tcpproxy import TcpProxy
 from testenv.wait import wait_for
 
@@ -207,6 +208,10 @@ SEED_MAY = [
 SEED_MUST_NOT = [
     ("delete", "apps/deployments", "shoot--p--a", "kube-controller-manager", ""),
     ("create", "apps/deployments", "shoot--p--a", "", ""),
+    ("patch", "apps/deployments", "garden", "gardenlet", ""),
+    ("get", "apps/deployments", "shoot--p--a", "etcd-druid", ""),
+    ("update", "apps/deployments", "shoot--p--a", "kube-controller-manager", ""),
+    ("update", "apps/deployments", "shoot--p--a", "kube-controller-manager", "scale"),
     ("get", "secrets", "shoot--p--a", "ca", ""),
     ("list", "secrets", "shoot--p--a", "", ""),
     ("list", "secrets", "", "", ""),
@@ -292,6 +297,172 @@ def test_the_aggregator_lists_its_kubeconfig_secrets_across_the_seed_and_no_othe
             aggregator.get("/api/v1/secrets")
         with pytest.raises(Forbidden):
             aggregator.get("/api/v1/secrets", fieldSelector="metadata.name=other")
+
+
+SHOOT_NS = "shoot--p--a"
+DEPLOY = "/apis/apps/v1/namespaces/{ns}/deployments"
+RECORD_KEYS = {
+    "dwd-lease.gardener.cloud/scaled-down": '{"replicas": 3}',
+    "dependency-watchdog.gardener.cloud/replicas": "3",
+    "dependency-watchdog.gardener.cloud/meltdown-protection-active": "",
+}
+
+
+def _seed_aggregator_token(admin: Client) -> str:
+    token: str = admin.create(
+        "/api/v1/namespaces/garden/serviceaccounts/dwd-lease-aggregator/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    return token
+
+
+def _event(namespace: str, name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"generateName": "dwd-lease-"},
+        "involvedObject": {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "namespace": namespace,
+            "name": name,
+        },
+        "reason": "ScaledDown",
+        "message": "test",
+        "type": "Normal",
+    }
+
+
+# Each a write the seed aggregator's token attempts on a dependent it may patch by RBAC, and
+# what refuses it: (name, namespace, deployment name, subresource, merge patch, the words of
+# the refusal).
+REFUSED = [
+    (
+        "gardenlet's image",
+        "garden",
+        "gardenlet",
+        "",
+        {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "evil"}]}}}},
+        "forbidden",
+    ),
+    (
+        "a dependent outside a shoot namespace",
+        "kube-system",
+        "kube-controller-manager",
+        "",
+        {"spec": {"replicas": 0}},
+        "only in shoot control-plane namespaces",
+    ),
+    (
+        "its scale outside a shoot namespace",
+        "kube-system",
+        "kube-controller-manager",
+        "scale",
+        {"spec": {"replicas": 0}},
+        "only in shoot control-plane namespaces",
+    ),
+    (
+        "a dependent's image",
+        SHOOT_NS,
+        "kube-controller-manager",
+        "",
+        {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "evil"}]}}}},
+        "only spec.replicas",
+    ),
+    (
+        "a dependent's strategy",
+        SHOOT_NS,
+        "machine-controller-manager",
+        "",
+        {"spec": {"minReadySeconds": 30}},
+        "only spec.replicas",
+    ),
+    (
+        "a label not ours",
+        SHOOT_NS,
+        "kube-controller-manager",
+        "",
+        {"metadata": {"labels": {"app": "other"}}},
+        "only its own annotations",
+    ),
+    (
+        "the operator's ignore-scaling",
+        SHOOT_NS,
+        "kube-controller-manager",
+        "",
+        {"metadata": {"annotations": {"dependency-watchdog.gardener.cloud/ignore-scaling": "true"}}},
+        "only its own annotations",
+    ),
+    (
+        "a finalizer",
+        SHOOT_NS,
+        "cluster-autoscaler",
+        "",
+        {"metadata": {"finalizers": ["example.com/hold"]}},
+        "only its own annotations",
+    ),
+]
+
+
+def _refusal(client: Client, ns: str, name: str, sub: str, patch: dict[str, Any]) -> str:
+    """Why the write was refused, or "allowed"."""
+    try:
+        client.merge_patch(f"{DEPLOY.format(ns=ns)}/{name}" + (f"/{sub}" if sub else ""), patch)
+    except Forbidden as e:
+        return str(e)
+    return "allowed"
+
+
+def test_the_seed_aggregator_may_change_only_replicas_and_its_record_of_a_dependent(
+    plane: ControlPlane, installed: object
+) -> None:
+    """Real requests with the seed aggregator's own token against the shipped RBAC and
+    admission policy: another Deployment, a dependent outside a shoot namespace, a template, a
+    label or annotation not ours are refused; the replicas and the record of a dependent, and
+    an Event about it, are allowed."""
+    names = ("kube-controller-manager", "machine-controller-manager", "cluster-autoscaler")
+    with plane.admin_client() as admin:
+        for ns, name in [*((SHOOT_NS, n) for n in names), ("kube-system", names[0]), ("garden", "gardenlet")]:
+            ensure_namespace(admin, ns)
+            admin.ensure(DEPLOY.format(ns=ns), deployment(name, 3))
+        token = _seed_aggregator_token(admin)
+    with plane.token_client(token) as aggregator:
+        # A policy is enforced a moment after its creation (the API server's informer).
+        wait_for(
+            lambda: _refusal(aggregator, *REFUSED[1][1:5]) != "allowed",
+            10,
+            "the seed admission policy in force",
+            every_s=0.2,
+        )
+        lowered = {
+            "spec": {"replicas": 0},
+            "metadata": {"annotations": RECORD_KEYS, "labels": {"dwd-lease.gardener.cloud/scaled-down": "3"}},
+        }
+        path = f"{DEPLOY.format(ns=SHOOT_NS)}/kube-controller-manager"
+        assert aggregator.merge_patch(path, lowered)["spec"]["replicas"] == 0
+        restored = {
+            "spec": {"replicas": 3},
+            "metadata": {
+                "annotations": dict.fromkeys(RECORD_KEYS),
+                "labels": {"dwd-lease.gardener.cloud/scaled-down": None},
+            },
+        }
+        assert aggregator.merge_patch(path, restored)["spec"]["replicas"] == 3
+        scale = f"{DEPLOY.format(ns=SHOOT_NS)}/cluster-autoscaler/scale"
+        assert aggregator.merge_patch(scale, {"spec": {"replicas": 0}})["spec"].get("replicas", 0) == 0
+        aggregator.create(
+            f"/api/v1/namespaces/{SHOOT_NS}/events", _event(SHOOT_NS, "kube-controller-manager")
+        )
+        refusals = {
+            what: _refusal(aggregator, ns, name, sub, patch) for what, ns, name, sub, patch, _ in REFUSED
+        }
+        wrong = {what: refusals[what] for what, *_, words in REFUSED if words not in refusals[what]}
+        assert wrong == {}, "not refused, or refused for another reason"
+        for ns, about in ((SHOOT_NS, "etcd-main"), ("garden", "kube-controller-manager")):
+            with pytest.raises(Forbidden):
+                aggregator.create(f"/api/v1/namespaces/{ns}/events", _event(ns, about))
+    with plane.admin_client() as admin:
+        kcm = admin.get(f"{DEPLOY.format(ns=SHOOT_NS)}/kube-controller-manager")
+        assert kcm["spec"]["template"]["spec"]["containers"][0]["image"] == "kube-controller-manager"
+        assert kcm["metadata"]["labels"] == {"app": "kube-controller-manager"}
 
 
 def test_the_shoot_aggregator_writes_only_leases_of_its_own(plane: ControlPlane, installed: object) -> None:

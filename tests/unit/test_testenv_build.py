@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from testenv import __main__ as cli
@@ -29,3 +34,25 @@ def test_build_asks_for_what_it_is_for(
     )
     assert cli.main(argv) == 0
     assert sorted(asked) == sorted(wanted)
+
+
+def test_make_demo_builds_its_binaries_with_the_standard_library_alone(tmp_path: Path) -> None:
+    """``make demo`` builds while pip installs: ``python3 -m testenv.binaries`` runs before the
+    venv exists. Run here without site-packages (-S) against a cache that holds the demo's
+    binaries (and nothing else), it must find nothing to build and exit 0."""
+    env = {**os.environ, "DWDDEV_TESTENV_CACHE": str(tmp_path)}
+    for component in binaries.DEMO:
+        path = tmp_path / binaries.binary_path(component).relative_to(binaries.cache_root())
+        path.parent.mkdir(parents=True)
+        path.touch()
+    out = subprocess.run(
+        [sys.executable, "-S", "-m", "testenv.binaries"],
+        cwd=Path(binaries.__file__).parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "building" not in out.stderr
