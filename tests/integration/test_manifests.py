@@ -7,6 +7,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,21 @@ import yaml
 from aggregator.settings import Shoots
 from aggregator.sources import FileSource
 from core.errors import Forbidden
-from core.lease import LEASE_LABEL, lease_metadata, lease_path, leases_path, node_lease_path
+from core.lease import (
+    IGNORE_NODE,
+    LAST_OUTAGE,
+    LEASE_LABEL,
+    NODE_UID,
+    RENEW_INTERVAL,
+    Outage,
+    evidence_patch,
+    lease_metadata,
+    lease_path,
+    leases_path,
+    node_lease_path,
+    release_patch,
+    renew_patch,
+)
 from testenv import netns
 from testenv.agents import pod_env
 from testenv.apply import apply, generated, kustomize_build, load_docs
@@ -148,6 +163,66 @@ def test_agent_may_renew_only_its_own_lease(plane: ControlPlane, installed: obje
             with pytest.raises(Forbidden) as e:
                 forbidden()
             assert "is forbidden" in str(e.value)
+
+
+# Each a change an agent could make to its own lease that would let it outlive its node or
+# hide from the aggregator (issue: a lease the aggregator can neither restore nor recreate).
+LEASE_TAMPERING = {
+    "a longer duration": {"spec": {"leaseDurationSeconds": 2147483647}},
+    "an acquireTime": {"spec": {"acquireTime": "2026-01-01T00:00:00.000000Z"}},
+    "a forged node uid": {"metadata": {"annotations": {NODE_UID: "forged"}}},
+    "its own renew interval": {"metadata": {"annotations": {RENEW_INTERVAL: "1h"}}},
+    "the operator's ignore-node": {"metadata": {"annotations": {IGNORE_NODE: "true"}}},
+    "a finalizer": {"metadata": {"finalizers": ["example.com/keep"]}},
+    "no label": {"metadata": {"labels": {LEASE_LABEL: None}}},
+    "no owner": {"metadata": {"ownerReferences": []}},
+}
+
+
+def test_on_its_own_lease_the_agent_may_change_only_what_a_renewal_writes(
+    plane: ControlPlane, installed: object
+) -> None:
+    """The real renewal patches (renew_patch with every annotation it writes, evidence_patch)
+    pass; the duration, the owner, the label, the finalizers and the aggregator's and the
+    operator's annotations are refused, and the lease is unchanged."""
+    with plane.admin_client() as admin:
+        node = ensure_node(admin, "node-t")
+        owner = {"apiVersion": "v1", "kind": "Node", "name": "node-t", "uid": node["metadata"]["uid"]}
+        meta = lease_metadata("node-t")
+        meta["annotations"] = {NODE_UID: node["metadata"]["uid"], RENEW_INTERVAL: "2s"}
+        meta["ownerReferences"] = [owner]
+        admin.ensure(leases_path(NS), {"metadata": meta, "spec": {"leaseDurationSeconds": 8}})
+    path = node_lease_path(NS, "node-t")
+    now = datetime.now(UTC)
+    outage = Outage(now - timedelta(seconds=30), 12.0, "timeout")
+    with plane.token_client(plane.node_token("node-t")) as agent:
+        wait_for(
+            lambda: denial(lambda: agent.merge_patch(path, LEASE_TAMPERING["a longer duration"])),
+            10,
+            "the admission policy to refuse a longer duration",
+        )
+        renewed = agent.merge_patch(path, renew_patch("node-t", now, last_outage=outage))
+        agent.merge_patch(path, release_patch())
+        agent.merge_patch(path, renew_patch("node-t", now, clear_released=True))
+        agent.request(
+            "PATCH", path, evidence_patch("node-t", now), content_type="application/json-patch+json"
+        )
+        agent.merge_patch(path, renew_patch("node-t", now, clear_previous=True))
+        assert renewed["metadata"]["annotations"][LAST_OUTAGE] == outage.to_annotation()
+        with plane.admin_client() as admin:
+            before = admin.get(path)
+        refusals = {
+            what: denial(lambda patch=patch: agent.merge_patch(path, patch))
+            for what, patch in LEASE_TAMPERING.items()
+        }
+    wrong = {what: why for what, why in refusals.items() if "may change only spec.holderIdentity" not in why}
+    assert wrong == {}, "allowed, or refused for another reason"
+    with plane.admin_client() as admin:
+        after = admin.get(path)
+    for part in ("spec", "metadata"):
+        assert {k: v for k, v in after[part].items() if k != "managedFields"} == {
+            k: v for k, v in before[part].items() if k != "managedFields"
+        }
 
 
 def test_agent_requests_get_their_own_priority_level(plane: ControlPlane, installed: object) -> None:
