@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import h11
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.errors import ErrorCodes
@@ -31,13 +32,30 @@ from h2.events import (
     ResponseReceived,
     StreamEnded,
     StreamReset,
+    TrailersReceived,
 )
 from h2.exceptions import H2Error
+from h2.settings import SettingCodes, Settings
 
 READ_SIZE = 65536
+# What the server has not read of the agent's answers to it (its SETTINGS and PINGs want one
+# each) before the connection is given up: a renewal's own request is a few hundred bytes.
+MAX_UNSENT_BYTES = 1 << 18
+# Frames about the connection, not a response (PING, SETTINGS, WINDOW_UPDATE, PRIORITY...):
+# a few a second from a working server.
+MAX_CONTROL_FRAMES_PER_S = 200
+STREAM_EVENTS = (
+    ResponseReceived,
+    DataReceived,
+    StreamEnded,
+    StreamReset,
+    TrailersReceived,
+    ConnectionTerminated,
+)
 # A response larger than this is not a Lease: the connection is dropped rather than buffered.
 MAX_RESPONSE_BYTES = 1 << 20
-MAX_HEADER_LINE = 8192
+# The status line and the headers of one HTTP/1.1 response, together (h11's default is 16 KiB).
+MAX_HEAD_BYTES = 16384
 
 
 class WireError(ConnectionError):
@@ -115,8 +133,19 @@ class H2Wire(Wire):
         # Header values as bytes, decoded as latin-1 (what HTTP allows) by _text: h2's own decoding
         # would fail the whole connection on one header that is not UTF-8.
         self.h2 = H2Connection(H2Configuration(client_side=True, header_encoding=None))
+        # No server push (a renewal wants none), and a response's headers as small as over
+        # HTTP/1.1: h2 refuses a header block larger than this, and a pushed stream.
+        self.h2.local_settings = Settings(
+            client=True,
+            initial_values={
+                SettingCodes.ENABLE_PUSH: 0,
+                SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEAD_BYTES,
+                SettingCodes.MAX_CONCURRENT_STREAMS: 100,
+            },
+        )
         self.h2.initiate_connection()
         self.streams: dict[int, _Stream] = {}
+        self._control_since, self._control = asyncio.get_running_loop().time(), 0
         self._flush()
         self._reading = asyncio.get_running_loop().create_task(self._read())
 
@@ -145,6 +174,8 @@ class H2Wire(Wire):
             raise WireError(f"HTTP/2: {e}") from e
         stream = self.streams[sid] = _Stream(asyncio.get_running_loop().create_future())
         try:
+            if not self.usable:  # the reader failed the connection while this request was made
+                raise WireError("the connection is closed")
             self._flush()
             await self.writer.drain()
             sent()
@@ -173,6 +204,7 @@ class H2Wire(Wire):
                 for event in events:
                     self._on(event)
                 self._flush()
+                self._bounded(events)
         except asyncio.CancelledError:
             self._fail(WireError("the connection is closed"))
             raise
@@ -180,6 +212,20 @@ class H2Wire(Wire):
             self._fail(e)
             self._flush()  # the GOAWAY h2 queued for a protocol error, if any
             self.writer.close()
+
+    def _bounded(self, events: list[Event]) -> None:
+        """A server may ask for answers (PING, SETTINGS) faster than it reads them, or spend the
+        agent's loop on frames that carry no response: either ends the connection (h2 queues
+        every acknowledgement, and h2 alone bounds neither)."""
+        unsent = self.writer.transport.get_write_buffer_size()
+        if unsent > MAX_UNSENT_BYTES:
+            raise WireError(f"the server reads none of its answers ({unsent} bytes unsent)")
+        now = asyncio.get_running_loop().time()
+        if now - self._control_since >= 1.0:
+            self._control_since, self._control = now, 0
+        self._control += sum(not isinstance(e, STREAM_EVENTS) for e in events)
+        if self._control > MAX_CONTROL_FRAMES_PER_S:
+            raise WireError(f"the server sent over {MAX_CONTROL_FRAMES_PER_S} control frames in a second")
 
     def _on(self, event: Event) -> None:
         if isinstance(event, ConnectionTerminated):
@@ -231,11 +277,16 @@ def _text(value: bytes | str) -> str:
 
 
 class H1Wire(Wire):
-    """One request at a time; a request cancelled or failed in the middle ends the connection
-    (HTTP/1.1 cannot abandon one and go on)."""
+    """One request at a time, through h11's state machine (which validates what the server
+    sends: the status line, header names and values, the framing of the body); a request
+    cancelled or failed in the middle ends the connection (HTTP/1.1 cannot abandon one and go
+    on)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        # The status line and every header together: a server that streams header lines
+        # without end fails the request at this size instead of growing the agent.
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
         self._busy = False
 
     async def send(self, req: Request, authority: str, sent: Callable[[], None]) -> Response:
@@ -244,84 +295,63 @@ class H1Wire(Wire):
         self._busy = True
         done = False
         try:
-            body = req.content or b""
-            lines = [f"{req.method} {req.path} HTTP/1.1", f"Host: {authority}"]
-            own = ("host", "content-length")
-            lines += [f"{k}: {v}" for k, v in req.headers.items() if k.lower() not in own]
-            if body or req.method not in ("GET", "HEAD"):
-                lines.append(f"Content-Length: {len(body)}")
-            self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+            self.writer.write(self._request(req, authority))
             await self.writer.drain()
             sent()
-            response, keep = await self._response(req.method)
-            done = keep
+            response = await self._response()
+            done = self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE
+            if done:
+                self.h11.start_next_cycle()
             return response
         finally:
             self._busy = False
             if not done:
                 self.close()
 
-    async def _line(self) -> str:
-        line = await self.reader.readuntil(b"\n")
-        if len(line) > MAX_HEADER_LINE:
-            raise WireError("a response header line too long")
-        return line.decode("latin-1").rstrip("\r\n")
-
-    async def _head(self) -> tuple[str, int, dict[str, str]]:
-        status_line = await self._line()
-        version, _, rest = status_line.partition(" ")
-        if not version.startswith("HTTP/1."):
-            raise ValueError(status_line)
-        headers: dict[str, str] = {}
-        while line := await self._line():
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        return version, int(rest[:3]), headers
-
-    async def _response(self, method: str) -> tuple[Response, bool]:
+    def _request(self, req: Request, authority: str) -> bytes:
+        body = req.content or b""
+        own = ("host", "content-length")
+        headers = [("Host", authority), *((k, v) for k, v in req.headers.items() if k.lower() not in own)]
+        if body or req.method not in ("GET", "HEAD"):
+            headers.append(("Content-Length", str(len(body))))
         try:
-            version, status, headers = await self._head()
-            while 100 <= status < 200:  # interim answers (100 Continue): the real one follows
-                version, status, headers = await self._head()
-            keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-            if method == "HEAD" or status in (204, 304):
-                body = b""
-            elif headers.get("transfer-encoding", "").lower() == "chunked":
-                body = await self._chunked()
-            elif "content-length" in headers:
-                length = int(headers["content-length"])
-                if length > MAX_RESPONSE_BYTES:
-                    raise WireError(f"a response over {MAX_RESPONSE_BYTES} bytes")
-                body = await self.reader.readexactly(length)
-            else:
-                body, keep = await self._until_eof(), False
-        except (ValueError, asyncio.LimitOverrunError) as e:
-            raise WireError(f"not an HTTP/1.1 response: {e}") from e
-        except asyncio.IncompleteReadError as e:
-            raise WireError("the server closed the connection in a response") from e
-        return Response(status, Headers(headers), body), keep
+            data = self.h11.send(h11.Request(method=req.method, target=req.path, headers=headers)) or b""
+            if body:
+                data += self.h11.send(h11.Data(data=body)) or b""
+            return data + (self.h11.send(h11.EndOfMessage()) or b"")
+        except h11.LocalProtocolError as e:
+            raise WireError(f"not a valid HTTP/1.1 request: {e}") from e
 
-    async def _until_eof(self) -> bytes:
-        """A body without a length: all the server sends until it closes the connection."""
+    async def _event(self) -> Any:
+        """The server's next event; at the end of the stream, h11's ConnectionClosed."""
+        while True:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as e:
+                raise WireError(f"not an HTTP/1.1 response: {e}") from e
+            if event is not h11.NEED_DATA:
+                return event
+            self.h11.receive_data(await self.reader.read(READ_SIZE))
+
+    async def _response(self) -> Response:
+        event = await self._event()
+        while isinstance(event, h11.InformationalResponse):  # 100 Continue: the real one follows
+            event = await self._event()
+        if not isinstance(event, h11.Response):
+            raise WireError("the server closed the connection in a response")
+        status = event.status_code
+        headers: dict[str, str] = {}
+        for k, v in event.headers:
+            name, value = _text(k), _text(v)
+            headers[name] = f"{headers[name]}, {value}" if name in headers else value
         body = bytearray()
-        while chunk := await self.reader.read(READ_SIZE):
-            body += chunk
+        while not isinstance(event := await self._event(), h11.EndOfMessage):
+            if not isinstance(event, h11.Data):
+                raise WireError("the server closed the connection in a response")
+            body += event.data
             if len(body) > MAX_RESPONSE_BYTES:
                 raise WireError(f"a response over {MAX_RESPONSE_BYTES} bytes")
-        return bytes(body)
-
-    async def _chunked(self) -> bytes:
-        body = bytearray()
-        while True:
-            size = int((await self._line()).split(";", 1)[0], 16)
-            if size == 0:
-                while await self._line():  # trailers
-                    pass
-                return bytes(body)
-            if len(body) + size > MAX_RESPONSE_BYTES:
-                raise WireError(f"a response over {MAX_RESPONSE_BYTES} bytes")
-            body += await self.reader.readexactly(size)
-            await self.reader.readexactly(2)
+        return Response(status, Headers(headers), bytes(body))
 
     def close(self) -> None:
         self.usable = False

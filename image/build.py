@@ -21,6 +21,7 @@ bases), so a warm machine, or a fresh clone on it, copies instead of building.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -200,9 +201,18 @@ def debian_base(kind: str) -> str:
 
 
 def build(base: str | None = None, *, force: bool = False) -> dict[str, Path]:
-    """Both images as OCI archives under build/images/, from the cache when their inputs match."""
+    """Both images as OCI archives under build/images/, from the cache when their inputs match.
+    One build at a time (a lock in the cache): a test that asks while `make test` builds them
+    beside it waits, then finds them cached."""
     if missing := missing_tools():
         raise ImageError(f"missing tools: {', '.join(missing)} (scripts/deps.sh installs them)")
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / ".building", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(base, force=force)
+
+
+def _build(base: str | None, *, force: bool) -> dict[str, Path]:
     bases = {"build": base} if base else {k: debian_base(k) for k in BASES}
     key = inputs_key(bases["build"])
     cached = CACHE_DIR / key

@@ -32,6 +32,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--demo", action="store_true", help="only what make demo runs: kube-apiserver, KCM, kubemark, etcd"
     )
+    b.add_argument(
+        "--part",
+        choices=("first", "rest"),
+        help="first: what most tests need (kube-apiserver, KCM, kubemark, etcd, kustomize); "
+        "rest: GRM with our Gardener types check, and DWD (make test starts its clock-bound "
+        "tests after the first, the rest building beside them)",
+    )
     sub.add_parser("path", help="print where each pinned binary is cached")
     sub.add_parser("manifests", help="render the generated manifests (a ManagedResource's objects)")
     r = sub.add_parser("run", help="run COMMAND against a fresh control plane")
@@ -45,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.verb == "build":
-        build_all(force=args.force, demo=args.demo)
+        build_all(force=args.force, demo=args.demo, part=args.part)
         return 0
     if args.verb == "manifests":
         binaries.build(only=(binaries.KUSTOMIZE,))  # kustomize alone: no kube-apiserver build
@@ -85,7 +92,7 @@ def paths() -> list[Path]:
     return [*out, *(b.binary_path() for b in grm.TREE_BINARIES), dependency_watchdog.binary_path()]
 
 
-def build_all(*, force: bool, demo: bool = False) -> None:
+def build_all(*, force: bool, demo: bool = False, part: str | None = None) -> None:
     """Every pinned binary, the unrelated builds side by side: a cold build mostly fetches
     modules (GRM's alone are about 850 MB) while another compiles, so together they take
     about the longest one's time, not the sum (docs/development.md). kube-controller-manager
@@ -97,11 +104,14 @@ def build_all(*, force: bool, demo: bool = False) -> None:
         return
     rest = [(c,) for c in binaries.COMPONENTS if c not in binaries.KUBERNETES]
     with concurrent.futures.ThreadPoolExecutor(max_workers=3 + len(rest)) as pool:
-        builds: list[concurrent.futures.Future[object]] = [
-            pool.submit(binaries.build, force=force, only=only) for only in (binaries.KUBERNETES, *rest)
-        ]
-        builds.append(pool.submit(grm.build, force=force))
-        builds.append(pool.submit(dependency_watchdog.build, force=force))
+        builds: list[concurrent.futures.Future[object]] = []
+        if part != "rest":
+            builds += [
+                pool.submit(binaries.build, force=force, only=only) for only in (binaries.KUBERNETES, *rest)
+            ]
+        if part != "first":
+            builds.append(pool.submit(grm.build, force=force))
+            builds.append(pool.submit(dependency_watchdog.build, force=force))
         for done in concurrent.futures.as_completed(builds):
             done.result()  # the first failure stops `make testenv`; the others finish first
 

@@ -27,6 +27,7 @@ RESOURCES: dict[str, tuple[str, bool]] = {
     "DaemonSet": ("daemonsets", True),
     "Deployment": ("deployments", True),
     "PodDisruptionBudget": ("poddisruptionbudgets", True),
+    "NetworkPolicy": ("networkpolicies", True),
     "Lease": ("leases", True),
     "ValidatingAdmissionPolicy": ("validatingadmissionpolicies", False),
     "ValidatingAdmissionPolicyBinding": ("validatingadmissionpolicybindings", False),

@@ -11,6 +11,8 @@ release's own module tree (gardener-resource-manager, dependency-watchdog) share
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -20,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -103,6 +106,36 @@ def cache_dir(component: Component) -> Path:
     return cache_root() / f"{component.name}-{component.version()}-{digest.hexdigest()[:12]}"
 
 
+@contextlib.contextmanager
+def building(name: str) -> Iterator[None]:
+    """Held while ``name`` builds (a lock file in the cache): a test that needs it meanwhile
+    waits for it (``wait_for_build``) instead of failing, and a second build of it waits and
+    then finds it built. `make test` starts its clock-bound tests while the builds they do not
+    need first go on."""
+    lock = cache_root() / f".{name}.building"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def wait_for_build(name: str, timeout_s: float = 3600) -> None:
+    """Returns at once unless ``name`` is being built; then when its build has ended."""
+    lock = cache_root() / f".{name}.building"
+    if not lock.exists():
+        return
+    deadline = time.monotonic() + timeout_s
+    with open(lock) as f:
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name} still building after {timeout_s:.0f}s") from None
+                time.sleep(1)
+
+
 def binary_path(component: Component) -> Path:
     return cache_dir(component) / component.name
 
@@ -114,9 +147,11 @@ def build(
     one wrapper module go in one ``go build``: its packages are loaded once and the binaries
     link side by side (kube-controller-manager cost 103 s after kube-apiserver on its own)."""
     out = {c.name: binary_path(c) for c in only}
-    missing = [c for c in only if force or not out[c.name].exists()]
-    for module_dir in dict.fromkeys(c.module_dir for c in missing):
-        _build_together([c for c in missing if c.module_dir == module_dir], log)
+    for module_dir in dict.fromkeys(c.module_dir for c in only):
+        with building(module_dir.name):
+            missing = [c for c in only if c.module_dir == module_dir and (force or not out[c.name].exists())]
+            if missing:
+                _build_together(missing, log)
     return out
 
 
@@ -221,7 +256,10 @@ def build_demo(*, force: bool = False) -> None:
 
 
 def find(only: tuple[Component, ...] = COMPONENTS) -> dict[str, Path]:
-    """The cached binaries, or a clear error that says how to build them."""
+    """The cached binaries (once any build of them under way has ended), or a clear error that
+    says how to build them."""
+    for module_dir in dict.fromkeys(c.module_dir for c in only):
+        wait_for_build(module_dir.name)
     found = {c.name: binary_path(c) for c in only}
     missing = [name for name, path in found.items() if not path.exists()]
     if missing:

@@ -97,6 +97,11 @@ def binary_path() -> Path:
 
 def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
     """Build DWD from its own module tree unless it is cached; returns the binary."""
+    with binaries.building(NAME):
+        return _build(force=force, log=log)
+
+
+def _build(*, force: bool, log: TextIO) -> Path:
     target = binary_path()
     if target.exists() and not force:
         return target
@@ -117,6 +122,7 @@ def build(*, force: bool = False, log: TextIO = sys.stderr) -> Path:
 
 
 def find() -> Path:
+    binaries.wait_for_build(NAME)
     if not binary_path().exists():
         raise FileNotFoundError(f"{NAME} {VERSION} not built in {cache_dir()}: run `make testenv`")
     return binary_path()

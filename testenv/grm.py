@@ -90,6 +90,11 @@ def build(
     """Build the missing ones of ``only`` in one ``go build`` of one copy of the tree (the
     checker beside GRM costs seconds, not a second load of its packages); returns the path
     of each."""
+    with binaries.building(NAME):
+        return _build(force=force, log=log, only=only)
+
+
+def _build(*, force: bool, log: TextIO, only: tuple[TreeBinary, ...]) -> dict[str, Path]:
     out = {b.name: b.binary_path() for b in only}
     todo = [b for b in only if force or missing(b)]
     if not todo:
@@ -121,6 +126,7 @@ def build(
 
 
 def find(binary: TreeBinary = GRM) -> Path:
+    binaries.wait_for_build(NAME)
     if missing(binary):
         raise FileNotFoundError(
             f"{binary.name} {VERSION} not built in {binary.cache_dir()}: run `make testenv`"

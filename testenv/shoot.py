@@ -31,7 +31,7 @@ ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
 AGGREGATOR_RBAC = Path(__file__).resolve().parents[1] / "manifests" / "shoot-access" / "rbac.yaml"
 SEED_MANIFESTS = Path(__file__).resolve().parents[1] / "manifests" / "seed"
 # What manifests/seed runs, not what it allows: seed_service_account leaves them out.
-SEED_WORKLOAD_KINDS = {"Deployment", "Service", "PodDisruptionBudget"}
+SEED_WORKLOAD_KINDS = {"Deployment", "Service", "PodDisruptionBudget", "NetworkPolicy"}
 
 # Fast but faithful: the same rules as the defaults, on a shorter clock.
 FAST_ENV = {

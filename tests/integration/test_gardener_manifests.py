@@ -118,6 +118,12 @@ def test_the_seed_component_is_labelled_as_gardenlets_own(installed: dict[str, l
         ]
     )
     assert by_kind(seed, "PrometheusRule")["metadata"]["labels"]["prometheus"] == "seed"
+    # Its writes confined as everywhere; the seed's label-driven policies, not ours, which would
+    # widen them (policies add up).
+    assert (
+        by_kind(seed, "ValidatingAdmissionPolicy")["metadata"]["name"] == "dwd-lease-aggregator-seed-writes"
+    )
+    assert not [d for d in seed if d["kind"] == "NetworkPolicy"]
 
 
 def test_the_shoot_part_is_a_managed_resource_of_gardeners_shape(
@@ -146,7 +152,8 @@ def test_the_shoot_part_is_a_managed_resource_of_gardeners_shape(
     for labels in (daemonset["metadata"]["labels"], daemonset["spec"]["template"]["metadata"]["labels"]):
         assert "node.gardener.cloud/critical-component" not in labels
     assert daemonset["spec"]["template"]["spec"]["priorityClassName"] == "system-node-critical"
-    assert "limits" not in daemonset["spec"]["template"]["spec"]["containers"][0]["resources"]
+    # The same bounded memory as everywhere (the base's limit, over twice its measured size).
+    assert daemonset["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == {"memory": "64Mi"}
     # The agent's VPA is for shoots that run one, apart: in the ManagedResource it would fail
     # the whole of it where the shoot has no VPA CRD.
     assert not [d for d in objects if d["kind"] == "VerticalPodAutoscaler"]

@@ -22,6 +22,7 @@ from core.lease import (
     LAST_OUTAGE,
     LEASE_LABEL,
     NODE_UID,
+    RELEASED,
     RENEW_INTERVAL,
     Outage,
     evidence_patch,
@@ -589,6 +590,28 @@ def test_the_shoot_aggregator_writes_only_leases_of_its_own(plane: ControlPlane,
         for what, request in refused.items():
             message = wait_for(lambda r=request: denial(r), 10, what)  # type: ignore[misc]
             assert "dwd-lease-aggregator may only write node leases of its own" in message, what
+        # On its own leases, nothing an agent's renewal writes: it cannot forge a node's liveness.
+        now = datetime.now(UTC)
+        forged = {
+            "renew a lease": lambda: agg.merge_patch(
+                node_lease_path(NS, "node-agg"), renew_patch("node-agg", now)
+            ),
+            "set an outage": lambda: agg.merge_patch(
+                node_lease_path(NS, "node-agg"), {"metadata": {"annotations": {LAST_OUTAGE: "{}"}}}
+            ),
+            "create a renewed lease": create(
+                {**lease_metadata("node-new"), "annotations": {RELEASED: "true"}}
+            ),
+            "create a held lease": lambda: agg.create(
+                leases_path(NS),
+                {"metadata": lease_metadata("node-held"), "spec": {"holderIdentity": "node-held"}},
+            ),
+        }
+        for what, request in forged.items():
+            assert "may not write what an agent renewal writes" in denial(request), what
+        agg.merge_patch(
+            node_lease_path(NS, "node-agg"), {"metadata": {"annotations": {RENEW_INTERVAL: "2s"}}}
+        )
         agg.delete(node_lease_path(NS, "node-agg"))
 
 
@@ -647,15 +670,36 @@ def test_agent_from_the_daemonset_environment_renews(
         ns.delete()
 
 
-def test_the_agent_has_no_memory_limit_an_oom_kill_everywhere_would_look_like_an_outage() -> None:
+def test_the_seed_aggregator_reaches_only_dns_and_api_servers(
+    installed: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Outside Gardener its NetworkPolicy: in, its one port; out, DNS and API servers only
+    (no etcd, kubelet or metadata endpoint; a Secret's server on another port gets nothing)."""
+    (policy,) = [d for d in installed["seed"] if d["kind"] == "NetworkPolicy"]
+    (deployment,) = [d for d in installed["seed"] if d["kind"] == "Deployment"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+    assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    ports = [(p["protocol"], p["port"]) for rule in policy["spec"]["egress"] for p in rule["ports"]]
+    assert sorted(ports) == [("TCP", 53), ("TCP", 443), ("TCP", 6443), ("UDP", 53)]
+    assert all("to" not in rule or rule["to"] for rule in policy["spec"]["egress"])
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": 8080, "protocol": "TCP"}]
+
+
+def test_the_agent_memory_limit_is_over_twice_its_measured_size() -> None:
+    """24.9 MiB steady from its image (docs/measured.md); what a hostile server can add is
+    bounded by agent/wire.py (tests/unit/test_agent_wire_hostile.py)."""
     daemonset = next(
         d
         for d in load_docs((MANIFESTS / "shoot" / "base" / "daemonset.yaml").read_text())
         if d["kind"] == "DaemonSet"
     )
     (agent,) = daemonset["spec"]["template"]["spec"]["containers"]
-    assert agent["resources"]["requests"]["memory"]
-    assert "limits" not in agent["resources"], agent["resources"]
+    mib = {k: int(v.removesuffix("Mi")) for k, v in agent["resources"]["limits"].items()}
+    assert (
+        mib["memory"] >= 2 * 24.9 and int(agent["resources"]["requests"]["memory"].removesuffix("Mi")) >= 24.9
+    )
 
 
 async def test_the_file_targets_example_is_what_the_aggregator_reads(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from testenv import binaries
             ["build"],
             {c.name for c in binaries.COMPONENTS} | {"gardener-resource-manager", "dependency-watchdog"},
         ),
+        (["build", "--part", "first"], {c.name for c in binaries.COMPONENTS}),
+        (["build", "--part", "rest"], {"gardener-resource-manager", "dependency-watchdog"}),
     ],
 )
 def test_build_asks_for_what_it_is_for(
@@ -56,3 +59,40 @@ def test_make_demo_builds_its_binaries_with_the_standard_library_alone(tmp_path:
     )
     assert out.returncode == 0, out.stderr
     assert "building" not in out.stderr
+
+
+HOLD_AND_INSTALL = """
+import sys, time
+from pathlib import Path
+from testenv import binaries
+with binaries.building("etcd"):
+    print("holding", flush=True)
+    time.sleep(1.0)
+    path = binaries.binary_path(binaries.ETCD)
+    path.parent.mkdir(parents=True)
+    path.touch()
+"""
+
+
+def test_a_binary_being_built_is_waited_for_not_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make test` starts its clock-bound tests while some builds go on beside them: a test
+    that needs one of those finds it once its build ends, instead of failing at once."""
+    monkeypatch.setenv("DWDDEV_TESTENV_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="run `make testenv`"):
+        binaries.find((binaries.ETCD,))  # no build under way: missing, said at once
+    builder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AND_INSTALL],
+        cwd=Path(binaries.__file__).parents[1],
+        env={**os.environ, "DWDDEV_TESTENV_CACHE": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert builder.stdout is not None and builder.stdout.readline() == "holding\n"
+        started = time.monotonic()
+        found = binaries.find((binaries.ETCD,))
+        assert found["etcd"].exists() and time.monotonic() - started > 0.5
+    finally:
+        builder.communicate(timeout=10)
