@@ -82,17 +82,20 @@ class Backoff:
 class Decider:
     """What the decision judges by (aggregator/decider.py)."""
 
-    lease_duration_s: float = var("DWD_LEASE_DURATION", 8.0, "duration", min_s=1, max_s=300)
-    """Four renewals at the agent's 2 s: one or two lost packets never make a node stale."""
+    lease_duration_s: float = var("DWD_LEASE_DURATION", 6.0, "duration", min_s=1, max_s=300)
+    """Three renewals at the agent's 2 s: a renewal lost and its window (4 s) spent never make a
+    node stale. 8 s before 2026-12-05: the path benchmark at 6 s and at 8 s, side by side, gave
+    no false scale-down at either (docs/measured.md, "Shorter defaults")."""
     node_grace_s: float = var("DWD_NODE_GRACE", 60.0, "duration")
     """A new node's agent needs time to start; until then it is not a candidate."""
     failure_fraction: float = var("DWD_FAILURE_FRACTION", 0.6, "fraction")
     """dependency-watchdog's threshold."""
     recovery_fraction: float = var("DWD_RECOVERY_FRACTION", 0.4, "fraction")
     """Hysteresis: a quorum that wobbles around 0.6 does not flap the controllers."""
-    confirm_period_s: float = var("DWD_CONFIRM_PERIOD", 4.0, "duration")
-    """The quorum must hold that long: cut -> verdict is lease duration + this, 12 s, well
-    inside KCM's 40-50 s grace; the interlocks and level 0 (MCM, CA) add about a second."""
+    confirm_period_s: float = var("DWD_CONFIRM_PERIOD", 3.0, "duration")
+    """The quorum must hold that long: cut -> verdict is lease duration + this, 9 s, well
+    inside KCM's 40-50 s grace; the interlocks and level 0 (MCM, CA) add about a second. 4 s
+    before 2026-12-05."""
     recovery_period_s: float = var("DWD_RECOVERY_PERIOD", 10.0, "duration")
     """With the recovery fraction, the hysteresis of the way back."""
     min_candidates: int = var("DWD_MIN_CANDIDATES", 2, "integer", min_value=1)

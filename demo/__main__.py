@@ -1,4 +1,4 @@
-"""``make demo``: python -m demo [--fast] [--protected-only] [--keep DIR]."""
+"""``make demo``: python -m demo [--fast] [--protected-only] [--keep DIR] [--setting DWD_NAME=VALUE]..."""
 
 from __future__ import annotations
 
@@ -22,11 +22,24 @@ def main() -> int:
     parser.add_argument("--fast", action="store_true", help="shorter lease duration and periods")
     parser.add_argument("--protected-only", action="store_true", help="act 2 alone, without act 1")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep its logs in DIR")
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="DWD_NAME=VALUE",
+        help="an aggregator setting over its defaults (repeatable), e.g. DWD_LEASE_DURATION=6s",
+    )
     args = parser.parse_args()
+    settings = dict(FAST if args.fast else {})
+    for item in args.setting:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("DWD_"):
+            parser.error(f"--setting {item!r}: not DWD_NAME=VALUE")
+        settings[name] = value
     try:
         times = scenario.run(
             nodes=args.nodes,
-            overrides=FAST if args.fast else None,
+            overrides=settings or None,
             unprotected=not args.protected_only,
             keep=args.keep,
         )

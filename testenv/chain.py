@@ -50,12 +50,12 @@ from testenv.wait import wait_for
 
 # The aggregator's defaults for everything a path is judged by (FAST_ENV shortens them).
 AGGREGATOR_DEFAULTS = {
-    "DWD_LEASE_DURATION": "8s",
+    "DWD_LEASE_DURATION": "6s",
     "DWD_RENEW_INTERVAL": "2s",
-    "DWD_CONFIRM_PERIOD": "4s",
+    "DWD_CONFIRM_PERIOD": "3s",
     "DWD_RECOVERY_PERIOD": "10s",
 }
-LEASE_DURATION_S = 8.0
+LEASE_DURATION_S = 6.0
 RENEW_INTERVAL_S = 2.0
 RENEWAL_WINDOW_S = 4.0  # how long one renewal may take at the default 2 s interval (docs/agent.md)
 TICK_S = 1.0  # the aggregator judges every min(1 s, lease duration / 4)

@@ -24,8 +24,8 @@ def test_defaults(kubeconfig: str) -> None:
     s = Settings.from_env({"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "shoot--p--s"})
     d = s.decider
     assert (d.lease_duration_s, d.confirm_period_s, d.failure_fraction, d.recovery_fraction) == (
-        8.0,
-        4.0,
+        6.0,
+        3.0,
         0.6,
         0.4,
     )
@@ -230,7 +230,7 @@ def test_an_exec_plugins_token_is_renewed_before_it_expires(tmp_path: Path) -> N
 def test_each_group_checks_its_own_relations_wherever_it_is_built(kubeconfig: str) -> None:
     with pytest.raises(ConfigError, match="DWD_LEADER_RENEW_DEADLINE: needs"):
         Leader(lease_duration_s=10.0, renew_deadline_s=10.0)
-    with pytest.raises(ConfigError, match=r"DWD_BLIND_LIMIT: 4s must be at least DWD_LEASE_DURATION \(8s\)"):
+    with pytest.raises(ConfigError, match=r"DWD_BLIND_LIMIT: 4s must be at least DWD_LEASE_DURATION \(6s\)"):
         Decider(blind_limit_s=4.0)
     base = {"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "ns"}
     with pytest.raises(ConfigError, match="DWD_LEADER_RENEW_DEADLINE: needs") as e:
@@ -305,4 +305,4 @@ def test_a_relation_error_shows_the_values(kubeconfig: str) -> None:
     }
     with pytest.raises(ConfigError) as e:
         Settings.from_env(env)
-    assert "DWD_LEASE_DURATION: 8s must be at least twice DWD_RENEW_INTERVAL (5s)" in str(e.value)
+    assert "DWD_LEASE_DURATION: 6s must be at least twice DWD_RENEW_INTERVAL (5s)" in str(e.value)

@@ -26,7 +26,7 @@ def run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     ("module", "wanted"),
     [
         ("agent", ["DWD_RENEW_INTERVAL          2s", "NODE_NAME                   (required)"]),
-        ("aggregator", ["DWD_DRY_RUN                    false", "DWD_LEASE_DURATION             8s"]),
+        ("aggregator", ["DWD_DRY_RUN                    false", "DWD_LEASE_DURATION             6s"]),
     ],
 )
 def test_help_lists_every_setting_with_its_default(module: str, wanted: list[str]) -> None:

@@ -25,6 +25,7 @@ from aggregator.fleet import Fleet, Running
 from aggregator.metrics import AggregatorMetrics
 from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
 from aggregator.scope import Alone, Scope
+from aggregator.settings import Decider
 from aggregator.sources import Polled, TargetSpec
 from aggregator.target import Shared
 from core.lease import DEFAULT_LEASE_NAMESPACE, node_lease_path
@@ -217,7 +218,8 @@ async def test_a_start_in_an_outage_lowers_only_after_a_confirmed_verdict(found:
     first_lowered = next((t for t, r in w.trace if any(r[n] < start[n] for n in CONTROLLERS)), None)
     if found not in {"ours on all", "somebody else's"}:
         # Nothing before a lease duration of fresh view, a lease duration and the confirm period.
-        assert first_lowered is not None and first_lowered - 1000 >= 8 + 4, first_lowered
+        verdict_s = Decider().lease_duration_s + Decider().confirm_period_s
+        assert first_lowered is not None and first_lowered - 1000 >= verdict_s, first_lowered
     assert w.replicas() == DOWN
     if found == "somebody else's":
         assert not seed_writes(w)
