@@ -79,6 +79,13 @@ def crd_path() -> Path:
     return cache_dir() / "managedresources-crd.yaml"
 
 
+def find_crd() -> Path:
+    """The ManagedResource CRD of GRM's release, once any build of GRM under way has ended (it
+    is taken from the tree GRM is built from)."""
+    find(GRM)
+    return crd_path()
+
+
 def missing(b: TreeBinary) -> bool:
     """Whether ``b`` is not built (GRM: nor the CRD its tests apply)."""
     return not b.binary_path().exists() or (b is GRM and not crd_path().exists())

@@ -61,7 +61,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrmWorld]:
         try:
             shoot.setup(nodes=0)
             with seed.admin_client() as admin:
-                apply(admin, [*load_docs(grm.crd_path().read_text()), CLUSTER_CRD])
+                apply(admin, [*load_docs(grm.find_crd().read_text()), CLUSTER_CRD])
                 wait_for(lambda: _established(admin), 30, "the ManagedResource and Cluster CRDs")
                 rendered = kustomize_build(ROOT / "manifests" / "gardener" / "shoot")
                 apply(admin, [{**d, "metadata": {**d["metadata"], "namespace": NS}} for d in rendered])
