@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from bench import (
     agent_footprint,
+    agent_hostile,
     agent_imports,
     aggregator_scale,
     kubelet,
@@ -25,6 +26,7 @@ Benchmarks = dict[str, tuple[str, Callable[[], object]]]
 QUICK: Benchmarks = {
     "agent_footprint": ("the agent's memory and CPU per renewal (a minute)", agent_footprint.run),
     "agent_imports": ("what each of the agent's imports costs in RSS and time (10 s)", agent_imports.run),
+    "agent_hostile": ("the agent's peak memory against servers that mean harm (a minute)", agent_hostile.run),
     "aggregator_scale": ("the aggregator's cost per event and per decision (a minute)", aggregator_scale.run),
 }
 LONG: Benchmarks = {

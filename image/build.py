@@ -212,6 +212,14 @@ def build(base: str | None = None, *, force: bool = False) -> dict[str, Path]:
         return _build(base, force=force)
 
 
+def wait_for_build() -> None:
+    """Returns when no build of the images is under way (at once when none is)."""
+    lock = CACHE_DIR / ".building"
+    if lock.exists():
+        with open(lock) as f:
+            fcntl.flock(f, fcntl.LOCK_SH)
+
+
 def _build(base: str | None, *, force: bool) -> dict[str, Path]:
     bases = {"build": base} if base else {k: debian_base(k) for k in BASES}
     key = inputs_key(bases["build"])

@@ -5,10 +5,27 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from image import build
+from testenv import binaries
 from testenv.controlplane import ControlPlane
 from testenv.process import kill_python_children
 
 pytest_plugins = ["testenv.pytest_plugin"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: object) -> None:
+    """`make test` builds gardener-resource-manager, dependency-watchdog and the images beside
+    its clock-bound tests; a test marked ``builds(...)`` waits for those builds here, before
+    its timeout starts (its 120 s are for the test, not for a cold build). Returns None: the
+    timeout is then set as always."""
+    for marker in item.iter_markers("builds"):
+        for name in marker.args:
+            if name == "images":
+                build.wait_for_build()
+            else:
+                binaries.wait_for_build(name)
+
 
 # The files whose cases wait longest on clocks, longest first (seconds from `--durations=0`
 # in CI). A worker of `make test` takes a whole file at a time, in collection order

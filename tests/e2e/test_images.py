@@ -25,7 +25,7 @@ from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane
 from testenv.wait import wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900), pytest.mark.builds("images")]
 
 AGENT_MAX_BYTES = 60_000_000
 AGGREGATOR_MAX_BYTES = 150_000_000

@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from testenv import gardener_types
+from testenv import gardener_types, grm
 from testenv.apply import kustomize_build, load_docs
 from testenv.dependency_watchdog import shoot_states
 from testenv.gardener import cluster, shoot
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -31,7 +31,7 @@ from testenv.process import Process, spawn_python
 from testenv.shoot import Shoot
 from testenv.wait import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "shoot--grm--s"

@@ -26,13 +26,14 @@ from structlog.testing import capture_logs
 from aggregator.kube import KubeClient, KubeconfigSource
 from aggregator.lifecycle import ClusterView
 from aggregator.sources import CLUSTERS, GardenerSource
+from testenv import dependency_watchdog
 from testenv.client import Client
 from testenv.controlplane import ControlPlane
 from testenv.dependency_watchdog import DependencyWatchdog, ShootState, find, shoot_states
 from testenv.gardener import LAST_OPERATION_STATES, LAST_OPERATION_TYPES, cluster
 from testenv.wait import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.builds(dependency_watchdog.NAME)]
 
 Phase = Literal["new", "running"]
 # (state, phase) -> why the aggregator decides otherwise than DWD, on purpose. None for these

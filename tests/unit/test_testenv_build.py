@@ -12,6 +12,7 @@ import pytest
 
 from testenv import __main__ as cli
 from testenv import binaries
+from tests import conftest
 
 
 @pytest.mark.parametrize(
@@ -94,5 +95,51 @@ def test_a_binary_being_built_is_waited_for_not_missing(
         started = time.monotonic()
         found = binaries.find((binaries.ETCD,))
         assert found["etcd"].exists() and time.monotonic() - started > 0.5
+    finally:
+        builder.communicate(timeout=10)
+
+
+REST = {
+    "from testenv import grm": "grm.NAME",
+    "gardener_types": "grm.NAME",
+    "from testenv.dependency_watchdog import DependencyWatchdog": "dependency_watchdog.NAME",
+    "containers.images(": '"images"',
+}
+
+
+def test_every_test_module_that_needs_a_build_made_beside_it_says_so() -> None:
+    """Without the ``builds`` marker a cold `make test` fails such a module's tests on their
+    timeout while the build goes on (CI, 2026-12-05: the three GRM cases after 120 s)."""
+    root = Path(__file__).resolve().parents[1]
+    missing = []
+    for module in sorted([*root.glob("integration/test_*.py"), *root.glob("e2e/test_*.py")]):
+        text = module.read_text()
+        for use, name in REST.items():
+            if use in text and f"pytest.mark.builds({name})" not in text:
+                missing.append((module.name, name))
+    assert missing == []
+
+
+def test_a_marked_test_waits_for_its_build_before_its_timeout_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DWDDEV_TESTENV_CACHE", str(tmp_path))
+    builder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_AND_INSTALL.replace('"etcd"', '"gardener-resource-manager"')],
+        cwd=Path(binaries.__file__).parents[1],
+        env={**os.environ, "DWDDEV_TESTENV_CACHE": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+    class Item:
+        def iter_markers(self, name: str) -> list[pytest.Mark]:
+            return [pytest.mark.builds("gardener-resource-manager").mark] if name == "builds" else []
+
+    try:
+        assert builder.stdout is not None and builder.stdout.readline() == "holding\n"
+        started = time.monotonic()
+        assert conftest.pytest_timeout_set_timer(Item(), None) is None  # type: ignore[arg-type]
+        assert time.monotonic() - started > 0.5
     finally:
         builder.communicate(timeout=10)
