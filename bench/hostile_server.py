@@ -25,7 +25,7 @@ async def headers(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
     await reader.readuntil(b"\r\n\r\n")
     writer.write(b"HTTP/1.1 200 OK\r\n")
     i = 0
-    while True:
+    while not writer.is_closing():  # until the agent gives up on the connection
         writer.write(b"X-Header-%d: %s\r\n" % (i, b"a" * 100))
         await writer.drain()
         i += 1
@@ -36,7 +36,7 @@ async def pings(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     conn.initiate_connection()
     conn.receive_data(await reader.read(65536))
     writer.write(conn.data_to_send())
-    while True:
+    while not writer.is_closing():
         for _ in range(100):
             conn.ping(b"12345678")
         writer.write(conn.data_to_send())
