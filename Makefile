@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+DEMO_STAMP := $(VENV)/.demo-installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
 # The oldest versions pyproject.toml allows, in a venv of their own (make lowest).
@@ -11,7 +12,7 @@ LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 LOWEST_PYTEST := $(LOWEST)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
 
-.PHONY: deps install testenv testenv-first testenv-rest demo-binaries image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e lint fmt bench bench-full demo clean coverage soak
+.PHONY: deps install demo-install testenv testenv-first testenv-rest demo-binaries image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e lint fmt bench bench-full demo clean coverage soak
 
 install: $(STAMP)
 
@@ -23,6 +24,15 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[dev]'
 	rm -f $(VENV)/.installed-* && touch $@
+
+# What the demo runs alone (the demo extra), beside its build; nothing when `make install` has
+# run. Not compiled ahead: the build beside it wants both cores, and the demo imports a fraction.
+demo-install: $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	test -e $(STAMP) || $(BIN)/pip install -q --no-compile -e '.[demo]'
+	rm -f $(VENV)/.demo-installed-* && touch $@
 
 testenv: install
 	$(NICE) $(BIN)/python -m testenv build
@@ -117,7 +127,7 @@ bench-full: install testenv
 # Builds only what it runs (kube-apiserver, KCM, kubemark, etcd), not all of testenv, and builds
 # it while pip installs: testenv/binaries.py needs only the standard library.
 demo:
-	$(MAKE) --no-print-directory -j2 install demo-binaries
+	$(MAKE) --no-print-directory -j2 demo-install demo-binaries
 	$(BIN)/python -m demo
 
 demo-binaries:

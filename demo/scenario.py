@@ -57,7 +57,7 @@ from testenv.tcpproxy import TcpProxy
 from testenv.wait import wait_for
 
 # How long after its start the aggregator judges and has read the kubelet leases twice (every
-# 10 s): a lease duration of fresh view (8 s), its second read, and a second for both.
+# 10 s): a lease duration of fresh view (6 s), its second read, and two seconds for both.
 WARM_S = 12
 # How long the demo holds the cut beyond the moment KCM (its grace as Gardener sets it) would
 # have acted.
@@ -260,6 +260,7 @@ class Stage:
     # Both acts cut their load balancers at the same moment: each waits here for the other.
     together: threading.Barrier | None = None
     tail: LogTail | None = None
+    aggregator: Process | None = None
     last_status: str = ""
     # From the cut on: the most nodes Unknown at once, the fewest ready endpoints, and when
     # each node was first seen Unknown.
@@ -310,6 +311,10 @@ class Stage:
         return up and (renewed or not renewing)
 
 
+# An act: what it does on its stage (its world, started), and what it measured.
+Act = Callable[[Stage, Path], dict[str, float]]
+
+
 def run(
     out: TextIO | None = sys.stdout,
     nodes: int = 10,
@@ -327,7 +332,7 @@ def run(
     overrides = {"DWD_NODE_GRACE": "0s", **(overrides or {})}
     start = time.monotonic()
     env_base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    acts: list[tuple[str, Callable[[Stage, Path], dict[str, float]]]] = [
+    acts: list[tuple[str, Act]] = [
         ("protection", lambda stage, tmp: _act_protected(stage, tmp, env_base, overrides)),
     ]
     if unprotected:
@@ -338,59 +343,35 @@ def run(
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
         tmp = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dwd-demo-")))
-        together = threading.Barrier(len(acts))
         played = [
-            (
-                _stage(
-                    stack,
-                    nodes,
-                    tmp / label.replace(" ", "-"),
-                    Show(out, Timeline(start), label if len(acts) > 1 else ""),
-                    env_base,
-                ),
-                act,
-            )
+            (tmp / label.replace(" ", "-"), Show(out, Timeline(start), label if len(acts) > 1 else ""), act)
             for label, act in acts
         ]
-        for stage, _ in played:
-            stage.together = together
-        measured = _play(played)
+        measured = _play(played, nodes)
         if unprotected:
             Show(out, Timeline(start))(side_by_side(measured, nodes))
         return measured
 
 
-def _stage(stack: contextlib.ExitStack, nodes: int, tmp: Path, show: Show, env_base: dict[str, str]) -> Stage:
-    """A world of its own for one act, its agents started, every node Ready."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    w = stack.enter_context(world(nodes, tmp, show))
-    start_agents(w, tmp, env_base)
-    show(f"started {nodes} agents, renewing through the load balancer")
-    stage = Stage(w, show, show.timeline, nodes)
-    wait(
-        lambda: stage.healthy(renewing=False),
-        90,
-        "every node Ready, every endpoint ready, KCM running",
-        stage.tick,
-    )
-    return stage
-
-
-def _play(played: list[tuple[Stage, Callable[[Stage, Path], dict[str, float]]]]) -> dict[str, float]:
-    """Each act in a thread of its own; the first failure is raised once both have ended (the
-    other act, waiting for the common cut, is released by it)."""
+def _play(played: list[tuple[Path, Show, Act]], nodes: int) -> dict[str, float]:
+    """Each act in a thread of its own, from its world's start to its end: the worlds start side
+    by side, and a thread's servers live as long as it does (they die with the thread that
+    started them). The first failure is raised once both have ended (the other act, waiting
+    for the common cut, is released by it)."""
     measured: dict[str, float] = {}
     errors: list[BaseException] = []
+    together = threading.Barrier(len(played))
 
-    def play(stage: Stage, act: Callable[[Stage, Path], dict[str, float]]) -> None:
+    def play(tmp: Path, show: Show, act: Act) -> None:
         try:
-            measured.update(act(stage, stage.w["tmp"]))
+            tmp.mkdir(parents=True, exist_ok=True)
+            with world(nodes, tmp, show) as w:
+                measured.update(act(Stage(w, show, show.timeline, nodes, together), tmp))
         except BaseException as e:
             errors.append(e)
-            if stage.together is not None:
-                stage.together.abort()
+            together.abort()
 
-    threads = [threading.Thread(target=play, args=pair, daemon=True) for pair in played]
+    threads = [threading.Thread(target=play, args=one, daemon=True) for one in played]
     for t in threads:
         t.start()
     for t in threads:
@@ -414,9 +395,14 @@ def side_by_side(m: dict[str, float], nodes: int) -> str:
 def _aggregator(stage: Stage, tmp: Path, env_base: dict[str, str], env: dict[str, str], name: str) -> Path:
     """Start an aggregator and wait for its first healthy verdict; its log is the stage's."""
     log_path = start_aggregator(stage.w, tmp, env_base, env, log_name=name)
-    stage.tail = LogTail(log_path)
+    stage.tail, stage.aggregator = LogTail(log_path), stage.w["procs"][-1]
     stage.show(f"the aggregator started with {env}")
-    wait(stage.healthy, 60, "every agent renewing its lease", stage.tick)
+    # The agents after it, as in a running seed: their leases are there (the aggregator
+    # creates them) and no agent has backed off from a lease not created yet.
+    start_agents(stage.w, tmp, env_base)
+    stage.show(f"started {stage.nodes} agents, renewing through the load balancer")
+    # The world started as the aggregator did: its nodes turn Ready meanwhile.
+    wait(stage.healthy, 90, "every node Ready and every agent renewing its lease", stage.tick)
     stage.show("every node renews its lease through the load balancer")
     wait(
         lambda: any(e.get("phase") == "healthy" for e in json_log(log_path)),
@@ -435,11 +421,11 @@ def _aggregator(stage: Stage, tmp: Path, env_base: dict[str, str], env: dict[str
 
 
 def _stop_aggregator(stage: Stage) -> None:
-    """The act's aggregator, the last process started, stopped (killed if it lingers)."""
-    assert stage.tail is not None
-    aggregator: Process = stage.w["procs"].pop()
-    aggregator.stop(15)
-    stage.tail = None
+    """The act's aggregator stopped (killed if it lingers); its agents go on."""
+    assert stage.aggregator is not None
+    stage.w["procs"].remove(stage.aggregator)
+    stage.aggregator.stop(15)
+    stage.tail = stage.aggregator = None
 
 
 def _cut(stage: Stage) -> datetime:
@@ -560,7 +546,6 @@ def _restored(stage: Stage) -> None:
     wait(lambda: replicas() == CONTROLLERS, 180, "every controller back with its old replicas", stage.tick)
     tl.mark("all_up")
     wait(lambda: stage.w["kcm"].ready() >= 1, 60, "KCM running again", stage.tick)
-    hold(10, stage.tick)
     stage.show(
         f"protected: KCM stopped {tl.since('cut', 'all_down'):.0f}s after the cut; at most {stage.unknown} "
         f"nodes Unknown, {stage.min_endpoints}/{nodes} endpoints kept; all restored "

@@ -13,6 +13,7 @@ so the layers are told apart here.
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -134,6 +135,29 @@ def io_reached(start: str, source_of: Callable[[str], str] = module_source) -> l
             elif module.split(".")[0] in ("aggregator", "core"):
                 todo.append((module, (*path, module)))
     return sorted(found)
+
+
+OURS = ("aggregator", "agent", "core", "testenv", "demo", "bench", "image", "tests")
+
+
+def third_party_reached(*starts: str, source_of: Callable[[str], str] = module_source) -> set[str]:
+    """The top-level modules, neither ours nor the standard library's, that ``starts`` import
+    directly or through our own modules (what a venv must hold to run them)."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    todo = list(starts)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for _, module in imported_modules(ast.parse(source_of(name))):
+            top = module.split(".")[0]
+            if top in OURS:
+                todo.append(module)
+            elif top not in sys.stdlib_module_names and top != "__future__":
+                found.add(top)
+    return found
 
 
 def imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from testenv import __main__ as cli
 from testenv import binaries
 from tests import conftest
+from tests.unit.test_layers import third_party_reached
 
 
 @pytest.mark.parametrize(
@@ -143,3 +146,21 @@ def test_a_marked_test_waits_for_its_build_before_its_timeout_starts(
         assert time.monotonic() - started > 0.5
     finally:
         builder.communicate(timeout=10)
+
+
+# The import name of each distribution the demo extra brings, where it differs.
+IMPORT_NAMES = {"pyyaml": "yaml"}
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_make_demo_runs_on_the_demo_extra_alone() -> None:
+    """``make demo`` installs the demo extra, not the test runner or the linters: nothing the
+    demo, the aggregator or the agents it starts import may come from outside it."""
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = meta["optional-dependencies"]
+    wanted = [*meta["dependencies"], *extras["aggregator"], *extras["demo"], "h2"]  # httpx[http2]: h2
+    names = {re.split(r"[\[<>=;! ]", spec, maxsplit=1)[0].lower() for spec in wanted}
+    provided = {IMPORT_NAMES.get(n, n.replace("-", "_")) for n in names}
+    reached = third_party_reached("demo.__main__", "aggregator.__main__", "agent.__main__")
+    assert {"aiohttp", "httpx", "kubernetes", "yaml"} <= reached  # the walk reaches them at all
+    assert reached - provided == set()
