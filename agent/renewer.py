@@ -201,7 +201,7 @@ class Renewer:
         self.log.info(
             "agent_started",
             url=self.settings.apiserver_url,
-            url_from=self.settings.kubelet_kubeconfig or "DWD_APISERVER_URL",
+            url_from=self.settings.server_from,
             interval=self.interval_s,
         )
         next_at = self.clock()

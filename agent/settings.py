@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import ssl
 from collections.abc import Mapping
@@ -34,6 +35,9 @@ MAX_INTERVAL_S = 300.0
 
 # Gardener's kubelet kubeconfig on a worker node; the DaemonSet mounts it at the same path.
 DEFAULT_KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig-real"
+# Where the server comes from when DWD_APISERVER_URL is empty: the kubelet's kubeconfig (root
+# and a hostPath: kubelet writes it 0600), or the name Gardener gives every pod of a shoot.
+SOURCES = ("kubelet-kubeconfig", "kubernetes-service-host")
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,8 @@ class Settings:
     # The kubelet kubeconfig that gave the server ("" when DWD_APISERVER_URL did): read
     # again for its CA after a TLS failure, since a CA rotation rewrites it.
     kubelet_kubeconfig: str = ""
+    # What gave the server: DWD_APISERVER_URL, the kubeconfig's path or KUBERNETES_SERVICE_HOST.
+    server_from: str = "DWD_APISERVER_URL"
     metrics_addr: tuple[str, int] | None = None
     log_format: LogFormat = "auto"
     log_level: str = "info"
@@ -72,7 +78,7 @@ class Settings:
 
     @classmethod
     def read(cls, r: EnvReader) -> Settings:
-        endpoint, kubeconfig = _endpoint(r)
+        endpoint, kubeconfig, server_from = _endpoint(r)
         node = r.string("NODE_NAME", required=True)
         if node and not is_dns_subdomain(node):
             r.problem("NODE_NAME", f"{node!r} is not a valid node name (RFC 1123 subdomain)")
@@ -99,6 +105,7 @@ class Settings:
             ca_file=ca_file,
             ca_pem="" if ca_file else endpoint.ca_pem,
             kubelet_kubeconfig=kubeconfig,
+            server_from=server_from,
             metrics_addr=metrics,
             log_format=log_format,
             log_level=log_level,
@@ -117,19 +124,25 @@ class Settings:
         return ssl_context(ca_pem=pem)
 
 
-def _endpoint(r: EnvReader) -> tuple[Endpoint, str]:
-    """The server (and the kubeconfig's CA, if any), and the kubelet kubeconfig it came from
-    ("" when DWD_APISERVER_URL overrides it)."""
+def _endpoint(r: EnvReader) -> tuple[Endpoint, str, str]:
+    """The server (and the kubeconfig's CA, if any), the kubelet kubeconfig it came from ("" when
+    DWD_APISERVER_URL overrides it, or DWD_APISERVER_FROM names the environment), and what
+    gave it, for the log."""
     url = r.string("DWD_APISERVER_URL").rstrip("/")
-    setting, kubeconfig, where = "DWD_APISERVER_URL", "", ""
+    source = r.choice("DWD_APISERVER_FROM", "kubelet-kubeconfig", SOURCES)
+    setting, kubeconfig, where, server_from = "DWD_APISERVER_URL", "", "", "DWD_APISERVER_URL"
     endpoint = Endpoint(url)
     if url:
         r.also("DWD_KUBELET_KUBECONFIG")  # known; DWD_APISERVER_URL overrides it
+    elif source == "kubernetes-service-host":
+        r.also("DWD_KUBELET_KUBECONFIG")
+        setting, endpoint = "DWD_APISERVER_FROM", Endpoint(_service_host_url(r))
+        where, server_from = "KUBERNETES_SERVICE_HOST ", "KUBERNETES_SERVICE_HOST"
     else:
         # kubelet's own server is the default: it is the path KCM judges (docs/install.md).
         setting = "DWD_KUBELET_KUBECONFIG"
         kubeconfig = r.string(setting, DEFAULT_KUBELET_KUBECONFIG)
-        where = f"{kubeconfig}: server "
+        where, server_from = f"{kubeconfig}: server ", kubeconfig
         try:
             endpoint = read_endpoint(kubeconfig)
         except KubeconfigError as e:
@@ -139,7 +152,34 @@ def _endpoint(r: EnvReader) -> tuple[Endpoint, str]:
             Origin.from_url(endpoint.server)
         except ValueError as e:
             r.problem(setting, f"{where}{endpoint.server!r} {e}")
-    return endpoint, kubeconfig
+    return endpoint, kubeconfig, server_from
+
+
+def _service_host_url(r: EnvReader) -> str:
+    """``https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT`` where the host is a name:
+    Gardener's resource manager (its kubernetes-service-host webhook) sets it to the API
+    server's internal domain, the name the kubelet uses. An address is the cluster's own
+    Service (kube-proxy, or Gardener's apiserver-proxy): not the path to prove, refused."""
+    host = r.env.get("KUBERNETES_SERVICE_HOST", "").strip()
+    port = r.env.get("KUBERNETES_SERVICE_PORT", "").strip() or "443"
+    if not host:
+        r.problem(
+            "DWD_APISERVER_FROM",
+            "kubernetes-service-host: KUBERNETES_SERVICE_HOST is not set (Gardener's resource manager "
+            "sets it with its kubernetes-service-host webhook; or set DWD_APISERVER_URL)",
+        )
+        return ""
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host.strip("[]"))
+        r.problem(
+            "DWD_APISERVER_FROM",
+            f"kubernetes-service-host: KUBERNETES_SERVICE_HOST is {host}, an address: the cluster's "
+            "Service, not the name the kubelet reaches KAPI by (Gardener's kubernetes-service-host "
+            "webhook sets the API server's domain; a pod labelled "
+            "apiserver-proxy.networking.gardener.cloud/inject=disable is left without it)",
+        )
+        return ""
+    return f"https://{host}:{port}"
 
 
 def _ca_file(r: EnvReader, endpoint: Endpoint, kubeconfig: str) -> str:

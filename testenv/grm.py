@@ -37,6 +37,9 @@ NAME = "gardener-resource-manager"
 # The one CRD the source (seed) side needs.
 CRD = "example/seed-crds/10-crd-resources.gardener.cloud_managedresources.yaml"
 # gardenlet's target namespaces for a shoot (pkg/gardenlet/operation/botanist/resource_manager.go).
+# A pod or namespace with this label set to "disable" is left out by the kubernetes-service-host
+# webhook (gardener's resourcesv1alpha1.KubernetesServiceHostInject).
+SERVICE_HOST_INJECT = "apiserver-proxy.networking.gardener.cloud/inject"
 SHOOT_TARGET_NAMESPACES = ("kube-system", "kubernetes-dashboard", "kube-node-lease")
 
 
@@ -181,10 +184,13 @@ class ResourceManager:
     sync_period: str = "1h"
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dwd-grm-")))
     proc: Process | None = None
+    # gardenlet's kubernetes-service-host webhook: every new pod of the shoot gets this as its
+    # KUBERNETES_SERVICE_HOST (gardenlet: api.<internal domain>). Empty: off.
+    kubernetes_service_host: str = ""
 
     def config(self) -> dict[str, Any]:
         ports = {name: free_port() for name in ("webhooks", "health", "metrics")}
-        self.health_port = ports["health"]
+        self.health_port, self.webhooks_port = ports["health"], ports["webhooks"]
         return {
             "apiVersion": "resourcemanager.config.gardener.cloud/v1alpha1",
             "kind": "ResourceManagerConfiguration",
@@ -222,7 +228,11 @@ class ResourceManager:
                 },
                 "tokenRequestor": {"enabled": True, "concurrentSyncs": 5},
             },
-            "webhooks": {},
+            "webhooks": (
+                {"kubernetesServiceHost": {"enabled": True, "host": self.kubernetes_service_host}}
+                if self.kubernetes_service_host
+                else {}
+            ),
         }
 
     def start(self, timeout_s: float = 60.0) -> ResourceManager:
@@ -249,7 +259,39 @@ class ResourceManager:
             die_with_parent=True,
         )
         wait_for(self._healthy, timeout_s, f"{NAME} healthy (log: {self.proc.log_path})")
+        if self.kubernetes_service_host:
+            self._register_service_host_webhook()
         return self
+
+    def _register_service_host_webhook(self) -> None:
+        """The shoot's KAPI told to call the webhook, as gardenlet has it (its name, rules and
+        selectors: pods on create, anywhere but a pod or namespace labelled inject=disable;
+        failurePolicy Ignore), at this GRM's webhook server, whose CA is the seed's."""
+        assert self.seed.ca is not None
+        opt_out = [{"key": SERVICE_HOST_INJECT, "operator": "NotIn", "values": ["disable"]}]
+        webhook = {
+            "name": "kubernetes-service-host.resources.gardener.cloud",
+            "rules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}
+            ],
+            "namespaceSelector": {"matchExpressions": opt_out},
+            "objectSelector": {"matchExpressions": opt_out},
+            "clientConfig": {
+                "url": f"https://localhost:{self.webhooks_port}/webhooks/kubernetes-service-host",
+                "caBundle": base64.b64encode(self.seed.ca.cert_path.read_bytes()).decode(),
+            },
+            "admissionReviewVersions": ["v1beta1", "v1"],
+            "reinvocationPolicy": "Never",
+            "failurePolicy": "Ignore",
+            "matchPolicy": "Exact",
+            "sideEffects": "None",
+            "timeoutSeconds": 2,
+        }
+        with self.shoot.admin_client() as admin:
+            admin.ensure(
+                "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                {"metadata": {"name": "gardener-resource-manager-shoot"}, "webhooks": [webhook]},
+            )
 
     def _healthy(self) -> bool:
         assert self.proc is not None

@@ -56,10 +56,14 @@ NODE_MONITOR_S = 5
 MARKS_WITHIN_S = NODE_GRACE_S + NODE_MONITOR_S
 
 
-def kcm_argv(binary: Path, kubeconfig: Path, port: int, cert_dir: Path) -> list[str]:
+def kcm_argv(binary: Path, kubeconfig: Path, port: int, cert_dir: Path, root_ca: Path) -> list[str]:
     return [
         str(binary),
         f"--kubeconfig={kubeconfig}",
+        # As Gardener starts it: the cluster CA its root-ca-cert-publisher puts into every
+        # namespace as kube-root-ca.crt (without it KCM publishes the kubeconfig's CA data,
+        # and this kubeconfig names a file).
+        f"--root-ca-file={root_ca}",
         "--leader-elect=true",
         "--controllers=*," + ",".join(f"-{c}" for c in DISABLED_CONTROLLERS),
         f"--node-monitor-grace-period={NODE_GRACE_S}s",
@@ -102,7 +106,8 @@ class KcmReplicas:
         n = self.started
         self.started += 1
         port = free_port()
-        argv = kcm_argv(self.binary, self.shoot.kubeconfig, port, self.workdir / f"kcm-{n}-certs")
+        certs = self.workdir / f"kcm-{n}-certs"
+        argv = kcm_argv(self.binary, self.shoot.kubeconfig, port, certs, self.shoot.ca_file)
         proc = spawn(f"kcm-{n}", argv, log_path=self.workdir / f"kcm-{n}.log", die_with_parent=True)
         self._ports[proc.name] = port
         return proc

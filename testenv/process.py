@@ -85,9 +85,12 @@ def spawn(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     die_with_parent: bool = False,
+    uid: int | None = None,
 ) -> Process:
     """``argv`` running with its output in ``log_path`` (truncated). ``die_with_parent``: killed
-    with this process, for servers no ``finally`` may get to stop."""
+    with this process, for servers no ``finally`` may get to stop. ``uid``: as that user and
+    group, no other group (this process must be root)."""
+    as_user: dict[str, Any] = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
     with open(log_path, "wb") as log:  # the child keeps its own descriptor
         popen = subprocess.Popen(
             list(argv),
@@ -97,6 +100,7 @@ def spawn(
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509 - prctl only
+            **as_user,
         )
     return Process(name, popen, log_path)
 
@@ -108,9 +112,12 @@ def spawn(
 _PYTHON_CHILDREN: list[Process] = []
 
 
-def spawn_python(name: str, module: str, *, log_path: Path, env: Mapping[str, str]) -> Process:
-    """``python -m module`` (the agent, the aggregator) from this interpreter, with ``env``."""
-    proc = spawn(name, [sys.executable, "-m", module], log_path=log_path, env=env)
+def spawn_python(
+    name: str, module: str, *, log_path: Path, env: Mapping[str, str], uid: int | None = None
+) -> Process:
+    """``python -m module`` (the agent, the aggregator) from this interpreter, with ``env``
+    (``uid``: as that user, see ``spawn``)."""
+    proc = spawn(name, [sys.executable, "-m", module], log_path=log_path, env=env, uid=uid)
     _PYTHON_CHILDREN[:] = [p for p in _PYTHON_CHILDREN if p.alive()]
     _PYTHON_CHILDREN.append(proc)
     return proc

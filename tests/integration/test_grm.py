@@ -10,7 +10,13 @@ the aggregator and real agents need, and deleting it takes every object back.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
+import shutil
+import site
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +33,7 @@ from testenv.client import Client, denial, node_leases
 from testenv.controlplane import ControlPlane, free_port
 from testenv.gardener import CLUSTER_CRD, cluster
 from testenv.kcm import KcmReplicas
-from testenv.process import Process, spawn_python
+from testenv.process import Process, json_log, spawn, spawn_python
 from testenv.shoot import Shoot
 from testenv.wait import wait_for
 
@@ -38,6 +44,10 @@ NS = "shoot--grm--s"
 MR = f"/apis/resources.gardener.cloud/v1alpha1/namespaces/{NS}/managedresources/dwd-lease-shoot"
 ACCESS = f"/api/v1/namespaces/{NS}/secrets/shoot-access-dwd-lease-aggregator"
 NODES = ("grm-0", "grm-1", "grm-2")
+# What gardenlet gives the shoot's GRM as the kubernetes-service-host (api.<internal domain>):
+# here a name the node's resolver answers on loopback, where the shoot's KAPI listens.
+SERVICE_HOST = "localhost"
+AGENT_UID = 65532  # the Gardener overlay's runAsUser
 
 
 @dataclass
@@ -67,7 +77,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrmWorld]:
                 apply(admin, [{**d, "metadata": {**d["metadata"], "namespace": NS}} for d in rendered])
             secret = next(d for d in rendered if d["metadata"]["name"] == "managedresource-dwd-lease-shoot")
             objects = load_docs(base64.b64decode(secret["data"]["objects.yaml"]).decode())
-            with grm.ResourceManager(seed, shoot_plane, NS, workdir=tmp / "grm").running() as manager:
+            manager = grm.ResourceManager(
+                seed, shoot_plane, NS, workdir=tmp / "grm", kubernetes_service_host=SERVICE_HOST
+            )
+            with manager.running():
                 yield GrmWorld(shoot, manager, objects, tmp)
         finally:
             shoot.close()
@@ -188,6 +201,148 @@ def start_agent(world: GrmWorld, node: str) -> Process:
         "DWD_LOG_FORMAT": "json",
     }
     return spawn_python(f"agent-{node}", "agent", log_path=world.tmp / f"agent-{node}.log", env=env)
+
+
+def test_the_gardener_agent_runs_non_root_on_the_name_gardener_gives_its_pod(world: GrmWorld) -> None:
+    """The delivered DaemonSet's pod as the real KCM's DaemonSet controller makes it, admitted
+    through GRM's kubernetes-service-host webhook as gardenlet configures it: non-root, nothing
+    of the host mounted, the server the webhook injected. Run as that pod says (as uid 65532
+    where the tests run as root, as CI does), the agent renews through that name, verified by
+    the CA KCM publishes as kube-root-ca.crt."""
+    w, node = world.shoot, NODES[0]
+    kcm = KcmReplicas(w.shoot, world.tmp / "kcm-pods")
+    kcm.scale(1)
+    try:
+        pod = wait_for(lambda: _agent_pod(w.shoot_admin, node), 60, "the DaemonSet controller's pod")
+        ca = wait_for(
+            lambda: _configmap_key(w.shoot_admin, "kube-root-ca.crt", "ca.crt"), 60, "kube-root-ca.crt"
+        )
+    finally:
+        kcm.scale(0)
+    spec = pod["spec"]
+    injected = [e for e in spec["containers"][0]["env"] if e["name"] == "KUBERNETES_SERVICE_HOST"]
+    assert injected == [{"name": "KUBERNETES_SERVICE_HOST", "value": SERVICE_HOST}]
+    assert (spec["securityContext"]["runAsNonRoot"], spec["securityContext"]["runAsUser"]) == (
+        True,
+        AGENT_UID,
+    )
+    assert [v["name"] for v in spec["volumes"] if "hostPath" in v] == []
+    print(f"\npod {pod['metadata']['name']}: securityContext {spec['securityContext']}, volumes "
+          f"{[v['name'] for v in spec['volumes']]}, injected {injected[0]}")  # fmt: skip
+    # The scheduler's part (no scheduler here): the pod bound to its node, its token bound to it.
+    name = pod["metadata"]["name"]
+    w.shoot_admin.create(
+        f"/api/v1/namespaces/kube-system/pods/{name}/binding",
+        {"metadata": {"name": name}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+    )
+    token = w.shoot.node_token(node, pod=name)
+    try:
+        started, running_as = _run_as_the_pod_says(world, spec, node, token, ca)
+    finally:
+        # Bound to a node without a kubelet, it would wait for one to confirm its end for ever
+        # (and with it the DaemonSet's foreground deletion below): ended as a kubelet would.
+        w.shoot_admin.request("DELETE", f"/api/v1/namespaces/kube-system/pods/{name}?gracePeriodSeconds=0")
+    port = w.shoot.url.rsplit(":", 1)[1]
+    assert (started["url"], started["url_from"]) == (
+        f"https://{SERVICE_HOST}:{port}",
+        "KUBERNETES_SERVICE_HOST",
+    )
+    print(f"agent renewed {node}'s lease through {started['url']} as uid {running_as}")
+
+
+def _run_as_the_pod_says(
+    world: GrmWorld, spec: dict[str, Any], node: str, token: str, ca: str
+) -> tuple[dict[str, Any], int]:
+    """The agent started with the pod's environment and files, as uid 65532 where this runs as
+    root and an interpreter other users may run is at hand (the venv's may live under a
+    home only root can enter: then the system's, with the venv's packages); until it renews."""
+    w = world.shoot
+    python, uid = sys.executable, None
+    system = Path("/usr/bin/python3")
+    if os.geteuid() == 0 and system.exists():
+        same = subprocess.run(
+            [system, "-c", "import sys; print(sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if same.stdout.strip() == str(sys.version_info[:2]):
+            python, uid = str(system), AGENT_UID
+    before = node_leases(w.shoot_admin)[node]["spec"].get("renewTime")
+    with _pod_files(spec, {"token": token, "ca.crt": ca}) as mounts:
+        env = _pod_env(spec["containers"][0], node, mounts, port=w.shoot.url.rsplit(":", 1)[1])
+        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *site.getsitepackages()])
+        log = world.tmp / "agent-pod.log"
+        agent = spawn("agent-pod", [python, "-m", "agent"], log_path=log, env=env, uid=uid)
+        try:
+            wait_for(
+                lambda: node_leases(w.shoot_admin)[node]["spec"].get("renewTime") != before,
+                30,
+                f"the agent renewing (log: {agent.log_path})",
+            )
+            status = Path(f"/proc/{agent.popen.pid}/status").read_text()
+        finally:
+            agent.kill()
+    started = next(e for e in json_log(agent.log_path) if e.get("event") == "agent_started")
+    running_as = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:")))
+    assert running_as == (AGENT_UID if uid is not None else os.geteuid())
+    return started, running_as
+
+
+def _agent_pod(admin: Client, node: str) -> dict[str, Any] | None:
+    """The agent pod the DaemonSet controller made for ``node`` (it names the node in its
+    required node affinity; the scheduler would bind it there)."""
+    pods = admin.get(
+        "/api/v1/namespaces/kube-system/pods?labelSelector=app.kubernetes.io/name%3Ddwd-lease-agent"
+    )
+    for pod in pods["items"]:
+        terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        if [f["values"] for t in terms["nodeSelectorTerms"] for f in t.get("matchFields", [])] == [[node]]:
+            return dict(pod)
+    return None
+
+
+def _configmap_key(admin: Client, name: str, key: str) -> str | None:
+    try:
+        return str(admin.get(f"/api/v1/namespaces/kube-system/configmaps/{name}")["data"][key])
+    except NotFound:
+        return None
+
+
+@contextlib.contextmanager
+def _pod_files(spec: dict[str, Any], files: dict[str, str]) -> Iterator[dict[str, Path]]:
+    """The container's one volume (the projected token and CA) as a directory another user can
+    read: each mount path of the container to it, the files the sources name in it."""
+    (volume,) = spec["volumes"]
+    paths = {s.get("serviceAccountToken", {}).get("path") for s in volume["projected"]["sources"]}
+    paths |= {
+        i["path"] for s in volume["projected"]["sources"] for i in s.get("configMap", {}).get("items", [])
+    }
+    assert paths - {None} == set(files), paths
+    directory = Path(tempfile.mkdtemp(prefix="dwd-agent-pod-"))
+    try:
+        directory.chmod(0o755)
+        for path, content in files.items():
+            (directory / path).write_text(content)
+            (directory / path).chmod(0o644)
+        yield {m["mountPath"]: directory for m in spec["containers"][0]["volumeMounts"]}
+    finally:
+        shutil.rmtree(directory)
+
+
+def _pod_env(container: dict[str, Any], node: str, mounts: dict[str, Path], port: str) -> dict[str, str]:
+    """The container's environment as the kubelet makes it: values, the downward API, the
+    Service's port (the kubelet adds KUBERNETES_SERVICE_PORT), mount paths mapped to ``mounts``;
+    /metrics on a free loopback port (other tests run beside)."""
+    fields = {"spec.nodeName": node, "status.hostIP": "127.0.0.1"}
+    env = {"PATH": os.environ.get("PATH", ""), "KUBERNETES_SERVICE_PORT": port}
+    for e in container["env"]:
+        value = e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        for mount, local in mounts.items():
+            value = value.replace(mount, str(local))
+        env[e["name"]] = value
+    env["DWD_METRICS_ADDR"] = f"127.0.0.1:{free_port()}"
+    return env
 
 
 def test_deleting_the_managed_resource_takes_every_object_back(world: GrmWorld) -> None:

@@ -85,3 +85,51 @@ def test_an_unknown_setting_is_kept_to_warn_about_not_fatal(token: str) -> None:
     }
     s = Settings.from_env(env)
     assert s.unknown == ("DWD_APISERVER_ULR: not a setting (did you mean DWD_APISERVER_URL?)",)
+
+
+@pytest.mark.parametrize(
+    ("service", "server_or_problem"),
+    [
+        # Gardener's kubernetes-service-host webhook: the API server's internal domain.
+        (
+            {"KUBERNETES_SERVICE_HOST": "api.s.p.internal.example.com"},
+            "https://api.s.p.internal.example.com:443",
+        ),
+        (
+            {"KUBERNETES_SERVICE_HOST": "api.s.p.internal.example.com", "KUBERNETES_SERVICE_PORT": "8443"},
+            "https://api.s.p.internal.example.com:8443",
+        ),
+        ({}, "DWD_APISERVER_FROM: kubernetes-service-host: KUBERNETES_SERVICE_HOST is not set"),
+        # The cluster's own Service: the in-cluster path, not the one the kubelet takes.
+        ({"KUBERNETES_SERVICE_HOST": "100.64.0.1"}, "is 100.64.0.1, an address: the cluster's Service"),
+        ({"KUBERNETES_SERVICE_HOST": "fd00::1"}, "is fd00::1, an address"),
+        (
+            {"KUBERNETES_SERVICE_HOST": "api.example", "KUBERNETES_SERVICE_PORT": "https"},
+            "DWD_APISERVER_FROM: ",
+        ),
+    ],
+)
+def test_the_server_may_come_from_the_name_gardener_gives_every_pod(
+    token: str, service: dict[str, str], server_or_problem: str
+) -> None:
+    """Without the kubelet's kubeconfig (no root, no hostPath): the host Gardener's resource
+    manager injects, which is the kubelet's own name for KAPI; never an address."""
+    env = {"DWD_APISERVER_FROM": "kubernetes-service-host", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
+    env |= {"DWD_KUBELET_KUBECONFIG": "/nonexistent"} | service  # not read in this mode
+    if server_or_problem.startswith("https://"):
+        s = Settings.from_env(env)
+        assert (s.apiserver_url, s.kubelet_kubeconfig, s.unknown) == (server_or_problem, "", ())
+        return
+    with pytest.raises(ConfigError) as e:
+        Settings.from_env(env)
+    assert len(e.value.problems) == 1 and server_or_problem in e.value.problems[0]
+
+
+def test_an_explicit_url_wins_over_the_service_host(token: str) -> None:
+    env = {"DWD_APISERVER_FROM": "kubernetes-service-host", "KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    s = Settings.from_env(
+        {**env, "DWD_APISERVER_URL": "https://api.x", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
+    )
+    assert s.apiserver_url == "https://api.x"
+    with pytest.raises(ConfigError, match="DWD_APISERVER_FROM: 'kubelet' is not one of"):
+        Settings.from_env({"DWD_APISERVER_FROM": "kubelet", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token})
