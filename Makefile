@@ -12,7 +12,7 @@ LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 LOWEST_PYTEST := $(LOWEST)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
 
-.PHONY: deps install demo-install testenv testenv-first testenv-rest demo-binaries image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e lint fmt bench bench-full demo clean coverage soak
+.PHONY: deps install demo-install image-lock testenv testenv-first testenv-rest demo-binaries image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e lint fmt bench bench-full demo clean coverage soak
 
 install: $(STAMP)
 
@@ -47,6 +47,17 @@ testenv-rest: install
 # only kustomize (a minute cold), not the test binaries.
 manifests: install
 	$(BIN)/python -m testenv manifests
+
+# The images' Python dependencies pinned with their hashes (image/locks/), from pyproject.toml,
+# by pip-tools in a venv of its own: after a change to the dependencies, then `make image`.
+image-lock:
+	rm -rf build/lock-venv && $(PYTHON) -m venv build/lock-venv && build/lock-venv/bin/pip install -q pip-tools
+	cd image/locks && for extra in agent aggregator build; do \
+	  case $$extra in agent) args="";; aggregator) args="--extra aggregator";; \
+	    build) args="--build-deps-for wheel --only-build-deps";; esac; \
+	  PIP_FIND_LINKS= ../../build/lock-venv/bin/pip-compile -q --generate-hashes --strip-extras --no-header \
+	    --allow-unsafe --no-emit-find-links --no-emit-index-url $$args -o $$extra.txt ../../pyproject.toml; \
+	done
 
 # Both images as OCI archives under build/images/ (docs/install.md); cached by their inputs.
 image: deps install

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import py_compile
@@ -35,6 +36,8 @@ import tarfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from image import locks
 
 ARCH = "arm64"
 TRIPLET = "aarch64-linux-gnu"
@@ -85,13 +88,16 @@ def _run(argv: list[str]) -> None:
 
 def debian_tree(cache: Path, sources: tuple[str, ...], suite: str) -> Path:
     """Debian's arm64 packages of PACKAGES and their dependencies, unpacked (cached)."""
-    key = hashlib.sha256(json.dumps([suite, sources, PACKAGES]).encode()).hexdigest()[:12]
+    key = hashlib.sha256(json.dumps([suite, sources, PACKAGES, "apt cache kept"]).encode()).hexdigest()[:12]
     tree = cache / f"arm64-tree-{key}"
     if (tree / ".complete").exists():
         return tree
     tarball = cache / f"arm64-tree-{key}.tar"
     cache.mkdir(parents=True, exist_ok=True)
-    argv = ["mmdebstrap", "--variant=extract", f"--arch={ARCH}", "--quiet", "--include=" + ",".join(PACKAGES)]
+    # The packages kept (the apt cache not cleaned up): their control data and file lists are
+    # the twin's dpkg status (_dpkg_status).
+    argv = ["mmdebstrap", "--variant=extract", f"--arch={ARCH}", "--quiet", "--skip=cleanup/apt/cache"]
+    argv += ["--include=" + ",".join(PACKAGES)]
     _run([*argv, suite, str(tarball), *sources])
     shutil.rmtree(tree, ignore_errors=True)
     tree.mkdir()
@@ -165,9 +171,18 @@ def _wheel(cache: Path, dist: str, version: str) -> Path:
     return _wheel(cache, dist, version)
 
 
-def assemble(amd64: Path, out: Path, tree: Path, cache: Path, optimize: int) -> list[str]:
+def assemble(
+    amd64: Path,
+    out: Path,
+    tree: Path,
+    cache: Path,
+    optimize: int,
+    *,
+    lock: dict[str, tuple[str, frozenset[str]]],
+) -> list[str]:
     """The arm64 root filesystem of the amd64 one at ``amd64``, written to ``out``; returns the
-    arm64 files taken from wheels."""
+    arm64 files taken from wheels, each wheel one whose hash ``lock`` (the image's, image/locks.py)
+    names."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     venv = Path("opt/dwd-lease")
@@ -189,9 +204,48 @@ def assemble(amd64: Path, out: Path, tree: Path, cache: Path, optimize: int) -> 
             continue
         _twin(path, rel, out, tree, optimize)
     _loader(out, tree)
-    taken = _wheels(compiled, out / venv / site.relative_to(amd64 / venv), cache)
+    taken = _wheels(compiled, out / venv / site.relative_to(amd64 / venv), cache, lock)
     _complete(out, tree)
+    _dpkg_status(out, tree)
     return taken
+
+
+DPKG_STATUS = "var/lib/dpkg/status"
+# Top-level directories a package lists that merged /usr keeps under usr/.
+MERGED = ("bin/", "sbin/", "lib/", "lib64/")
+
+
+def _dpkg_status(out: Path, tree: Path) -> list[str]:
+    """The twin's dpkg status (the amd64 one was copied as it is): the arm64 packages whose
+    files it holds, each with its own control data (its version may differ: a binNMU)."""
+    owners: dict[str, Path] = {}
+    for deb in sorted((tree / "var/cache/apt/archives").glob("*.deb")):
+        listing = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True)
+        with tarfile.open(fileobj=io.BytesIO(listing.stdout)) as tar:
+            for member in tar.getmembers():
+                rel = member.name.removeprefix("./")
+                owners.setdefault("usr/" + rel if rel.startswith(MERGED) else rel, deb)
+    held = {
+        owners[rel]
+        for path in _walk(out)
+        if not path.is_symlink() and (rel := str(path.relative_to(out))) in owners
+    }
+    stanzas = {}
+    for deb in sorted(held):
+        control = subprocess.run(
+            ["dpkg-deb", "--field", str(deb)], capture_output=True, text=True, check=True
+        )
+        fields = control.stdout.strip().splitlines()
+        stanzas[fields[0]] = "\n".join([fields[0], "Status: install ok installed", *fields[1:]]) + "\n"
+    # A package of every architecture (Architecture: all) the amd64 image holds files of: its
+    # files were copied as they are, and it is the same package here.
+    copied = (out / DPKG_STATUS).read_text() if (out / DPKG_STATUS).exists() else ""
+    for stanza in copied.strip().split("\n\n"):
+        if "\nArchitecture: all\n" in stanza + "\n":
+            stanzas.setdefault(stanza.splitlines()[0], stanza.strip() + "\n")
+    (out / DPKG_STATUS).parent.mkdir(parents=True, exist_ok=True)
+    (out / DPKG_STATUS).write_text("\n".join(stanzas[k] for k in sorted(stanzas)))
+    return sorted(k.removeprefix("Package: ") for k in stanzas)
 
 
 def _twin(path: Path, rel: str, out: Path, tree: Path, optimize: int) -> None:
@@ -211,7 +265,15 @@ def _twin(path: Path, rel: str, out: Path, tree: Path, optimize: int) -> None:
         shutil.copy2(source, dest)
         if dest.suffix == ".py":
             cfile = importlib.util.cache_from_source(str(dest), optimization=optimize or "")
-            py_compile.compile(str(dest), cfile, "/" + _arm64_name(rel), doraise=True, optimize=optimize)
+            mode = py_compile.PycInvalidationMode.UNCHECKED_HASH  # as image/slim.py's
+            py_compile.compile(
+                str(dest),
+                cfile,
+                "/" + _arm64_name(rel),
+                doraise=True,
+                optimize=optimize,
+                invalidation_mode=mode,
+            )
 
 
 def _loader(out: Path, tree: Path) -> None:
@@ -224,10 +286,20 @@ def _loader(out: Path, tree: Path) -> None:
     (out / "usr/lib" / LOADER).symlink_to(f"{TRIPLET}/{LOADER}")
 
 
-def _wheels(compiled: dict[tuple[str, str], list[str]], site: Path, cache: Path) -> list[str]:
+def _wheels(
+    compiled: dict[tuple[str, str], list[str]],
+    site: Path,
+    cache: Path,
+    lock: dict[str, tuple[str, frozenset[str]]],
+) -> list[str]:
     taken = []
     for (dist, version), files in sorted(compiled.items()):
-        wheel = zipfile.ZipFile(_wheel(cache, dist, version))
+        path = _wheel(cache, dist, version)
+        pinned, hashes = lock.get(locks.normalize(dist), ("", frozenset()))
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if pinned != version or digest not in hashes:
+            raise Arm64Error(f"{path.name}: sha256 {digest} is not in the lock for {dist}=={version}")
+        wheel = zipfile.ZipFile(path)
         names = set(wheel.namelist())
         for rel in files:
             want = _arm64_name(rel)

@@ -35,7 +35,7 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
-from image import arm64
+from image import arm64, locks, sbom
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = ROOT / "build" / "images"
@@ -46,6 +46,8 @@ TOOLS = ("podman", "buildah", "runc", "skopeo", "mmdebstrap", "readelf", "aarch6
 # The inputs of the images besides the sources: a change to any of them is a new build.
 INPUT_FILES = (
     "Containerfile", ".containerignore", "pyproject.toml", "README.md", "image/slim.py", "image/arm64.py",
+    "image/sbom.py", "image/locks.py", "image/locks/agent.txt", "image/locks/aggregator.txt",
+    "image/locks/build.txt",
 )  # fmt: skip
 # The level each image's interpreter runs at (Containerfile: PYTHONOPTIMIZE).
 OPTIMIZE = {"agent": 2, "aggregator": 0}
@@ -92,6 +94,12 @@ def image_name(target: str) -> str:
 
 def archive(target: str, directory: Path = BUILD_DIR) -> Path:
     return directory / f"{image_name(target)}.oci.tar"
+
+
+def sbom_path(target: str, arch: str = "amd64", directory: Path = BUILD_DIR) -> Path:
+    """The SPDX document of an image (image/sbom.py); the arm64 twin's beside it."""
+    suffix = "" if arch == "amd64" else f"-{arch}"
+    return directory / f"{image_name(target)}{suffix}.spdx.json"
 
 
 def index_archive(target: str, directory: Path = BUILD_DIR) -> Path:
@@ -225,7 +233,7 @@ def _build(base: str | None, *, force: bool) -> dict[str, Path]:
     key = inputs_key(bases["build"])
     cached = CACHE_DIR / key
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    if force or not all(index_archive(t, cached).exists() for t in TARGETS):
+    if force or not all(sbom_path(t, arm64.ARCH, cached).exists() for t in TARGETS):
         started = time.monotonic()
         cached.mkdir(parents=True, exist_ok=True)
         for target in TARGETS:
@@ -238,6 +246,8 @@ def _build(base: str | None, *, force: bool) -> dict[str, Path]:
     for target in TARGETS:
         for path in (archive(target, cached), index_archive(target, cached)):
             shutil.copyfile(path, BUILD_DIR / path.name)
+        for arch in ("amd64", arm64.ARCH):
+            shutil.copyfile(sbom_path(target, arch, cached), sbom_path(target, arch))
         out[target] = archive(target)
     return out
 
@@ -259,6 +269,12 @@ def _build_one(target: str, bases: dict[str, str], directory: Path) -> None:
         f"VERSION={project_version()}",
         "--build-arg",
         f"SOURCE={source_url()}",
+        "--build-arg",
+        f"REVISION={source_revision()}",
+        # The commit's time as the images' and their files' time: the same inputs give the
+        # same digest.
+        "--timestamp",
+        str(source_epoch()),
         "--tag",
         ref,
         "--file",
@@ -281,10 +297,15 @@ def _build_arm64(target: str, directory: Path) -> None:
     amd64 = rootfs(archive(target, directory), work / "amd64")
     tree = arm64.debian_tree(CACHE_DIR / "bases", SOURCES, SUITE)
     try:
-        arm64.assemble(amd64, work / "rootfs", tree, CACHE_DIR, OPTIMIZE[target])
+        lock = locks.pins(locks.lock(target))
+        arm64.assemble(amd64, work / "rootfs", tree, CACHE_DIR, OPTIMIZE[target], lock=lock)
     except arm64.Arm64Error as e:
         raise ImageError(f"{target} for arm64: {e}") from e
     config = json.loads(run(["skopeo", "inspect", "--config", f"oci-archive:{archive(target, directory)}"]))
+    for arch, tree_of in (("amd64", amd64), (arm64.ARCH, work / "rootfs")):
+        created = config["created"][:19] + "Z"  # SPDX: seconds, UTC
+        doc = sbom.document(tree_of, image_name(target), project_version(), arch, created)
+        sbom_path(target, arch, directory).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     ref, twin = reference(target), f"{reference(target)}-{arm64.ARCH}"
     ctr = run(["buildah", "from", "--quiet", "scratch"]).strip()
     try:
@@ -297,7 +318,7 @@ def _build_arm64(target: str, directory: Path) -> None:
         for key, value in sorted(conf.get("Labels", {}).items()):
             argv += ["--label", f"{key}={value}"]
         run([*argv, ctr])
-        run(["buildah", "commit", "--quiet", "--rm", ctr, twin])
+        run(["buildah", "commit", "--quiet", "--rm", "--timestamp", str(source_epoch()), ctr, twin])
     except ImageError:
         run(["buildah", "rm", ctr])
         raise
@@ -342,6 +363,38 @@ def source_url() -> str:
     )
     url = proc.stdout.strip()
     return url if "://" in url or "@" in url else "unknown"
+
+
+def source_epoch() -> int:
+    """The commit's time (SOURCE_DATE_EPOCH wins; 0 outside git): what the images say they
+    were made at, so that a build made again gives the same digest."""
+    if epoch := os.environ.get("SOURCE_DATE_EPOCH"):
+        return int(epoch)
+    proc = subprocess.run(
+        ["git", "-C", str(ROOT), "log", "-1", "--format=%ct"], capture_output=True, text=True, check=False
+    )
+    return int(proc.stdout.strip() or 0)
+
+
+def source_revision() -> str:
+    """The commit the sources are at (``-dirty`` when the work tree differs from it; the
+    variable DWDDEV_IMAGE_REVISION wins), for the revision label. Not part of the cache key
+    either: an image cached from an earlier commit with the same inputs names that commit,
+    whose sources it was built from."""
+    if revision := os.environ.get("DWDDEV_IMAGE_REVISION"):
+        return revision
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    if head.returncode != 0:
+        return "unknown"
+    dirty = subprocess.run(
+        ["git", "-C", str(ROOT), "status", "--porcelain", "--", *INPUT_FILES, *SOURCE_DIRS],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def load(target: str) -> str:

@@ -141,7 +141,11 @@ def _copy_compiled(source: Path, rootfs: Path, optimize: int) -> None:
     """``source``'s compiled module at ``optimize``, compiled first where the build has none."""
     cache = Path(importlib.util.cache_from_source(str(source), optimization=optimize or ""))
     if not cache.exists():
-        py_compile.compile(str(source), cfile=str(cache), optimize=optimize, doraise=True)
+        # By the source's hash (a build's time never enters the image: the same bytes twice).
+        mode = py_compile.PycInvalidationMode.UNCHECKED_HASH
+        py_compile.compile(
+            str(source), cfile=str(cache), optimize=optimize, doraise=True, invalidation_mode=mode
+        )
     _copy(cache, rootfs)
 
 
@@ -194,6 +198,51 @@ def build(rootfs: Path, entry_module: str, optimize: int = 0) -> list[str]:
     return kept
 
 
+DPKG = Path("var/lib/dpkg")
+
+
+def dpkg_owners(root: Path) -> dict[str, str]:
+    """Each file a Debian package installed in ``root``, by its real path (merged /usr: a
+    package lists /lib/..., the file is /usr/lib/...), to the package's name."""
+    owners: dict[str, str] = {}
+    for listed in sorted((root / DPKG / "info").glob("*.list")):
+        package = listed.stem.split(":")[0]
+        for line in listed.read_text().splitlines():
+            path = root / line.lstrip("/")
+            # Files only: a link's target is its own package's (python3-minimal's
+            # /usr/bin/python3 is a link to python3.11-minimal's /usr/bin/python3.11).
+            if line and path.is_file() and not path.is_symlink():
+                owners.setdefault(os.path.realpath(path), package)
+    return owners
+
+
+def dpkg_stanzas(status: str) -> dict[str, str]:
+    """The installed packages' stanzas of a dpkg status file, by package name."""
+    stanzas = {}
+    for stanza in status.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
+        if fields.get("Status", "").endswith(" installed"):
+            stanzas[fields["Package"]] = stanza.strip() + "\n"
+    return stanzas
+
+
+def keep_dpkg_status(rootfs: Path, root: Path = Path("/")) -> list[str]:
+    """A dpkg status in ``rootfs`` (cut from ``root``) with the packages it holds a file of, so
+    that a scanner sees the image's libc, OpenSSL and Python (the virtualenv's distributions
+    it finds by their own metadata). Returns their names."""
+    owners = dpkg_owners(root)
+    held: set[str] = set()
+    for path in rootfs.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            held.add(owners.get(os.path.realpath(root / path.relative_to(rootfs)), ""))
+    stanzas = dpkg_stanzas((root / DPKG / "status").read_text())
+    kept = sorted(held & stanzas.keys())  # "": a file no package installed
+    status = rootfs / DPKG / "status"
+    status.parent.mkdir(parents=True, exist_ok=True)
+    status.write_text("\n".join(stanzas[name] for name in kept))
+    return kept
+
+
 def main() -> None:
     entry_module, rootfs = sys.argv[1], Path(sys.argv[2])
     optimize = int(sys.argv[3]) if len(sys.argv) > 3 else 0
@@ -201,7 +250,12 @@ def main() -> None:
         sys.exit(f"slim.py: OPTIMIZE must be 0 or 2, not {optimize}")
     rootfs.mkdir(parents=True, exist_ok=True)
     kept = build(rootfs, entry_module, optimize)
-    print(f"{entry_module} rootfs: {len(kept)} standard-library modules", file=sys.stderr)
+    packages = keep_dpkg_status(rootfs)
+    print(
+        f"{entry_module} rootfs: {len(kept)} standard-library modules, files of {len(packages)} Debian "
+        f"packages ({', '.join(packages)})",
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -7,17 +7,20 @@ built by ``make image`` before the tests, or here, from the cache when warm.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from image import arm64, build
+from image import arm64, build, locks
 from testenv import containers
 from testenv.agents import agents_for
 from testenv.chain import LEASE_DURATION_S, Chain, chain, example_daemonset
@@ -235,6 +238,59 @@ def test_the_archives_are_oci_images_skopeo_can_read(images: dict[str, str]) -> 
         info = json.loads(build.run(["skopeo", "inspect", f"oci-archive:{build.archive(target)}"]))
         assert info["Labels"]["org.opencontainers.image.title"] == f"dwd-lease-{target}"
         assert info["Labels"]["org.opencontainers.image.version"] == build.project_version()
+        # The commit it was built from (an image cached from an earlier commit with the same
+        # inputs names that one): a scanner's finding leads back to the sources.
+        assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", info["Labels"]["org.opencontainers.image.revision"])
+
+
+def test_each_image_carries_an_sbom_and_dpkg_status_of_what_it_holds(images: dict[str, str]) -> None:
+    """A scanner sees each image's Debian packages (dpkg's status, kept for the packages whose
+    files the image holds) and the SPDX document beside it names those and exactly the
+    distributions its lock pins, for both architectures."""
+    for target in build.TARGETS:
+        pinned = {name: version for name, (version, _) in locks.pins(locks.lock(target)).items()}
+        for arch in ("amd64", arm64.ARCH):
+            doc = json.loads(build.sbom_path(target, arch).read_text())
+            purls = [ref["referenceLocator"] for p in doc["packages"] for ref in p.get("externalRefs", [])]
+            debs = {u.split("/")[2].split("@")[0]: u for u in purls if u.startswith("pkg:deb/")}
+            pypi = dict(u.removeprefix("pkg:pypi/").split("@") for u in purls if u.startswith("pkg:pypi/"))
+            assert {"libc6", "libssl3", "python3.11-minimal", "libpython3.11-stdlib"} <= debs.keys()
+            # Each of its architecture, or of every one (python3-distutils: Architecture all).
+            assert [u for u in debs.values() if f"arch={arch}&" not in u and "arch=all&" not in u] == []
+            assert pypi == {**pinned, "dwd-lease": build.project_version()}
+            counts = f"{len(doc['packages'])} packages, {len(debs)} Debian, {len(pypi)} Python"
+            print(f"\n{target} {arch}: SBOM of {counts}")
+    status = podman(
+        "run", "--rm", "--read-only", "--network=none", "--entrypoint", "python3", images["agent"],
+        "-c", "print(open('/var/lib/dpkg/status').read())",
+    )  # fmt: skip
+    assert "Package: libssl3\nStatus: install ok installed\n" in status
+
+
+def test_the_agent_image_built_again_is_the_same_image(
+    images: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reproducible: built again from the same inputs, at the time and revision it says it was
+    built at (the cache may hold one of an earlier commit with the same inputs), the agent
+    image has the same digest, byte for byte."""
+    cached = build.archive("agent")
+    config = json.loads(build.run(["skopeo", "inspect", "--config", f"oci-archive:{cached}"]))
+    created = datetime.fromisoformat(config["created"].replace("Z", "+00:00"))
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", str(int(created.timestamp())))
+    revision = config["config"]["Labels"]["org.opencontainers.image.revision"]
+    monkeypatch.setenv("DWDDEV_IMAGE_REVISION", revision)
+    started = time.monotonic()
+    build._build_one("agent", {"build": build.debian_base("build")}, tmp_path)
+    again = build.archive("agent", tmp_path)
+    took = time.monotonic() - started
+    first, second = manifest_digest(cached), manifest_digest(again)
+    print(f"\nagent image {first[:16]}, built again in {took:.0f}s: {second[:16]}")
+    assert second == first
+
+
+def manifest_digest(archive: Path) -> str:
+    raw = build.run(["skopeo", "inspect", "--raw", f"oci-archive:{archive}"])
+    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 def test_the_aggregator_image_runs_the_aggregator(images: dict[str, str]) -> None:
