@@ -21,7 +21,6 @@ bases), so a warm machine, or a fresh clone on it, copies instead of building.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -35,7 +34,7 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
-from image import arm64, locks, sbom
+from image import arm64, lockfile, locks, sbom
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = ROOT / "build" / "images"
@@ -214,18 +213,13 @@ def build(base: str | None = None, *, force: bool = False) -> dict[str, Path]:
     beside it waits, then finds them cached."""
     if missing := missing_tools():
         raise ImageError(f"missing tools: {', '.join(missing)} (scripts/deps.sh installs them)")
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(CACHE_DIR / ".building", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with lockfile.held(CACHE_DIR / ".building"):
         return _build(base, force=force)
 
 
 def wait_for_build() -> None:
     """Returns when no build of the images is under way (at once when none is)."""
-    lock = CACHE_DIR / ".building"
-    if lock.exists():
-        with open(lock) as f:
-            fcntl.flock(f, fcntl.LOCK_SH)
+    lockfile.wait_until_free(CACHE_DIR / ".building", "the images")
 
 
 def _build(base: str | None, *, force: bool) -> dict[str, Path]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
+
+from image import lockfile
 
 GO_DIR = Path(__file__).resolve().parent / "go"
 
@@ -112,28 +113,13 @@ def building(name: str) -> Iterator[None]:
     waits for it (``wait_for_build``) instead of failing, and a second build of it waits and
     then finds it built. `make test` starts its clock-bound tests while the builds they do not
     need first go on."""
-    lock = cache_root() / f".{name}.building"
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    with lockfile.held(cache_root() / f".{name}.building"):
         yield
 
 
 def wait_for_build(name: str, timeout_s: float = 3600) -> None:
     """Returns at once unless ``name`` is being built; then when its build has ended."""
-    lock = cache_root() / f".{name}.building"
-    if not lock.exists():
-        return
-    deadline = time.monotonic() + timeout_s
-    with open(lock) as f:
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{name} still building after {timeout_s:.0f}s") from None
-                time.sleep(1)
+    lockfile.wait_until_free(cache_root() / f".{name}.building", name, timeout_s)
 
 
 def binary_path(component: Component) -> Path:
