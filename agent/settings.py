@@ -197,16 +197,17 @@ def _ca_file(r: EnvReader, endpoint: Endpoint, kubeconfig: str) -> str:
                 f"{kubeconfig}: its certificate-authority {ca_file} is not readable "
                 "(mount it too, or set DWD_CA_FILE)",
             )
+        else:
+            _check_ca(r, setting, ca_file, endpoint, f"{kubeconfig}: its certificate-authority {ca_file}")
     else:
-        _check_ca(r, setting, ca_file, endpoint)
+        _check_ca(r, setting, ca_file, endpoint, ca_file or "its certificate-authority-data")
     return ca_file
 
 
-def _check_ca(r: EnvReader, setting: str, ca_file: str, endpoint: Endpoint) -> None:
+def _check_ca(r: EnvReader, setting: str, ca_file: str, endpoint: Endpoint, what: str) -> None:
     """The CA the agent will verify KAPI with, loaded once now: one that is not a certificate
-    is a setting's error (rc 2, named), not a traceback at the first renewal."""
+    is a setting's error (rc 2, named ``what``), not a traceback at the first renewal."""
     try:
         ssl_context(ca_file, ca_pem="" if ca_file else endpoint.ca_pem)
     except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
-        what = ca_file or "its certificate-authority-data"
         r.problem(setting, f"{what}: not a CA certificate bundle ({e})")

@@ -31,7 +31,7 @@ from aggregator.settings import Watching
 from aggregator.watcher import Informer
 from core import logs
 from core.errors import KubeconfigError, KubeError, unreadable
-from core.lease import is_dns_label
+from core.lease import is_dns_label, is_dns_subdomain
 
 # The sources log as part of the fleet they feed.
 log = logs.get("fleet")
@@ -100,9 +100,14 @@ class FileSource(Polled):
             ns, name = str(item["namespace"]), str(item.get("name") or item["namespace"])
             if not is_dns_label(ns):
                 raise KubeconfigError(f"{where}: {ns!r} is not a valid namespace name (RFC 1123 label)")
+            if not is_dns_subdomain(name):
+                raise KubeconfigError(f"{where}: name {name!r} is not a valid name (RFC 1123 subdomain)")
             if name in out:
                 # Two entries, one target: the last would silently replace the first.
                 raise KubeconfigError(f"{where}: target {name!r} is named twice (give each a distinct name)")
+            if owner := next((t.name for t in out.values() if t.namespace == ns), None):
+                # Two targets on one shoot: both would lower and raise the same controllers.
+                raise KubeconfigError(f"{where}: namespace {ns!r} already has target {owner!r}")
             out[name] = TargetSpec(
                 name=name,
                 namespace=ns,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from agent.client import LeaseClient
 from agent.kubeconfig import KubeconfigError, read_endpoint
@@ -128,6 +129,23 @@ def test_a_ca_or_kubeconfig_that_cannot_be_read_is_a_named_setting_error(
     (tmp_path / "not-a-ca").write_text("not a certificate")
     with pytest.raises(ConfigError, match=r"DWD_CA_FILE: .*not-a-ca: not a CA certificate bundle"):
         Settings.from_env({**base, "DWD_APISERVER_URL": SERVER, "DWD_CA_FILE": str(tmp_path / "not-a-ca")})
+    # A kubeconfig whose certificate-authority is a file of garbage (a traceback with rc 1 before).
+    config = tmp_path / "kubeconfig-ca-path"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [
+                    {"name": "c", "cluster": {"server": SERVER, "certificate-authority": "not-a-ca"}}
+                ],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+                "users": [{"name": "u", "user": {}}],
+            }
+        )
+    )
+    named = r"DWD_KUBELET_KUBECONFIG: .*kubeconfig-ca-path: its certificate-authority .*not-a-ca: not a CA"
+    with pytest.raises(ConfigError, match=named):
+        Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(config)})
     (tmp_path / "latin1").write_bytes(b"server: caf\xe9")
     with pytest.raises(ConfigError, match=r"DWD_KUBELET_KUBECONFIG: .*latin1: not UTF-8 text"):
         Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(tmp_path / "latin1")})

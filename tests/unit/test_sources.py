@@ -103,6 +103,12 @@ async def test_file_source(tmp_path: Path) -> None:
         ("  - namespace: a\n  - namespace: a\n", "entry 1: target 'a' is named twice"),
         ("  - namespace: a\n  - {namespace: b, name: a}\n", "entry 1: target 'a' is named twice"),
         ("  - namespace: Shoot_A\n", "entry 0: 'Shoot_A' is not a valid namespace name"),
+        # Two names, one shoot: both targets acted on the same controllers.
+        (
+            "  - {namespace: a, name: one}\n  - {namespace: a, name: two}\n",
+            "entry 1: namespace 'a' already has target 'one'",
+        ),
+        ("  - {namespace: a, name: Bad Name/../x}\n", "entry 0: name 'Bad Name/../x' is not a valid name"),
         ("  - namespace: ../kube-system\n", "entry 0: '../kube-system' is not a valid namespace name"),
     ],
 )
