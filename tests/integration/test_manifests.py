@@ -111,6 +111,12 @@ def test_every_manifest_applies_without_warnings(installed: dict[str, list[dict[
     (kubeconfig,) = [v["hostPath"] for v in spec["volumes"] if "hostPath" in v]
     assert kubeconfig == {"path": "/var/lib/kubelet/kubeconfig-real", "type": "File"}  # not its directory
     assert spec["tolerations"] == [{"operator": "Exists"}]
+    # /metrics on the node's own address, not on every interface of the host network.
+    env = {e["name"]: e for e in container["env"]}
+    assert env["HOST_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+    assert env["DWD_METRICS_ADDR"]["value"] == "$(HOST_IP):16909"
+    names = [e["name"] for e in container["env"]]
+    assert names.index("HOST_IP") < names.index("DWD_METRICS_ADDR")  # a reference needs it first
 
 
 def _agent_client(plane: ControlPlane, node: str) -> Client:
