@@ -78,7 +78,7 @@ class Fleet:
             self.settings,
             self.shared.metrics,
             served=self.served,
-            owner=self.owner,
+            skipped_because=self.skipped_because,
             leadership=self.leadership,
         )
 
@@ -99,7 +99,7 @@ class Fleet:
             return f"the targets are unavailable: {self.source_error}"
         return ""
 
-    def owner(self, namespace: str) -> str:
+    def skipped_because(self, namespace: str) -> str:
         """Why the namespace's owner decides its controllers now: the source skips its Cluster
         (hibernated, deleting, migrating, ...); "" when nothing says so."""
         return str(getattr(self._source, "skipped", {}).get(namespace, ""))

@@ -60,7 +60,7 @@ class Orphans:
         metrics: AggregatorMetrics,
         *,
         served: Served,
-        owner: Callable[[str], str] = lambda _namespace: "",
+        skipped_because: Callable[[str], str] = lambda _namespace: "",
         leadership: Leadership | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -74,7 +74,7 @@ class Orphans:
         # Why a namespace's own controller decides its dependents now ("" when nothing says so):
         # a Cluster gardenlet hibernates, deletes or migrates. Its records are handed back, not
         # restored: raising a hibernated shoot's controllers would fight the owner's 0.
-        self.owner = owner
+        self.skipped_because = skipped_because
         # Whether this replica sweeps at all, and (sharded) which namespaces and in which scope:
         # a namespace's records are restored by the one replica that would act for its target.
         self.leadership = leadership or Alone()
@@ -197,8 +197,8 @@ class Orphans:
                 clock=self.clock,
             )
             log.info("orphan_restoring", namespace=namespace, resources=sorted(self.orphaned[namespace]))
-        if owner := self.owner(namespace):
-            reason = f"its Cluster is {owner}: the controllers are gardenlet's to run, our marks are removed"
+        if skipped := self.skipped_because(namespace):
+            reason = f"its Cluster is {skipped}: the controllers are gardenlet's to run, our marks go"
             done = await scaler.hand_back(reason)
         else:
             reason = (
@@ -208,7 +208,7 @@ class Orphans:
             )
             done = await scaler.converge(Desired.RUNNING, reason)
         if done:
-            log.info("orphan_restored", namespace=namespace, handed_back=owner or None)
+            log.info("orphan_restored", namespace=namespace, handed_back=skipped or None)
             for store in (self.found, self.orphaned, self.since, self.scalers):
                 store.pop(namespace, None)
 

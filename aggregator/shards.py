@@ -128,9 +128,6 @@ class Shards:
     def sweeps(self) -> bool:
         return self.holds[0].holds()
 
-    def sweep_term_end(self) -> float:
-        return self.holds[0].term_end()
-
     def leading(self) -> bool:
         """Whether this replica acts for any target now (holds any shard)."""
         return any(h.holds() for h in self.holds)

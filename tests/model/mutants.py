@@ -78,7 +78,7 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
     ),
     "restore_hibernated": (
         "aggregator/orphans.py",
-        "if owner := self.owner(namespace):",
+        "if skipped := self.skipped_because(namespace):",
         "if False:",
         "5: the sweep raises a hibernated shoot",
     ),

@@ -218,7 +218,7 @@ class Replica:
             settings,
             self.metrics,
             served=lambda: {NS} if self.serving else set(),
-            owner=lambda ns: "" if world.removed else world.lifecycle().reason(self.serving),
+            skipped_because=lambda ns: "" if world.removed else world.lifecycle().reason(self.serving),
             leadership=self.elector,
             clock=world.clock,
         )
