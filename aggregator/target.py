@@ -120,7 +120,7 @@ class Target:
         self.legacy = self._legacy_informer()
         self.view = View(p.lease_duration_s, tick_s=p.tick_s, stall_s=p.stall_s, log=self.log)
         self.evidence = Evidence.of(self.shoot, seed, self.namespace, p, clock=clock, log=self.log)
-        self.checks = Interlocks(
+        self.interlocks = Interlocks(
             self.shoot,
             self.leases,
             self.evidence,
@@ -225,10 +225,10 @@ class Target:
             await self.evidence.read_due(wanted=self._troubled())
         # 3. The verdict, on the pacing planned for this tick (the interlocks confirm on it too).
         pacing = self.pacer.plan()
-        verdict = await self._judge(now, pacing)
+        verdict = await self._verdict_now(now, pacing)
         # 4. The interlocks, only on the replica that acts: as a new leader a standby starts
         #    from the records and checks before any write of its own.
-        if verdict.scale_down and leader and (refusal := await self.interlocks(pacing)) is not None:
+        if verdict.scale_down and leader and (refusal := await self.refusal(pacing)) is not None:
             verdict = (
                 deferred(verdict, before) if refusal.deferred else blocked(verdict, before, now, str(refusal))
             )
@@ -284,7 +284,7 @@ class Target:
         fresh_s = self.settings.watching.fresh_s
         return self.leases.fresh(fresh_s) and self.nodes.fresh(fresh_s)
 
-    async def _judge(self, now: float, pacing: Pacing) -> Verdict:
+    async def _verdict_now(self, now: float, pacing: Pacing) -> Verdict:
         """The verdict on what is observed now (while starting, with the seed's record)."""
         self.report.error(self.leases.last_error or self.nodes.last_error)
         records = None
@@ -293,9 +293,9 @@ class Target:
                 records = await self.scaler.records()
             except KubeError as e:
                 self.report.error(f"reading the scale-down record: {e}")
-        return self._decide(now, pacing, records)
+        return self._verdict(now, pacing, records)
 
-    def _decide(
+    def _verdict(
         self, now: float, pacing: Pacing, records: bool | None = None, *, confirming: bool = False
     ) -> Verdict:
         return decide(
@@ -312,11 +312,11 @@ class Target:
             confirming=confirming,
         )
 
-    async def interlocks(self, pacing: Pacing | None = None) -> Refusal | None:
+    async def refusal(self, pacing: Pacing | None = None) -> Refusal | None:
         """Why a scale-down must not happen now (aggregator/interlocks.py); None when every
         check passes. The confirming verdict judges what the fresh LIST left in the view."""
         plan = self.pacer.plan() if pacing is None else pacing
-        return await self.checks.refusal(lambda: self._decide(self.clock(), plan, confirming=True))
+        return await self.interlocks.refusal(lambda: self._verdict(self.clock(), plan, confirming=True))
 
     def snapshot(self) -> dict[str, Any]:
         """This target as the status page and ``/status`` show it."""

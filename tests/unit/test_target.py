@@ -64,7 +64,7 @@ async def test_a_record_that_cannot_be_read_keeps_a_start_starting_and_says_so()
 async def test_the_watch_interlock_refuses_when_the_watches_went_quiet() -> None:
     w = await settled()
     w.target.nodes.failing = True
-    refusal = await w.target.interlocks()
+    refusal = await w.target.refusal()
     assert refusal is not None and refusal.interlock is Interlock.WATCH_STALE
     assert w.target.view.since is None and w.target.view.why == "no data from the watches"
 
@@ -72,7 +72,7 @@ async def test_the_watch_interlock_refuses_when_the_watches_went_quiet() -> None
 async def test_the_list_interlock_refuses_when_the_confirming_list_fails() -> None:
     w = await settled()
     w.shoot.fail("GET", leases_path(DEFAULT_LEASE_NAMESPACE) + "$")
-    refusal = await w.target.interlocks()
+    refusal = await w.target.refusal()
     assert refusal is not None and refusal.interlock is Interlock.LIST_FAILED
     assert "injected" in refusal.detail
     assert w.target.view.why == "the confirming LIST failed"
@@ -83,7 +83,7 @@ async def test_the_probe_and_the_confirming_list_are_sent_together() -> None:
     sent: list[str] = []
     w.shoot.on_request = lambda _method, path: sent.append(path)
     w.shoot.hang = Rule("GET", "/readyz$", server_error)
-    checking = asyncio.create_task(w.target.interlocks())
+    checking = asyncio.create_task(w.target.refusal())
     await asyncio.sleep(0.05)
     # Sent while the probe has not answered: one round trip for the interlocks, not two.
     assert sent[0] == "/readyz" and leases_path(DEFAULT_LEASE_NAMESPACE) in sent
@@ -93,7 +93,7 @@ async def test_the_probe_and_the_confirming_list_are_sent_together() -> None:
 
 async def test_the_list_interlock_refuses_when_a_fresh_list_disagrees() -> None:
     w = await settled()
-    refusal = await w.target.interlocks()
+    refusal = await w.target.refusal()
     assert refusal == Refusal(Interlock.LIST_DISAGREES, "a fresh LIST shows 0/10 stale")
     assert str(refusal) == "list_disagrees: a fresh LIST shows 0/10 stale"  # /status keeps this shape
 

@@ -277,6 +277,6 @@ async def test_the_interlock_reads_the_kubelets_beside_the_confirming_list_not_a
             in_flight -= 1
 
     w.shoot.request = request  # type: ignore[method-assign]
-    refusal = await w.target.interlocks()
+    refusal = await w.target.refusal()
     assert refusal is not None and refusal.interlock is Interlock.LIST_DISAGREES  # healthy
     assert most == 2, "the two LISTs ran one after the other"
