@@ -1,35 +1,12 @@
 """The agent's connection policy: a slow path keeps working, a broken one is seen as broken.
 
-A request gets a *window* (the renewer gives it twice the interval) and may use
-all of it. Within the window it races at most three attempts:
-
-- the warm connection leads while it is younger than a minute; if it has not
-  answered after the *hedge delay* (twice the median of recent answers, at
-  least 0.5 s), a new connection is opened beside it, not after it;
-- a new connection leads when there is no warm one, when the warm one is due
-  to be replaced (a minute old: a new connection means a new DNS lookup, so a
-  moved load balancer is followed) or when its last request got no answer; the
-  warm one then follows, at once after an unanswered request (dead or only
-  lossy, it is often the first to get through), else after the time a new
-  connection has recently needed;
-- a new connection that fails at once (refused, a lost DNS answer) is followed
-  by one more;
-- a new connection still in its handshake after the *handshake hedge* (twice
-  the fastest recent handshake, at least 0.5 s) gets a sibling beside it, at
-  most two per renewal: a lost SYN costs the kernel's 1 s retransmission and
-  leaves the connection with a 3 s retransmission timeout, a sibling started
-  before that is as likely to get through at once.
-
-The first HTTP answer wins. Recycling is make-before-break: a connection is
-dropped only when another has answered in its place, or when it failed itself.
-A request that was merely slow leaves its connection warm. When a hedged new
-connection overtakes a slow warm one, the slow one is kept for a minute as a
-*spare*, asked beside the warm one at the hedge delay: on a lossy path two
-connections whose packets are lost independently are far likelier to get an
-answer through in time than one whose TCP is backing off, and an open
-connection answers in one round trip where a new one needs three. A spare that
-stays silent when asked is dropped. Why these numbers and what they buy:
-docs/agent.md.
+A request may use its whole window (twice the interval) and races at most three attempts
+in it: the warm connection leads, a new one is opened beside it (not after it) when it has
+not answered after the hedge delay or is due to be replaced (a minute old: a new DNS
+lookup), a handshake that hangs gets a sibling, and the first HTTP answer wins. Recycling is
+make-before-break; a connection that was merely slow stays warm, and one overtaken is kept
+a minute as a spare. The rules, the numbers and what they buy: docs/agent.md, "The
+connection policy".
 """
 
 from __future__ import annotations

@@ -1,35 +1,13 @@
-"""The targets shared out over the aggregator's replicas: a fixed number of shard Leases.
+"""The targets shared out over the aggregator's replicas (``DWD_SHARDS``): a fixed number of
+shard Leases, each held as the leader's Lease is (aggregator/leader.py ``Hold``).
 
-One process acts on every target of a seed in turn, and in a seed-wide outage the last
-target waits for the others' interlocks and writes (docs/scale.md). With ``DWD_SHARDS`` of
-two or more:
-
-- a target belongs to the shard its name hashes to (``shard_of``): the same in every
-  replica and across restarts, whatever the replicas are;
-- each shard is a Lease held as the leader's Lease is (aggregator/leader.py ``Hold``): its
-  holder's term ends a renew deadline after its last renewal, before anyone may take it;
-- each replica holds one of a fixed set of member Leases, by the same rules, renewed every
-  third of a lease duration (they only share the work out; the shard Leases alone decide
-  who writes): the live members are the member Leases held and renewed. Every Lease has a
-  name known in advance, so the Role grants updates on these names alone;
-- a replica takes free shards (no holder, or a holder that has not renewed for a lease
-  duration) while it holds fewer than its share, ceil(shards / live members), and gives one
-  back per retry period once it has held more than its share for a lease duration, the
-  shards it prefers least first (each replica prefers its own order of the shards, so two
-  rarely reach for the same one);
-- it takes nothing during its first lease duration: by then it has seen every live member
-  (otherwise the first replica to start would take every shard, as knative's buckets did in
-  tektoncd/pipeline#3835), and its targets could not judge before then anyway;
-- one LIST of the namespace's Leases by label, per retry period, shows every member and
-  every shard; each Lease is written by a PUT on the version listed, so of two replicas
-  reaching for the same shard one conflicts. The seed's API server sees, per second,
-  (replicas + shards) / retry period + replicas / (lease duration / 3) requests: 3.4/s for
-  two replicas and four shards at client-go's timings.
-
-Every replica watches and judges every target, so a shard that moves is acted on by a
-replica whose view is warm. The holder of a target's shard alone provisions its shoot,
-checks the interlocks, writes and reports; shard 0's holder also sweeps the records of
-removed targets.
+A target belongs to the shard its name hashes to (``shard_of``); each replica holds one of a
+fixed set of member Leases, takes free shards while it holds fewer than its share
+(ceil(shards / live members)) and gives back what it holds beyond it, never in its first
+lease duration. Every replica watches and judges every target; the holder of a target's
+shard alone provisions, checks the interlocks, writes and reports, and shard 0's holder
+sweeps the records of removed targets. The rules, the seed's cost and the measurements:
+docs/scale.md, "Shards: the outage's work shared out over replicas".
 """
 
 from __future__ import annotations

@@ -1,42 +1,13 @@
 """The second witness: the kubelet's own lease, read when an agent falls silent.
 
-The agents can fail on a path that works: their RoleBinding pruned (403), a broken
-webhook (500), an OOM kill on every node at once, a bad rollout. Alone, they would
-then scale a healthy shoot down and hold it there. Meanwhile each kubelet keeps
-renewing ``kube-node-lease/<node>`` through the same path, and that lease is what
-KCM judges.
-
-Each kubelet renewal is placed on our clock by the reads that bracket it, as KCM judges a
-node by when it saw its lease change: it happened after the last read that did not show it
-(``unseen_at``, the read's send time) and before the first read that did (``seen_mono``).
-Within that bracket, the node's own clock narrows it down: the kubelet's renewTime minus its
-agent's last renewTime (both stamped by the node) put after when we saw that agent renewal.
-Where that falls outside the bracket, the node's clock stepped between the two stamps (NTP,
-a restored VM): the node's times are not used for that renewal, only the bracket.
-
-For a candidate whose agent we last saw renewed at A (our clock), a kubelet renewal placed at
-K (our clock):
-- its next renewal is due at K + its interval (a quarter of the kubelet lease's duration,
-  10 s in Gardener; plus kubelet's jitter and ``Decider.witness_slack_s`` for the renewal to
-  land): a read sent after that which still shows the same renewal says the kubelet missed
-  it: the node is **silent** to both witnesses;
-- otherwise, a K more than ``Decider.witness_margin_s`` (the agent's interval and a second)
-  after A reached KAPI after the agent went quiet: the path works, the agent does not
-  (**alive**);
-- otherwise it is **pending** until that next renewal is due: whether the path works is
-  known only then. A scale-down counts only silent nodes, so it waits for the read that
-  tells, at any kubelet phase and any setting.
-A renewal whose bracket has no lower end (the first read that saw its lease), or one wider
-than the reads' own interval (they stopped for a while: the shoot unreachable, a standby
-become leader), is placed at its upper end for its due time and is alive only if the lower
-end is after the margin: the node's clock cannot be checked against a bracket it does not
-have, and a step smaller than a wide bracket would pass unseen.
-
-Kubelet leases change every 10 s per node (500 writes/s at 5000 nodes), so they are
-not watched: the leader LISTs them every ``Decider.witness_every_s``, as dependency-watchdog
-LISTs them on every probe, so that every renewal has a bracket when it matters; and once more
-right before a scale-down (aggregator/kubelets.py). This module is the rule alone: the
-decider imports it, and a verdict does no I/O (tests/unit/test_layers.py).
+A kubelet renewal is placed on our clock by the two LISTs that bracket it (narrowed by the
+node's own clock where that agrees), and a candidate whose agent went quiet is **silent**
+once a read sent after its kubelet's next renewal was due still shows the same renewal,
+**alive** when its kubelet renewed after the agent went quiet, **pending** until then. Only
+silent nodes count towards a scale-down. The rule and why each step is there:
+docs/decision.md, "The second witness". This module is the rule alone: the decider imports
+it, and a verdict does no I/O (tests/unit/test_layers.py); the reads are
+aggregator/kubelets.py's.
 """
 
 from __future__ import annotations
