@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import itertools
 import os
 import threading
 import time
@@ -22,7 +23,7 @@ from testenv.client import Client, node_leases
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node, kubeconfig_yaml
 from testenv.faultproxy import FaultProxy
-from testenv.poller import Poller
+from testenv.poller import TRANSIENT, Poller
 from testenv.process import Process, spawn_python
 from testenv.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, deployment
 from testenv.wait import wait_for
@@ -76,6 +77,11 @@ class Sample:
     labels: dict[str, dict[str, str]]
 
 
+# The longest a Sampler may go without a sample inside a window a test checks (it samples
+# every 0.1 s: a gap this long is a failing or starved sampler, not a slow one).
+MAX_GAP_S = 2.0
+
+
 class Sampler(Poller):
     """The controllers' spec.replicas, annotations and labels every ``every_s``, from a thread:
     a scale that came and went between two checks of a test is still in the record."""
@@ -86,11 +92,18 @@ class Sampler(Poller):
         self.client = client
         self.namespace = namespace
         self.samples: list[Sample] = []
+        # When a sample could not be taken, and why: a check over a window with one fails.
+        self.failures: list[tuple[float, str]] = []
         self._lock = threading.Lock()
 
     def step(self) -> None:
         started = time.monotonic()
-        items = self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]
+        try:
+            items = self.client.get(DEPLOYMENTS.format(ns=self.namespace))["items"]
+        except TRANSIENT as e:
+            with self._lock:
+                self.failures.append((started, f"{type(e).__name__}: {e}"))
+            raise  # counted by the poller, which samples on
         sample = Sample(
             started,
             {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items},
@@ -104,15 +117,36 @@ class Sampler(Poller):
         self.client.close()
 
     def between(self, t0: float, t1: float = float("inf")) -> list[Sample]:
+        """The samples of [t0, t1] (t1 at most now), which must cover it: "nothing bad was
+        seen" is never said of a window nobody looked at. A window without a sample, with a
+        sample that failed, or with a gap over MAX_GAP_S at its start, between two samples or
+        at its end (the sampler starved), fails the test."""
         with self._lock:
-            return [s for s in self.samples if t0 <= s.t <= t1]
+            started = self.samples[0].t if self.samples else None
+            samples = [s for s in self.samples if t0 <= s.t <= t1]
+            failed = [(t, why) for t, why in self.failures if t0 <= t <= t1]
+        end = min(t1, time.monotonic())
+        if started is None or not samples:
+            raise AssertionError(f"the sampler took no sample in the window ({self.errors} failed)")
+        if failed:
+            raise AssertionError(
+                f"the sampler failed {len(failed)} times in the window, first: {failed[0][1]}"
+            )
+        times = [max(t0, started), *(s.t for s in samples), end]
+        gap = max(b - a for a, b in itertools.pairwise(times))
+        if gap > MAX_GAP_S:
+            raise AssertionError(
+                f"the sampler saw nothing for {gap:.1f}s of the window ({self.errors} samples failed)"
+            )
+        return samples
 
     def latest(self) -> Sample | None:
         with self._lock:
             return self.samples[-1] if self.samples else None
 
     def first(self, bad: Callable[[Sample], bool], after: float = float("-inf")) -> Sample | None:
-        """The first sample taken after ``after`` for which ``bad`` holds."""
+        """The first sample taken after ``after`` for which ``bad`` holds; None when there is
+        none in a window the samples cover (``between``)."""
         return next((s for s in self.between(after) if bad(s)), None)
 
 
