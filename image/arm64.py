@@ -37,7 +37,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from image import locks
+from image import locks, slim
 
 ARCH = "arm64"
 TRIPLET = "aarch64-linux-gnu"
@@ -210,7 +210,6 @@ def assemble(
     return taken
 
 
-DPKG_STATUS = "var/lib/dpkg/status"
 # Top-level directories a package lists that merged /usr keeps under usr/.
 MERGED = ("bin/", "sbin/", "lib/", "lib64/")
 
@@ -230,22 +229,23 @@ def _dpkg_status(out: Path, tree: Path) -> list[str]:
         for path in _walk(out)
         if not path.is_symlink() and (rel := str(path.relative_to(out))) in owners
     }
-    stanzas = {}
+    stanzas: dict[str, str] = {}
     for deb in sorted(held):
         control = subprocess.run(
             ["dpkg-deb", "--field", str(deb)], capture_output=True, text=True, check=True
         )
         fields = control.stdout.strip().splitlines()
-        stanzas[fields[0]] = "\n".join([fields[0], "Status: install ok installed", *fields[1:]]) + "\n"
+        stanza = "\n".join([fields[0], "Status: install ok installed", *fields[1:]]) + "\n"
+        stanzas[slim.dpkg_fields(stanza)["Package"]] = stanza
     # A package of every architecture (Architecture: all) the amd64 image holds files of: its
     # files were copied as they are, and it is the same package here.
-    copied = (out / DPKG_STATUS).read_text() if (out / DPKG_STATUS).exists() else ""
-    for stanza in copied.strip().split("\n\n"):
-        if "\nArchitecture: all\n" in stanza + "\n":
-            stanzas.setdefault(stanza.splitlines()[0], stanza.strip() + "\n")
-    (out / DPKG_STATUS).parent.mkdir(parents=True, exist_ok=True)
-    (out / DPKG_STATUS).write_text("\n".join(stanzas[k] for k in sorted(stanzas)))
-    return sorted(k.removeprefix("Package: ") for k in stanzas)
+    status = out / slim.DPKG_STATUS
+    for name, stanza in slim.dpkg_stanzas(status.read_text() if status.exists() else "").items():
+        if slim.dpkg_fields(stanza).get("Architecture") == "all":
+            stanzas.setdefault(name, stanza)
+    status.parent.mkdir(parents=True, exist_ok=True)
+    status.write_text("\n".join(stanzas[name] for name in sorted(stanzas)))
+    return sorted(stanzas)
 
 
 def _twin(path: Path, rel: str, out: Path, tree: Path, optimize: int) -> None:

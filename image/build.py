@@ -227,7 +227,8 @@ def _build(base: str | None, *, force: bool) -> dict[str, Path]:
     key = inputs_key(bases["build"])
     cached = CACHE_DIR / key
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    if force or not all(sbom_path(t, arm64.ARCH, cached).exists() for t in TARGETS):
+    # The index is the last file a target's build writes (its SBOMs come before it).
+    if force or not all(index_archive(t, cached).exists() for t in TARGETS):
         started = time.monotonic()
         cached.mkdir(parents=True, exist_ok=True)
         for target in TARGETS:

@@ -15,23 +15,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-DPKG_STATUS = Path("var/lib/dpkg/status")
+from image import slim
+
 SITE_PACKAGES = "opt/dwd-lease/lib/python3*/site-packages"
 
 
 def debian_packages(rootfs: Path) -> list[dict[str, str]]:
     """Name, version and architecture of every package the image's dpkg status lists."""
-    path = rootfs / DPKG_STATUS
+    path = rootfs / slim.DPKG_STATUS
     if not path.exists():
         return []
-    found = []
-    for stanza in path.read_text().strip().split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
-        if "Package" in fields:
-            found.append(
-                {"name": fields["Package"], "version": fields["Version"], "arch": fields["Architecture"]}
-            )
-    return sorted(found, key=lambda p: p["name"])
+    stanzas = slim.dpkg_stanzas(path.read_text())
+    fields = [slim.dpkg_fields(stanzas[name]) for name in sorted(stanzas)]
+    return [{"name": f["Package"], "version": f["Version"], "arch": f["Architecture"]} for f in fields]
 
 
 def python_distributions(rootfs: Path) -> list[dict[str, str]]:

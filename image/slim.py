@@ -199,6 +199,7 @@ def build(rootfs: Path, entry_module: str, optimize: int = 0) -> list[str]:
 
 
 DPKG = Path("var/lib/dpkg")
+DPKG_STATUS = DPKG / "status"
 
 
 def dpkg_owners(root: Path) -> dict[str, str]:
@@ -216,11 +217,16 @@ def dpkg_owners(root: Path) -> dict[str, str]:
     return owners
 
 
+def dpkg_fields(stanza: str) -> dict[str, str]:
+    """A dpkg stanza's fields (a multi-line field by its first line)."""
+    return dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
+
+
 def dpkg_stanzas(status: str) -> dict[str, str]:
     """The installed packages' stanzas of a dpkg status file, by package name."""
     stanzas = {}
     for stanza in status.strip().split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line and line[0] != " ")
+        fields = dpkg_fields(stanza)
         if fields.get("Status", "").endswith(" installed"):
             stanzas[fields["Package"]] = stanza.strip() + "\n"
     return stanzas
@@ -235,9 +241,9 @@ def keep_dpkg_status(rootfs: Path, root: Path = Path("/")) -> list[str]:
     for path in rootfs.rglob("*"):
         if path.is_file() and not path.is_symlink():
             held.add(owners.get(os.path.realpath(root / path.relative_to(rootfs)), ""))
-    stanzas = dpkg_stanzas((root / DPKG / "status").read_text())
+    stanzas = dpkg_stanzas((root / DPKG_STATUS).read_text())
     kept = sorted(held & stanzas.keys())  # "": a file no package installed
-    status = rootfs / DPKG / "status"
+    status = rootfs / DPKG_STATUS
     status.parent.mkdir(parents=True, exist_ok=True)
     status.write_text("\n".join(stanzas[name] for name in kept))
     return kept
