@@ -148,7 +148,7 @@ clean:
 	rm -rf $(VENV) $(LOWEST) .pytest_cache .mypy_cache .ruff_cache build
 
 # Line coverage of the aggregator's I/O modules by the unit tests alone, module by module.
-IO_MODULES := aggregator/leader.py,aggregator/watcher.py,aggregator/scaler.py,aggregator/target.py,aggregator/provisioner.py,aggregator/fleet.py,aggregator/sources.py
+IO_MODULES := aggregator/lead/leader.py,aggregator/observe/watcher.py,aggregator/act/scaler.py,aggregator/target.py,aggregator/act/provisioner.py,aggregator/fleet.py,aggregator/observe/sources.py
 coverage: install
 	$(BIN)/coverage run -m pytest -q tests/unit $(PYTEST_ARGS)
 	$(BIN)/coverage report --include='$(IO_MODULES)'

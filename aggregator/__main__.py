@@ -21,20 +21,20 @@ from typing import Any
 
 import uvloop
 
-from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent, load_dependents
 from aggregator.fleet import Fleet
-from aggregator.heap import Heap
-from aggregator.kube import Endpoint, KubeClient, KubeconfigSource, in_cluster
-from aggregator.leader import LeaderElector
-from aggregator.looplag import LoopLag
-from aggregator.metrics import AggregatorMetrics
-from aggregator.ratelimit import RateLimit
-from aggregator.scope import Alone, Leadership
-from aggregator.seeddependents import SeedDependents
-from aggregator.server import make_app, render_table, serve
-from aggregator.settings import MAX_SHARDS, Settings, Shoots, Watching
-from aggregator.shards import Shards
-from aggregator.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
+from aggregator.kube.client import Endpoint, KubeClient, KubeconfigSource, in_cluster
+from aggregator.kube.ratelimit import RateLimit
+from aggregator.lead.leader import LeaderElector
+from aggregator.lead.scope import Alone, Leadership
+from aggregator.lead.shards import Shards
+from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent, load_dependents
+from aggregator.model.settings import MAX_SHARDS, Settings, Shoots, Watching
+from aggregator.observe.seeddependents import SeedDependents
+from aggregator.observe.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
+from aggregator.ops.heap import Heap
+from aggregator.ops.looplag import LoopLag
+from aggregator.ops.metrics import AggregatorMetrics
+from aggregator.ops.server import make_app, render_table, serve
 from aggregator.target import Shared
 from core import cli, logs
 from core.errors import ConfigError, KubeconfigError, KubeError
@@ -100,7 +100,7 @@ class SeedClients:
 
 @dataclass(frozen=True)
 class Election:
-    """Who acts: one leader Lease, shard Leases (aggregator/shards.py), or neither (a single
+    """Who acts: one leader Lease, shard Leases (aggregator/lead/shards.py), or neither (a single
     replica, which always leads)."""
 
     elector: LeaderElector | None = None
@@ -217,7 +217,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
 async def _until_stopped(tasks: list[asyncio.Task[None]], election: Election) -> None:
     """Run ``tasks`` and the election until SIGTERM or SIGINT, or until one of them ends (its
     error is raised). Stopping steps down first: the election stops renewing, the Leases are
-    released once the writes in flight have ended (aggregator/scope.py), and only then are the
+    released once the writes in flight have ended (aggregator/lead/scope.py), and only then are the
     targets stopped, so no write of ours is cut off half-sent while another replica takes over."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -1,7 +1,7 @@
 """The Fleet: one Target per shoot a source names, each supervised alone.
 
 A target that crashes is retried with back-off and reported. What a target that is no
-longer wanted held down is the leader's sweep's to restore (aggregator/orphans.py): it
+longer wanted held down is the leader's sweep's to restore (aggregator/act/orphans.py): it
 survives restarts, and nothing per removed target runs.
 """
 
@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.kube import KubeClient, KubeconfigSource
-from aggregator.orphans import Orphans
-from aggregator.scope import Alone, Leadership
-from aggregator.sources import KubeconfigSecrets, TargetSource, TargetSpec
+from aggregator.act.orphans import Orphans
+from aggregator.kube.client import KubeClient, KubeconfigSource
+from aggregator.lead.scope import Alone, Leadership
+from aggregator.observe.sources import KubeconfigSecrets, TargetSource, TargetSpec
 from aggregator.target import Shared, Target
 from core import logs
 from core.errors import KubeError
@@ -59,7 +59,7 @@ class Fleet:
         # target is acted for, and a record left in its namespace swept, in the same scope (one
         # writer for both).
         self.leadership = leadership or Alone()
-        # Told when targets start or stop (aggregator/heap.py).
+        # Told when targets start or stop (aggregator/ops/heap.py).
         self.on_change = on_change
         self.running: dict[str, Running] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}

@@ -15,12 +15,12 @@ from typing import Any
 
 from structlog.typing import FilteringBoundLogger
 
-from aggregator import budget
-from aggregator.decider import PACE_REASONS, Desired, Memory, Phase, Verdict, stale_fraction
-from aggregator.interlocks import Interlock, Refusal
-from aggregator.metrics import AggregatorMetrics
-from aggregator.pacer import Plan
-from aggregator.view import View
+from aggregator.act import budget
+from aggregator.act.interlocks import Interlock, Refusal
+from aggregator.act.pacer import Plan
+from aggregator.decide.decider import PACE_REASONS, Desired, Memory, Phase, Verdict, stale_fraction
+from aggregator.decide.view import View
+from aggregator.ops.metrics import AggregatorMetrics
 
 
 @dataclass

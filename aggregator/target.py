@@ -1,7 +1,7 @@
 """One shoot: observe its leases and nodes, decide on each tick, act through the interlocks.
 
 One observation travels one way: an informer parses it into a view and hands it
-to ``Observed`` (aggregator/watcher.py); each ``tick`` keeps the ``View``'s
+to ``Observed`` (aggregator/observe/watcher.py); each ``tick`` keeps the ``View``'s
 freshness, asks ``decide`` for a verdict, lets the ``Interlocks`` refuse a
 scale-down, and hands the phase's desired state to the ``Scaler``. What it saw
 goes to the ``Reporter``, the only writer of the status and the metrics.
@@ -17,22 +17,22 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator.budget import Pacing
-from aggregator.decider import Memory, Phase, Verdict, blocked, decide, deferred, skipped, take_over
-from aggregator.dependents import Dependent
-from aggregator.evidence import Evidence
-from aggregator.interlocks import Interlocks, Refusal
-from aggregator.kube import KubeClient
-from aggregator.metrics import AggregatorMetrics
-from aggregator.pacer import Pacer
-from aggregator.provisioner import Provisioner
+from aggregator.act.budget import Pacing
+from aggregator.act.interlocks import Interlocks, Refusal
+from aggregator.act.pacer import Pacer
+from aggregator.act.provisioner import Provisioner
+from aggregator.act.scaler import Scaler
+from aggregator.decide.decider import Memory, Phase, Verdict, blocked, decide, deferred, skipped, take_over
+from aggregator.decide.view import View
+from aggregator.kube.client import KubeClient
+from aggregator.lead.scope import Scope
+from aggregator.model.dependents import Dependent
+from aggregator.model.settings import Settings
+from aggregator.observe.evidence import Evidence
+from aggregator.observe.seeddependents import SeedDependents
+from aggregator.observe.watcher import Informer, Observed, follow_legacy, legacy_informer, shoot_informers
+from aggregator.ops.metrics import AggregatorMetrics
 from aggregator.report import Reporter, TargetStatus, verdict_fields
-from aggregator.scaler import Scaler
-from aggregator.scope import Scope
-from aggregator.seeddependents import SeedDependents
-from aggregator.settings import Settings
-from aggregator.view import View
-from aggregator.watcher import Informer, Observed, follow_legacy, legacy_informer, shoot_informers
 from core import logs
 from core.errors import KubeError
 from core.lease import LeaseView
@@ -79,7 +79,7 @@ class Target:
         settings, clock, wall = shared.settings, shared.clock, shared.wall
         self.name, self.namespace, self.shoot = name, namespace, shoot
         self.settings, self.params = settings, settings.decider.with_pools(node_conditions)
-        # Whether this replica acts for the shoot, until when, and its writes (aggregator/scope.py).
+        # Whether this replica acts for the shoot, until when, and its writes (aggregator/lead/scope.py).
         self.scope = scope or Scope()
         self.clock, self.lag_since = clock, shared.lag_since
         self.log = log.bind(target=name)
@@ -250,7 +250,7 @@ class Target:
     async def _see(self, now: float) -> float:
         """Keep the view's freshness; the time it was seen (after the probe, where one is sent).
         The shoot KAPI's readiness is asked only while the view is in a gap and could start
-        again: one request per gap, none while the view is trusted (aggregator/view.py)."""
+        again: one request per gap, none while the view is trusted (aggregator/decide/view.py)."""
         listed, fresh, unready = self._listed(), self._watches_fresh(), ""
         if listed and fresh and self.view.since is None:
             try:
@@ -313,7 +313,7 @@ class Target:
         )
 
     async def refusal(self, pacing: Pacing | None = None) -> Refusal | None:
-        """Why a scale-down must not happen now (aggregator/interlocks.py); None when every
+        """Why a scale-down must not happen now (aggregator/act/interlocks.py); None when every
         check passes. The confirming verdict judges what the fresh LIST left in the view."""
         plan = self.pacer.plan() if pacing is None else pacing
         return await self.interlocks.refusal(lambda: self._verdict(self.clock(), plan, confirming=True))

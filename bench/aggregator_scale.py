@@ -13,11 +13,11 @@ from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator import budget
-from aggregator.decider import Memory, Phase, decide
-from aggregator.objects import NodeView
-from aggregator.settings import Decider, Provisioning
-from aggregator.watcher import Observed
+from aggregator.act import budget
+from aggregator.decide.decider import Memory, Phase, decide
+from aggregator.model.objects import NodeView
+from aggregator.model.settings import Decider, Provisioning
+from aggregator.observe.watcher import Observed
 from bench.table import print_table
 from core.durations import format_duration
 from core.lease import RENEW_INTERVAL, LeaseView, format_micro_time, lease_metadata

@@ -1,5 +1,5 @@
 """The real kubelet's node lease, measured against the second witness's model of it
-(aggregator/witness.py: a renewal every quarter of 40 s, each wait stretched by up to 4 %, and
+(aggregator/decide/witness.py: a renewal every quarter of 40 s, each wait stretched by up to 4 %, and
 ``Decider.witness_slack_s`` 1.5 s for it to land).
 
     python -m bench.kubelet [--nodes 5] [--steady-seconds 60] [--cut-seconds 30]
@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from aggregator.settings import Decider
-from aggregator.witness import KUBELET_JITTER, KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION
+from aggregator.decide.witness import KUBELET_JITTER, KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION
+from aggregator.model.settings import Decider
 from bench.agent_footprint import proc_cpu_s, proc_rss_mib
 from bench.table import print_table
 from core.lease import parse_micro_time
@@ -427,7 +427,7 @@ def print_model(s: Steady, results: Sequence[CutResult]) -> None:
             ]
         )
     print_table(
-        "The second witness's model of the kubelet (aggregator/witness.py) against the real one",
+        "The second witness's model of the kubelet (aggregator/decide/witness.py) against the real one",
         ["what", "the model", "measured", "holds"],
         rows,
     )

@@ -37,12 +37,12 @@ from typing import Any, cast
 
 import httpx
 
-from aggregator import budget
-from aggregator.kube import KubeClient
-from aggregator.objects import NodeView
-from aggregator.provisioner import Provisioner
-from aggregator.settings import Decider, Provisioning
-from aggregator.watcher import Observed
+from aggregator.act import budget
+from aggregator.act.provisioner import Provisioner
+from aggregator.kube.client import KubeClient
+from aggregator.model.objects import NodeView
+from aggregator.model.settings import Decider, Provisioning
+from aggregator.observe.watcher import Observed
 from bench.fleet import ZONES, Fleet, FleetThread
 from bench.kapi_metrics import (
     Audit,

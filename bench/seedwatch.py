@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from aggregator.records import RECORD
+from aggregator.model.records import RECORD
 from core.errors import Gone, KubeError
 from testenv.client import Client
 from testenv.standins import follow_spec, status_follows

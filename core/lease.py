@@ -295,7 +295,7 @@ def renewal_phase_s(node: str, interval_s: float) -> float:
     """Where in its interval a node renews, spread by a hash of its name: nodes on one interval
     would otherwise all renew in the same second, every interval, once an outage heals or a
     DaemonSet rolls out. Salted, so that it is independent of the hash that picks the fast
-    sample (aggregator/budget.py)."""
+    sample (aggregator/act/budget.py)."""
     # Imported here: hashlib's table of OpenSSL digests costs an agent 0.5 MiB, and at an
     # interval under PHASED_FROM_S (the default 2 s among them) this is never called.
     import hashlib  # noqa: PLC0415

@@ -40,8 +40,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from aggregator.records import MELTDOWN, RECORD, REPLICAS
-from aggregator.witness import NODE_LEASE_NAMESPACE
+from aggregator.decide.witness import NODE_LEASE_NAMESPACE
+from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from core.lease import leases_path, parse_micro_time
 from testenv import workload
 from testenv.client import node_leases

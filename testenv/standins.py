@@ -83,7 +83,7 @@ class NodeLeaseDriver(Poller):
         super().__init__("node-lease-driver", every_s)
         self.client = client
         # What the leases say of their renewals: kubelet renews every quarter of it, and the
-        # aggregator's second witness expects a renewal that often (aggregator/witness.py).
+        # aggregator's second witness expects a renewal that often (aggregator/decide/witness.py).
         self.lease_duration_s = lease_duration_s
         self.alive = set(nodes)
         self._created: set[str] = set()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.settings import Decider
+from aggregator.model.settings import Decider
 from testenv.controllers import CONTROLLERS
 from testenv.wait import wait_for
 from tests.alerting import alert, check, samples, scraped

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from aggregator.records import IGNORE_SCALING, MELTDOWN, REPLICAS
+from aggregator.model.records import IGNORE_SCALING, MELTDOWN, REPLICAS
 from core.lease import DEFAULT_LEASE_NAMESPACE, RELEASED, node_lease_path
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.shoot import Shoot

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from aggregator.decider import Desired
-from aggregator.dependents import DEFAULT_DEPENDENTS
-from aggregator.kube import KubeClient, KubeconfigSource
-from aggregator.records import RECORD, REPLICAS, Record, record_marks
-from aggregator.scaler import Scaler, Write
-from aggregator.seeddependents import SeedDependents
-from aggregator.settings import Watching
+from aggregator.act.scaler import Scaler, Write
+from aggregator.decide.decider import Desired
+from aggregator.kube.client import KubeClient, KubeconfigSource
+from aggregator.model.dependents import DEFAULT_DEPENDENTS
+from aggregator.model.records import RECORD, REPLICAS, Record, record_marks
+from aggregator.model.settings import Watching
+from aggregator.observe.seeddependents import SeedDependents
 from core.errors import Conflict
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient, KubeconfigSource
-from aggregator.watcher import Informer
+from aggregator.kube.client import METADATA_LIST, METADATA_ONLY, KubeClient, KubeconfigSource
+from aggregator.observe.watcher import Informer
 from testenv.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from aggregator import budget
+from aggregator.act import budget
 from bench.fleet import ZONE_LABEL, ZONES, Fleet, FleetThread
 from core.durations import parse_duration
 from core.lease import RENEW_INTERVAL

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from aggregator.settings import Shoots
-from aggregator.sources import FileSource
+from aggregator.model.settings import Shoots
+from aggregator.observe.sources import FileSource
 from core.errors import Forbidden
 from core.lease import (
     IGNORE_NODE,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aggregator.records import MELTDOWN, RECORD, REPLICAS
+from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from testenv.controllers import CONTROLLERS, DOWN, KCM, MCM
 from testenv.controlplane import ensure_namespace
 from testenv.shoot import FAST_DEPENDENTS, Sample, Shoot

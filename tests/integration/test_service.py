@@ -10,7 +10,7 @@ import httpx
 import pytest
 import yaml
 
-from aggregator.records import MELTDOWN, REPLICAS
+from aggregator.model.records import MELTDOWN, REPLICAS
 from testenv.apply import apply
 from testenv.controllers import CONTROLLERS, DOWN, KCM
 from testenv.controlplane import ControlPlane, ensure_namespace, free_port

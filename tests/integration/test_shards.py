@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from aggregator.records import MELTDOWN
-from aggregator.shards import ROLE, shard_of
+from aggregator.lead.shards import ROLE, shard_of
+from aggregator.model.records import MELTDOWN
 from testenv.chain import epoch
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import ensure_namespace

@@ -33,12 +33,12 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
+from aggregator.model.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
 from testenv.controllers import CONTROLLERS
 from tests.model.world import CONFIGS, SHOOT_STATES, World, deployment_path
 
 DEPENDENTS = sorted(CONTROLLERS)
-# MCM comes back this long after KCM (dependency-watchdog's order, aggregator/dependents.py).
+# MCM comes back this long after KCM (dependency-watchdog's order, aggregator/model/dependents.py).
 SCALE_UP_DELAYS_S = 30.0
 # A watch that gets no answer is given up on after this (docs/decision.md, "One tick").
 BLIND_NOTICED_S = 27.0
@@ -48,7 +48,7 @@ COUNTS: Counter[tuple[str, str]] = Counter()
 
 @st.composite
 def settings(draw: Any) -> dict[str, Any]:
-    """The settings, drawn from their allowed ranges (aggregator/settings.py)."""
+    """The settings, drawn from their allowed ranges (aggregator/model/settings.py)."""
     interval = draw(st.sampled_from([0.5, 1.0, 2.0]))
     lease = draw(st.sampled_from([2 * interval, 4.0, 8.0, 12.0]).filter(lambda x: x >= 2 * interval))
     failure = draw(st.sampled_from([0.5, 0.6, 0.8]))

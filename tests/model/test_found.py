@@ -7,9 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from tests.model.machine import Model
+from tests.model.mutants import MUTANTS, ROOT
 
 KCM = "kube-controller-manager"
-# The shipped defaults (aggregator/settings.py), as the model's drawn settings.
+# The shipped defaults (aggregator/model/settings.py), as the model's drawn settings.
 DEFAULTS: dict[str, Any] = {
     "fast_interval_s": 2.0,
     "lease_duration_s": 8.0,
@@ -95,3 +96,14 @@ def test_a_clock_step_hidden_in_a_gap_of_the_kubelet_reads_makes_no_kubelet_sile
     m.token(then=30, ok=False)
     m.token(then=13, ok=True)
     m.teardown()
+
+
+def test_every_mutant_still_finds_its_code_once() -> None:
+    """A mutant whose code moved or changed would report itself stale when run, minutes in:
+    said here instead, the moment the code moves."""
+    stale = [
+        f"{name}: {path}"
+        for name, (path, old, _, _) in MUTANTS.items()
+        if not (ROOT / path).exists() or (ROOT / path).read_text().count(old) != 1
+    ]
+    assert not stale, "mutants that no longer find their code once:\n" + "\n".join(stale)

@@ -25,18 +25,18 @@ from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator.decider import candidates
-from aggregator.dependents import DEFAULT_DEPENDENTS
-from aggregator.leader import LeaderElector
-from aggregator.lifecycle import Lifecycle
-from aggregator.looplag import LoopLag
-from aggregator.metrics import AggregatorMetrics
-from aggregator.orphans import Orphans
-from aggregator.records import MELTDOWN, RECORD, REPLICAS
-from aggregator.seeddependents import SeedDependents
-from aggregator.settings import Leader, Settings, Shoots
+from aggregator.act.orphans import Orphans
+from aggregator.decide.decider import candidates
+from aggregator.decide.lifecycle import Lifecycle
+from aggregator.decide.witness import KUBELET_JITTER, NODE_LEASE_NAMESPACE
+from aggregator.lead.leader import LeaderElector
+from aggregator.model.dependents import DEFAULT_DEPENDENTS
+from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
+from aggregator.model.settings import Leader, Settings, Shoots
+from aggregator.observe.seeddependents import SeedDependents
+from aggregator.ops.looplag import LoopLag
+from aggregator.ops.metrics import AggregatorMetrics
 from aggregator.target import Shared, Target
-from aggregator.witness import KUBELET_JITTER, NODE_LEASE_NAMESPACE
 from core.errors import Conflict, KubeError, TransportError, api_error
 from core.lease import (
     DEFAULT_LEASE_NAMESPACE,

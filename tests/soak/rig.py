@@ -27,7 +27,7 @@ from typing import Any, TextIO
 import httpx
 import yaml
 
-from aggregator.records import RECORD
+from aggregator.model.records import RECORD
 from core.errors import KubeError
 from core.lease import PREFIX, leases_path
 from testenv.controllers import CONTROLLERS, MCM

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aggregator.dependents import DEFAULT_DEPENDENTS, Direction, levels, load_dependents
-from aggregator.kube import load_kubeconfig
-from aggregator.settings import Backoff, Decider, Leader, Settings, Shoots, Watching
+from aggregator.kube.client import load_kubeconfig
+from aggregator.model.dependents import DEFAULT_DEPENDENTS, Direction, levels, load_dependents
+from aggregator.model.settings import Backoff, Decider, Leader, Settings, Shoots, Watching
 from core.errors import ConfigError, KubeconfigError
 
 

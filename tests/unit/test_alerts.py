@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from aggregator.metrics import AggregatorMetrics
+from aggregator.ops.metrics import AggregatorMetrics
 from tests.alerting import PROMTOOL, RULES, alert, needs_promtool, promtool, rules, series
 
 pytestmark = needs_promtool

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from aggregator.budget import (
+from aggregator.act.budget import (
     MIN_PER_ZONE,
     MIN_SAMPLE,
     ROTATION_S,
@@ -62,12 +62,12 @@ def test_a_tiny_budget_still_keeps_a_useful_sample() -> None:
 
 
 def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
-    from aggregator.budget import Pacing
-    from aggregator.decider import LeaseObs, NodeObs
-    from aggregator.objects import NodeView
-    from aggregator.provisioner import Provisioner
-    from aggregator.settings import Provisioning
-    from aggregator.watcher import Observed
+    from aggregator.act.budget import Pacing
+    from aggregator.act.provisioner import Provisioner
+    from aggregator.decide.decider import LeaseObs, NodeObs
+    from aggregator.model.objects import NodeView
+    from aggregator.model.settings import Provisioning
+    from aggregator.observe.watcher import Observed
     from core.lease import LeaseView
 
     observed = Observed()

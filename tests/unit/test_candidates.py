@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from aggregator.candidates import DEFAULT_CONDITIONS, NodeConditions, phases_by_node, pools_of_workers
-from aggregator.decider import LeaseObs, Memory, NodeObs, Phase, decide, skipped
-from aggregator.interlocks import Interlock
-from aggregator.kube import METADATA_ONLY
-from aggregator.lifecycle import ClusterView
-from aggregator.machines import ABSENT, MACHINES
-from aggregator.objects import NodeView
-from aggregator.settings import Decider, Settings
-from aggregator.sources import GardenerSource
+from aggregator.act.interlocks import Interlock
+from aggregator.decide.decider import LeaseObs, Memory, NodeObs, Phase, decide, skipped
+from aggregator.decide.lifecycle import ClusterView
+from aggregator.kube.client import METADATA_ONLY
+from aggregator.model.candidates import DEFAULT_CONDITIONS, NodeConditions, phases_by_node, pools_of_workers
+from aggregator.model.objects import NodeView
+from aggregator.model.settings import Decider, Settings
+from aggregator.observe.machines import ABSENT, MACHINES
+from aggregator.observe.sources import GardenerSource
+from aggregator.observe.watcher import Observed
 from aggregator.target import Shared, Target
-from aggregator.watcher import Observed
 from core.errors import ConfigError, KubeError, api_error
 from core.lease import LeaseView
 from testenv.gardener import cluster

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from aggregator import budget
-from aggregator.decider import (
+from aggregator.act import budget
+from aggregator.decide.decider import (
     Desired,
     LeaseObs,
     Memory,
@@ -22,8 +22,8 @@ from aggregator.decider import (
     skipped,
     take_over,
 )
-from aggregator.objects import NodeView
-from aggregator.settings import Decider
+from aggregator.model.objects import NodeView
+from aggregator.model.settings import Decider
 from core.lease import LeaseView
 
 P = Decider(

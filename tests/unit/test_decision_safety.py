@@ -11,12 +11,12 @@ import asyncio
 
 import pytest
 
-from aggregator import budget
-from aggregator.decider import Phase
-from aggregator.interlocks import Interlock
-from aggregator.objects import NodeView
-from aggregator.records import MELTDOWN, REPLICAS
-from aggregator.watcher import Informer
+from aggregator.act import budget
+from aggregator.act.interlocks import Interlock
+from aggregator.decide.decider import Phase
+from aggregator.model.objects import NodeView
+from aggregator.model.records import MELTDOWN, REPLICAS
+from aggregator.observe.watcher import Informer
 from core.errors import Forbidden, NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
@@ -119,7 +119,7 @@ async def test_slow_nodes_entering_the_sample_are_not_judged_until_they_renew_fa
 
 
 def test_one_node_more_rewrites_a_few_leases_not_all() -> None:
-    from aggregator.budget import plan
+    from aggregator.act.budget import plan
 
     names = [f"node-{i:05d}" for i in range(5000)]
     a, b = plan(names, 2.0, 100.0), plan([*names, "node-new"], 2.0, 100.0)
@@ -217,7 +217,7 @@ async def test_a_deposed_leaders_late_write_cannot_undo_the_new_leaders() -> Non
     state = await old._read(old.dependents[0])  # KCM, read by the old leader during recovery
     # The new leader, meanwhile, changed the object (here: a new scale-down record).
     w.seed.objects[deployment_path(KCM)]["metadata"]["resourceVersion"] = w.seed._next_rv()
-    from aggregator.scaler import Write
+    from aggregator.act.scaler import Write
     from core.errors import Conflict
 
     with pytest.raises(Conflict):
@@ -238,7 +238,7 @@ async def test_takeover_resumes_from_the_record_and_restores_exactly() -> None:
     mark = len(w.trace)
     # Held as found, the outage confirmed again: a standby reads no kubelet lease, so the new
     # leader's first read brackets no renewal, and each stale kubelet is silent only once its
-    # next renewal was due after that read (aggregator/witness.py). Nothing raised meanwhile.
+    # next renewal was due after that read (aggregator/decide/witness.py). Nothing raised meanwhile.
     await w.until(lambda: standby.memory.phase is Phase.DOWN and not standby.memory.held, 20, "confirmed")
     assert all(r == DOWN for _, r in w.trace[mark:])
     w.alive |= set(w.names)

@@ -14,10 +14,9 @@ import pytest
 import yaml
 
 from aggregator.fleet import Fleet
-from aggregator.kube import load_kubeconfig
-from aggregator.metrics import AggregatorMetrics
-from aggregator.settings import Backoff, Settings, Shoots
-from aggregator.sources import (
+from aggregator.kube.client import load_kubeconfig
+from aggregator.model.settings import Backoff, Settings, Shoots
+from aggregator.observe.sources import (
     CLUSTERS,
     TOKEN_REQUESTOR_SERVER,
     EnvSource,
@@ -27,6 +26,7 @@ from aggregator.sources import (
     SecretKubeconfig,
     TargetSpec,
 )
+from aggregator.ops.metrics import AggregatorMetrics
 from aggregator.target import Shared
 from core.errors import KubeconfigError, KubeError
 from testenv.gardener import cluster

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from aggregator.heap import Heap
+from aggregator.ops.heap import Heap
 from tests.unit.world import Clock
 
 

@@ -17,18 +17,18 @@ from typing import Any
 
 import pytest
 
-from aggregator.decider import Phase
-from aggregator.dependents import Dependent, Step
+from aggregator.act.orphans import Orphans
+from aggregator.decide.decider import Phase
 from aggregator.fleet import Fleet
-from aggregator.leader import LeaderElector
-from aggregator.metrics import AggregatorMetrics
-from aggregator.orphans import Orphans
-from aggregator.records import MELTDOWN, RECORD, REPLICAS, Record, record_marks
-from aggregator.scaler import DependentState
-from aggregator.scope import Scope
-from aggregator.settings import Leader
-from aggregator.shards import Shards
-from aggregator.sources import CLUSTERS, GardenerSource
+from aggregator.lead.leader import LeaderElector
+from aggregator.lead.scope import Scope
+from aggregator.lead.shards import Shards
+from aggregator.model.dependents import Dependent, Step
+from aggregator.model.records import MELTDOWN, RECORD, REPLICAS, Record, record_marks
+from aggregator.model.settings import Leader
+from aggregator.observe.replicas import DependentState
+from aggregator.observe.sources import CLUSTERS, GardenerSource
+from aggregator.ops.metrics import AggregatorMetrics
 from aggregator.target import Shared, Target
 from core.errors import KubeError, TransportError, api_error
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM

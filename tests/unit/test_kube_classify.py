@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from aggregator.kube import classify
+from aggregator.kube.client import classify
 
 
 class NoAnswer(aiohttp.abc.AbstractResolver):

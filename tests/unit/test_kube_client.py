@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from aggregator.kube import METADATA_ONLY, Endpoint, KubeClient
+from aggregator.kube.client import METADATA_ONLY, Endpoint, KubeClient
 from core.errors import TransportError
 
 

@@ -6,13 +6,15 @@ so the layers are told apart here.
   demo or the tests;
 - testenv/ is the one harness: bench/, demo/ and testenv/ itself never import tests/; testenv/
   imports no program (it starts them as processes), no bench and no demo; the demo no bench.
-- inside aggregator/, the pure rules reach no I/O, and no module of aggregator/ or core/ is in an
-  import cycle.
+- inside aggregator/, each wing imports only the wings its row of ``WINGS`` names (and its
+  package docstring says the same), no wing imports the composition root, the pure wings reach
+  no I/O, and no module of aggregator/ or core/ is in an import cycle.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,17 +88,92 @@ def test_allowed_imports_are_not_reported() -> None:
     assert violations("aggregator", "import aiohttp\nfrom core.lease import X\n", "aggregator/x.py") == []
 
 
-# -- inside aggregator/: the rules a verdict is made of do no I/O
+# -- inside aggregator/: the wings
 
-# The pure rules: a verdict, the write budget, who is a candidate, the second witness's rule,
-# the records, which shoots get a target. Tested without a loop, a client or a clock of their own.
+# Wing -> the wings it may import (core/ is open to all, as are the standard library and the
+# aggregator's own third-party packages). aggregator/*.py is the composition root: it may import
+# any wing, and no wing imports it. docs/design.md, "The tree", gives the reason for each row.
+WINGS: dict[str, frozenset[str]] = {
+    "model": frozenset(),
+    "kube": frozenset(),
+    "decide": frozenset({"model"}),
+    "lead": frozenset({"model", "kube"}),
+    "ops": frozenset({"model", "decide"}),
+    "observe": frozenset({"model", "kube", "decide", "ops"}),
+    "act": frozenset({"model", "kube", "decide", "observe", "lead", "ops"}),
+}
+ROOT_WING = "root"
+
+
+def wing_of(module: str) -> str | None:
+    """The wing of a module of aggregator/ (``root`` for aggregator/*.py); None outside it."""
+    parts = module.split(".")
+    if parts[0] != "aggregator":
+        return None
+    return parts[1] if len(parts) > 1 and parts[1] in WINGS else ROOT_WING
+
+
+def aggregator_modules() -> list[str]:
+    return sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in (ROOT / "aggregator").rglob("*.py")
+    )
+
+
+def crossings(module: str, source: str) -> list[str]:
+    """``module:line: wing imports wing (what)`` for each import the table does not allow."""
+    wing = wing_of(module)
+    assert wing is not None, module
+    found = []
+    for line, imported in imported_modules(ast.parse(source)):
+        other = wing_of(imported)
+        if other is None or wing in (other, ROOT_WING):
+            continue
+        if other == ROOT_WING or other not in WINGS[wing]:
+            found.append(f"{module}:{line}: {wing} imports {other} ({imported})")
+    return found
+
+
+def test_every_wing_imports_only_what_its_row_allows() -> None:
+    modules = aggregator_modules()
+    assert {wing_of(m) for m in modules} == {*WINGS, ROOT_WING}, "a wing of the table has no module"
+    found = [c for m in modules for c in crossings(m, module_source(m))]
+    assert not found, "imports across the wings:\n" + "\n".join(found)
+
+
+def test_a_planted_crossing_is_reported_in_any_wing() -> None:
+    """Planted in two wings: the pure decision reaching a reader, the API client reaching
+    the model; the composition root is out of every wing's reach."""
+    decider = "aggregator.decide.decider"
+    planted = module_source(decider) + "\nfrom aggregator.observe.watcher import Informer\n"
+    assert crossings(decider, planted) == [
+        f"{decider}:{planted.count(chr(10))}: decide imports observe (aggregator.observe.watcher)"
+    ]
+    client = "aggregator.kube.client"
+    planted = (
+        module_source(client) + "\nif TYPE_CHECKING:\n    from aggregator.model.objects import metadata\n"
+    )
+    assert crossings(client, planted) == [
+        f"{client}:{planted.count(chr(10))}: kube imports model (aggregator.model.objects)"
+    ]
+    scaler = "aggregator.act.scaler"
+    planted = module_source(scaler) + "\nfrom aggregator import target\n"
+    assert crossings(scaler, planted)[-1].endswith("act imports root (aggregator.target)")
+
+
+def test_each_wing_says_what_it_may_import_as_the_table_does() -> None:
+    for wing, allowed in WINGS.items():
+        doc = ast.get_docstring(ast.parse(module_source(f"aggregator.{wing}"))) or ""
+        said = re.search(r"^May import: (.*)\.$", doc, re.M)
+        assert said, f"aggregator/{wing}/__init__.py does not say what it may import"
+        assert set(said.group(1).split(", ")) == {"core", *allowed}, (wing, said.group(1))
+
+
+# The pure rules: the model, the decision, and the write budget's arithmetic. Tested without a
+# loop, a client or a clock of their own.
 PURE = (
-    "aggregator.decider",
-    "aggregator.lifecycle",
-    "aggregator.budget",
-    "aggregator.candidates",
-    "aggregator.witness",
-    "aggregator.records",
+    *(m for m in aggregator_modules() if wing_of(m) in ("model", "decide")),
+    "aggregator.act.budget",
 )
 # What does I/O, directly or by what it starts: none of it may be reached from a pure rule.
 IO = frozenset(
@@ -162,7 +239,7 @@ def third_party_reached(*starts: str, source_of: Callable[[str], str] = module_s
 
 def imported_modules(tree: ast.AST) -> Iterator[tuple[int, str]]:
     """(line, dotted module) of every absolute import; ``from aggregator import budget`` is
-    aggregator.budget (a module of ours), not the package it came through."""
+    aggregator.act.budget (a module of ours), not the package it came through."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -180,17 +257,19 @@ def test_the_pure_rules_reach_no_io() -> None:
 
 
 def test_a_planted_import_in_a_pure_rule_is_reported_with_its_path() -> None:
-    planted = {"aggregator.decider": module_source("aggregator.decider") + "\nimport asyncio\n"}
-    assert io_reached("aggregator.decider", lambda n: planted.get(n) or module_source(n)) == [
-        "aggregator.decider -> asyncio"
+    planted = {"aggregator.decide.decider": module_source("aggregator.decide.decider") + "\nimport asyncio\n"}
+    assert io_reached("aggregator.decide.decider", lambda n: planted.get(n) or module_source(n)) == [
+        "aggregator.decide.decider -> asyncio"
     ]
     # Reached through a module the rule imports: the kube client.
     via = {
-        "aggregator.witness": module_source("aggregator.witness")
-        + "\nfrom aggregator.kube import KubeClient\n"
+        "aggregator.decide.witness": module_source("aggregator.decide.witness")
+        + "\nfrom aggregator.kube.client import KubeClient\n"
     }
-    paths = io_reached("aggregator.decider", lambda n: via.get(n) or module_source(n))
-    assert "aggregator.decider -> aggregator.witness -> aggregator.kube -> aiohttp" in paths, paths
+    paths = io_reached("aggregator.decide.decider", lambda n: via.get(n) or module_source(n))
+    assert (
+        "aggregator.decide.decider -> aggregator.decide.witness -> aggregator.kube.client -> aiohttp" in paths
+    ), paths
 
 
 def first_cycle(source_of: Callable[[str], str] = module_source) -> str:
@@ -200,7 +279,7 @@ def first_cycle(source_of: Callable[[str], str] = module_source) -> str:
         {
             ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
             for pkg in ("aggregator", "core")
-            for p in (ROOT / pkg).glob("*.py")
+            for p in (ROOT / pkg).rglob("*.py")
         }
     )
     done: set[str] = set()

@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from aggregator.leader import LeaderElector
-from aggregator.settings import Leader
+from aggregator.lead.leader import LeaderElector
+from aggregator.model.settings import Leader
 from core.errors import KubeError, NotFound
 from tests.unit.fakekube import FakeKube, transport_error
 from tests.unit.world import Clock

@@ -7,7 +7,7 @@ import time
 
 from structlog.testing import capture_logs
 
-from aggregator.looplag import LoopLag
+from aggregator.ops.looplag import LoopLag
 
 
 def test_quantiles_over_the_window_only() -> None:

@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from aggregator.decider import Phase
-from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent, Step
+from aggregator.decide.decider import Phase
 from aggregator.fleet import Fleet, Running
-from aggregator.metrics import AggregatorMetrics
-from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
-from aggregator.scope import Alone, Scope
-from aggregator.settings import Decider
-from aggregator.sources import Polled, TargetSpec
+from aggregator.lead.scope import Alone, Scope
+from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent, Step
+from aggregator.model.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
+from aggregator.model.settings import Decider
+from aggregator.observe.sources import Polled, TargetSpec
+from aggregator.ops.metrics import AggregatorMetrics
 from aggregator.target import Shared
 from core.lease import DEFAULT_LEASE_NAMESPACE, node_lease_path
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
@@ -501,9 +501,9 @@ async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targe
     None
 ):
     from aggregator.__main__ import SeedClients
-    from aggregator.kube import Endpoint
-    from aggregator.leader import LeaderElector
-    from aggregator.settings import Leader
+    from aggregator.kube.client import Endpoint
+    from aggregator.lead.leader import LeaderElector
+    from aggregator.model.settings import Leader
 
     async def slow(_: web.Request) -> web.Response:
         await asyncio.sleep(2.0)  # a seed at its limit during a seed-wide incident
@@ -525,7 +525,7 @@ async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targe
             web.patch("/slow", slow),
             web.get(leases + "/dwd-lease-aggregator", no_lease),
             web.post(leases, created),
-            web.get(leases, clusters),  # no shard Leases (aggregator/leader.py asks before taking)
+            web.get(leases, clusters),  # no shard Leases (aggregator/lead/leader.py asks before taking)
             web.get("/apis/extensions.gardener.cloud/v1alpha1/clusters", clusters),
         ]
     )

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 
 from aggregator.__main__ import EVENTS_BURST, EVENTS_QPS, SeedClients
-from aggregator.kube import Endpoint
-from aggregator.ratelimit import RateLimit
+from aggregator.kube.client import Endpoint
+from aggregator.kube.ratelimit import RateLimit
 from core.errors import Throttled
 from tests.unit.world import Clock
 

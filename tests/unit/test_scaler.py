@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
-from aggregator.decider import Desired
-from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent
-from aggregator.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
-from aggregator.scaler import DependentState, Scaler
-from aggregator.seeddependents import SeedDependents
-from aggregator.settings import Scaling, Watching
+from aggregator.act.scaler import Scaler
+from aggregator.decide.decider import Desired
+from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent
+from aggregator.model.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
+from aggregator.model.settings import Scaling, Watching
+from aggregator.observe.replicas import DependentState
+from aggregator.observe.seeddependents import SeedDependents
 from testenv.controllers import CA, CONTROLLERS, KCM, MCM
 from tests.unit.fakekube import FakeKube, Rule, server_error
 from tests.unit.world import NS, Clock, deployment_path

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agent.settings import Settings as AgentSettings
-from aggregator.settings import Decider, Leader, Provisioning, Scaling, Shoots
+from aggregator.model.settings import Decider, Leader, Provisioning, Scaling, Shoots
 from core.config import Var, variables
 from core.durations import parse_duration
 

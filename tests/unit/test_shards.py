@@ -11,8 +11,8 @@ import pathlib
 import pytest
 import yaml
 
-from aggregator.settings import MAX_SHARDS, Leader, Settings
-from aggregator.shards import GROUP, ROLE, Shards, lease_names, shard_of
+from aggregator.lead.shards import GROUP, ROLE, Shards, lease_names, shard_of
+from aggregator.model.settings import MAX_SHARDS, Leader, Settings
 from core.errors import ConfigError
 from core.lease import lease_path
 from tests.unit.fakekube import FakeKube
@@ -205,7 +205,7 @@ async def test_a_deleted_shard_lease_is_given_up_at_once_and_taken_only_a_lease_
 async def test_shards_are_not_taken_while_a_leader_of_one_lease_or_another_shard_count_holds() -> None:
     """A rollout that changes DWD_SHARDS: a leader (or shards cut by another count) covers the
     same targets; taking shards beside it would make two writers of them."""
-    from aggregator.leader import LeaderElector
+    from aggregator.lead.leader import LeaderElector
 
     kube, clock = FakeKube(), Clock()
     leader = LeaderElector(kube, Leader(True, "garden"), identity="old", clock=clock)  # type: ignore[arg-type]

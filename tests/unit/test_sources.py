@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from aggregator.lifecycle import ClusterView, Lifecycle
-from aggregator.server import render_page, render_table
-from aggregator.sources import CLUSTERS, FileSource, GardenerSource, TargetSpec
+from aggregator.decide.lifecycle import ClusterView, Lifecycle
+from aggregator.observe.sources import CLUSTERS, FileSource, GardenerSource, TargetSpec
+from aggregator.ops.server import render_page, render_table
 from core.errors import KubeconfigError, api_error
 from testenv.gardener import cluster
 from tests.unit.fakekube import FakeKube

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from aggregator import decider
-from aggregator.decider import Phase
-from aggregator.interlocks import Interlock, Refusal
-from aggregator.settings import Decider, Settings, Shoots
+from aggregator.act.interlocks import Interlock, Refusal
+from aggregator.decide import decider
+from aggregator.decide.decider import Phase
+from aggregator.model.settings import Decider, Settings, Shoots
 from aggregator.target import Shared, Target
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.controllers import CONTROLLERS

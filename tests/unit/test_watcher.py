@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from aggregator.objects import NodeView
-from aggregator.settings import Backoff, Watching
-from aggregator.watcher import Informer, Observed
+from aggregator.model.objects import NodeView
+from aggregator.model.settings import Backoff, Watching
+from aggregator.observe.watcher import Informer, Observed
 from core.errors import ServerError
 from core.lease import RENEW_INTERVAL, LeaseView, lease_metadata, leases_path, node_lease_path
 from tests.unit.fakekube import FakeKube, server_error

@@ -1,6 +1,6 @@
 """The second witness: kubelet leases overrule agents that fail on a working path.
 
-Pure rules first (aggregator/witness.py), then the Target tick by tick in the fake world,
+Pure rules first (aggregator/decide/witness.py), then the Target tick by tick in the fake world,
 where ``World.agents_failing`` are agents that fail while their node's path works (403, a
 broken webhook, OOM) and ``World.alive`` the nodes whose path works at all: a real cut
 silences the kubelet with the agent.
@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 
-from aggregator.decider import Phase
-from aggregator.interlocks import Interlock
-from aggregator.settings import Decider
-from aggregator.witness import (
+from aggregator.act.interlocks import Interlock
+from aggregator.decide.decider import Phase
+from aggregator.decide.witness import (
     KUBELET_JITTER,
     KUBELET_LEASE_DURATION_S,
     KUBELET_RENEW_FRACTION,
@@ -29,6 +28,7 @@ from aggregator.witness import (
     observe,
     witness,
 )
+from aggregator.model.settings import Decider
 from core.errors import Forbidden
 from core.lease import leases_path
 from testenv.controllers import CONTROLLERS, DOWN

@@ -13,14 +13,14 @@ from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from aggregator.decider import Phase
-from aggregator.dependents import DEFAULT_DEPENDENTS, Dependent
-from aggregator.looplag import LoopLag
-from aggregator.records import MELTDOWN, REPLICAS
-from aggregator.scope import Scope
-from aggregator.settings import Settings, Shoots
+from aggregator.decide.decider import Phase
+from aggregator.decide.witness import NODE_LEASE_NAMESPACE
+from aggregator.lead.scope import Scope
+from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent
+from aggregator.model.records import MELTDOWN, REPLICAS
+from aggregator.model.settings import Settings, Shoots
+from aggregator.ops.looplag import LoopLag
 from aggregator.target import Shared, Target
-from aggregator.witness import NODE_LEASE_NAMESPACE
 from core.durations import parse_duration
 from core.errors import KubeError
 from core.lease import (

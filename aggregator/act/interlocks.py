@@ -15,11 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from aggregator.decider import Verdict
-from aggregator.evidence import Evidence
-from aggregator.kube import KubeClient
-from aggregator.view import View
-from aggregator.watcher import Informer
+from aggregator.decide.decider import Verdict
+from aggregator.decide.view import View
+from aggregator.kube.client import KubeClient
+from aggregator.observe.evidence import Evidence
+from aggregator.observe.watcher import Informer
 from core.errors import KubeError, TransportError
 from core.lease import LeaseView
 
@@ -73,7 +73,7 @@ class Interlocks:
         self.view = view
         self.watches_fresh = watches_fresh
         self.probe_timeout_s = probe_timeout_s
-        # How late our own event loop ran since a moment (aggregator/looplag.py).
+        # How late our own event loop ran since a moment (aggregator/ops/looplag.py).
         self.lag_since = lag_since
         self.clock = clock
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from aggregator.candidates import NodeConditions
+from aggregator.model.candidates import NodeConditions
 from core.config import EnvReader, read_vars, var
 from core.durations import format_duration
 from core.errors import ConfigError
@@ -80,7 +80,7 @@ class Backoff:
 
 @dataclass(frozen=True)
 class Decider:
-    """What the decision judges by (aggregator/decider.py)."""
+    """What the decision judges by (aggregator/decide/decider.py)."""
 
     lease_duration_s: float = var("DWD_LEASE_DURATION", 6.0, "duration", min_s=1, max_s=300)
     """Three renewals at the agent's 2 s: a renewal lost and its window (4 s) spent never make a
@@ -106,7 +106,7 @@ class Decider:
     """Scaled down and unable to see the shoot at all (its KAPI unreachable from the seed,
     credentials revoked) this long, the controllers are restored: holding them at 0 on no
     evidence is never the default, but a KAPI restart of a minute must not flap them."""
-    # The second witness (aggregator/witness.py). Kubelet leases are LISTed this often by the
+    # The second witness (aggregator/decide/witness.py). Kubelet leases are LISTed this often by the
     # leader, as dependency-watchdog LISTs them on every probe: kubelet renews every 10 s, so
     # about every LIST sees a renewal of every kubelet that can reach KAPI, bracketed by two reads.
     witness_every_s: float = 10.0
@@ -118,7 +118,7 @@ class Decider:
     # default as in DWD; None ("off") reads no node status at all: no condition and no
     # in-place-update rule, and the nodes are watched as metadata only.
     node_conditions: NodeConditions | None = field(default_factory=NodeConditions)
-    # The Machines (aggregator/machines.py) are LISTed this often while it matters (a candidate
+    # The Machines (aggregator/observe/machines.py) are LISTed this often while it matters (a candidate
     # is stale, the shoot is not healthy), as the kubelet leases are, and once more right
     # before a scale-down ...
     machines_every_s: float = 10.0
@@ -176,7 +176,7 @@ class Decider:
         """The widest bracket of two kubelet lease reads in which a renewal is placed by the
         node's own clock: half as long again as the reads' interval, for ticks that run late
         under load. Wider (the reads stopped), the bracket alone places it
-        (aggregator/witness.py); a node clock stepped by less than this inside a bracket is
+        (aggregator/decide/witness.py); a node clock stepped by less than this inside a bracket is
         not seen as a step."""
         return self.witness_every_s * 1.5
 
@@ -201,7 +201,7 @@ MAX_SHARDS = 16
 
 @dataclass(frozen=True)
 class Leader:
-    """Leader election on a seed Lease (aggregator/leader.py), with client-go's defaults."""
+    """Leader election on a seed Lease (aggregator/lead/leader.py), with client-go's defaults."""
 
     enabled: bool = var("DWD_LEADER_ELECTION", False, "boolean")
     """``true`` for more than one replica: only the leader writes."""
@@ -211,7 +211,7 @@ class Leader:
     renew_deadline_s: float = var("DWD_LEADER_RENEW_DEADLINE", 10.0, "duration", min_s=0.5)
     retry_period_s: float = var("DWD_LEADER_RETRY_PERIOD", 2.0, "duration", min_s=0.1)
     shards: int = var("DWD_SHARDS", 1, "integer", min_value=1)
-    """Shard Leases the targets are shared out over (aggregator/shards.py); 1: one Lease, whose
+    """Shard Leases the targets are shared out over (aggregator/lead/shards.py); 1: one Lease, whose
     holder acts on every target. Two or more need leader election, and pay off only with as
     many replicas: a seed-wide outage's interlocks and writes are split between them."""
 
@@ -304,7 +304,7 @@ class Provisioning:
 
 @dataclass(frozen=True)
 class Scaling:
-    """The actuator (aggregator/scaler.py) and what it scales."""
+    """The actuator (aggregator/act/scaler.py) and what it scales."""
 
     dry_run: bool = var("DWD_DRY_RUN", False, "boolean")
     """Decide, log and count every write it would make; write nothing to the seed but the
@@ -326,7 +326,7 @@ class Scaling:
 
 @dataclass(frozen=True)
 class Shoots:
-    """Where the shoots come from (aggregator/sources.py) and how the fleet runs them."""
+    """Where the shoots come from (aggregator/observe/sources.py) and how the fleet runs them."""
 
     mode: TargetsMode = "env"
     file: str = ""

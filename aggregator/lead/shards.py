@@ -1,5 +1,5 @@
 """The targets shared out over the aggregator's replicas (``DWD_SHARDS``): a fixed number of
-shard Leases, each held as the leader's Lease is (aggregator/leader.py ``Hold``).
+shard Leases, each held as the leader's Lease is (aggregator/lead/leader.py ``Hold``).
 
 A target belongs to the shard its name hashes to (``shard_of``); each replica holds one of a
 fixed set of member Leases, takes free shards while it holds fewer than its share
@@ -21,11 +21,11 @@ from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator.kube import KubeClient
-from aggregator.leader import GROUP, ROLE, Hold, LeaderRecord, Others, list_ours, new_identity, role
-from aggregator.objects import metadata, resource_version
-from aggregator.scope import Scope
-from aggregator.settings import Leader
+from aggregator.kube.client import KubeClient
+from aggregator.lead.leader import GROUP, ROLE, Hold, LeaderRecord, Others, list_ours, new_identity, role
+from aggregator.lead.scope import Scope
+from aggregator.model.objects import metadata, resource_version
+from aggregator.model.settings import Leader
 from core import logs
 from core.errors import Conflict, KubeError, NotFound
 from core.lease import format_micro_time, lease_path, leases_path
@@ -279,7 +279,7 @@ class Shards:
 
     async def _release(self, name: str, hold: Hold, lease: Mapping[str, Any]) -> None:
         """Give a Lease back: no more acting on it from this moment; written free only once every
-        write made under it has a known fate, else left to expire (aggregator/scope.py)."""
+        write made under it has a known fate, else left to expire (aggregator/lead/scope.py)."""
         hold.given_up()
         if not hold.writes.idle:
             log.info("lease_left_to_expire", lease=name, why="a write may still land", identity=self.identity)

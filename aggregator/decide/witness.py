@@ -7,7 +7,7 @@ once a read sent after its kubelet's next renewal was due still shows the same r
 silent nodes count towards a scale-down. The rule and why each step is there:
 docs/decision.md, "The second witness". This module is the rule alone: the decider imports
 it, and a verdict does no I/O (tests/unit/test_layers.py); the reads are
-aggregator/kubelets.py's.
+aggregator/observe/kubelets.py's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from aggregator.objects import metadata, section
+from aggregator.model.objects import metadata, section
 from core.lease import parse_micro_time
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"

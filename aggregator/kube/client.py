@@ -27,7 +27,7 @@ import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from aggregator.ratelimit import RateLimit
+from aggregator.kube.ratelimit import RateLimit
 from core.credentials import TokenFile
 from core.errors import (
     BadResponse,

@@ -17,10 +17,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.budget import Pacing
-from aggregator.kube import KubeClient
-from aggregator.settings import Provisioning
-from aggregator.watcher import Observed
+from aggregator.act.budget import Pacing
+from aggregator.kube.client import KubeClient
+from aggregator.model.settings import Provisioning
+from aggregator.observe.watcher import Observed
 from core import logs
 from core.durations import format_duration
 from core.errors import Conflict, Forbidden, KubeError, NotFound, NotLeading

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from aggregator.candidates import machine_reason
-from aggregator.objects import NodeView
-from aggregator.settings import Decider
-from aggregator.witness import Readings, Witness, micro_time, witness
+from aggregator.decide.witness import Readings, Witness, micro_time, witness
+from aggregator.model.candidates import machine_reason
+from aggregator.model.objects import NodeView
+from aggregator.model.settings import Decider
 from core.lease import LeaseView
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
@@ -107,7 +107,7 @@ class Verdict:
     estimate: float | None = None
     # Candidates and stale ones per zone: what an operator reads a zone outage from.
     zones: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    # Candidates whose agent is silent while their kubelet proves the path (aggregator/witness.py):
+    # Candidates whose agent is silent while their kubelet proves the path (aggregator/decide/witness.py):
     # not counted stale.
     path_alive: frozenset[str] = frozenset()
     # Stale candidates whose kubelet cannot tell yet whether the path works (its next renewal is
@@ -202,7 +202,7 @@ def skip_reason(
     node: NodeObs, lease: LeaseObs | None, now: float, p: Decider, machine: str | None = None
 ) -> str | None:
     """Which rule leaves a node out of every verdict, whatever pace it renews at (None: it is
-    one the verdict stands for). dependency-watchdog's rules (aggregator/candidates.py), and
+    one the verdict stands for). dependency-watchdog's rules (aggregator/model/candidates.py), and
     the lease's own. ``machine``: the phase of the node's Machine (None: none known)."""
     n = node.view
     if n.deleting:
@@ -265,7 +265,7 @@ def stratified(zones: Mapping[str, tuple[int, int]], size: Mapping[str, int]) ->
     (``zones``: its candidates and stale ones per zone): each zone's stale fraction weighted
     by the zone's share of the nodes the verdict stands for (not of all its nodes: a zone of
     280 nodes, 279 of them ignored, must weigh as one node, not as 70 % of the cluster). The
-    sample gives a small zone more than its share (aggregator/budget.py), so counting it
+    sample gives a small zone more than its share (aggregator/act/budget.py), so counting it
     plainly would overweight it; weighting by zone keeps the estimate unbiased. Zones
     without a candidate drop out and the others are weighted among themselves. None when
     nothing is counted. ``size``: each zone's nodes the verdict stands for (``eligible_by_zone``)."""

@@ -24,11 +24,11 @@ from typing import Any, Protocol
 
 import yaml
 
-from aggregator.kube import Endpoint, KubeClient, load_kubeconfig_dict
-from aggregator.lifecycle import ClusterView
-from aggregator.objects import metadata, section
-from aggregator.settings import Watching
-from aggregator.watcher import Informer
+from aggregator.decide.lifecycle import ClusterView
+from aggregator.kube.client import Endpoint, KubeClient, load_kubeconfig_dict
+from aggregator.model.objects import metadata, section
+from aggregator.model.settings import Watching
+from aggregator.observe.watcher import Informer
 from core import logs
 from core.errors import KubeconfigError, KubeError, unreadable
 from core.lease import is_dns_label, is_dns_subdomain
@@ -121,7 +121,7 @@ class FileSource(Polled):
 
 class GardenerSource:
     """Gardener's Cluster objects, by list+watch; dependency-watchdog's rules say which get a
-    target (aggregator/lifecycle.py): whether a shoot keeps one depends on whether it has one,
+    target (aggregator/decide/lifecycle.py): whether a shoot keeps one depends on whether it has one,
     so the source remembers what it served last."""
 
     # How long a first ``desired()`` waits for the first LIST before it reports the failure.

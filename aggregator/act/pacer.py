@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aggregator import budget
-from aggregator.budget import Pacing
-from aggregator.watcher import Observed
+from aggregator.act import budget
+from aggregator.act.budget import Pacing
+from aggregator.observe.watcher import Observed
 
 
 @dataclass(frozen=True)

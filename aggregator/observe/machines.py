@@ -22,12 +22,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from aggregator.candidates import NODE_LABEL, phases_by_node
-from aggregator.objects import metadata, section
+from aggregator.model.candidates import NODE_LABEL, phases_by_node
+from aggregator.model.objects import metadata, section
 from core.errors import BadResponse, KubeError, NotFound
 
 if TYPE_CHECKING:
-    from aggregator.kube import KubeClient
+    from aggregator.kube.client import KubeClient
 
 MACHINES = "/apis/machine.sapcloud.io/v1alpha1/namespaces/{namespace}/machines"
 PAGE = 500

@@ -1,14 +1,14 @@
 """Leadership as a scope: whether this replica acts for a target, until when, and the writes it
 made under that term that may still land.
 
-A Lease (the leader's, or a shard's: aggregator/leader.py, aggregator/shards.py) is handed on
+A Lease (the leader's, or a shard's: aggregator/lead/leader.py, aggregator/lead/shards.py) is handed on
 when its holder releases it or stops renewing it. A write whose answer the holder never got (a
 time-out, a cancelled request, a 5xx) may still be applied by the API server after that, and
 the next holder, which read the seed before it landed, would never look again: a scale-down of
 a healthy shoot, for good. So a holder releases a Lease only once every write of its term has
 an answer that says it did or did not land (``Writes.settled``); otherwise it lets the Lease
 expire, a lease duration after its last renewal, and the next holder watches the seed for what
-still arrives (aggregator/scaler.py ``_still_converged``).
+still arrives (aggregator/act/scaler.py ``_still_converged``).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class Scope:
 
 
 class Leadership(Protocol):
-    """Who acts for what: the election (aggregator/leader.py), the shards (aggregator/shards.py),
+    """Who acts for what: the election (aggregator/lead/leader.py), the shards (aggregator/lead/shards.py),
     or a replica alone."""
 
     def leading(self) -> bool:

@@ -3,7 +3,7 @@ conditions per worker pool, its in-place update, its Machine's phase.
 
 Read from dependency-watchdog v1.7.0 (``internal/prober/prober.go`` ``getFilteredNodeNames``,
 ``internal/util/node.go``) and the machine-controller-manager v0.61 API it builds on. Pure: the
-Machines are read by aggregator/machines.py, the conditions arrive with the Node.
+Machines are read by aggregator/observe/machines.py, the conditions arrive with the Node.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def phases_by_node(items: object) -> dict[str, str]:
 
 def _at(obj: Mapping[str, Any], *keys: str) -> Mapping[str, Any]:
     """The mapping at ``obj[k1][k2]...``; empty where a level is absent or not a mapping (the
-    same reading as aggregator.objects.section, which imports this module)."""
+    same reading as aggregator.model.objects.section, which imports this module)."""
     for key in keys:
         value = obj.get(key)
         obj = value if isinstance(value, Mapping) else {}

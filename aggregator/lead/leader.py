@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator.kube import KubeClient
-from aggregator.objects import metadata, section
-from aggregator.scope import Scope, Writes
-from aggregator.settings import Leader
+from aggregator.kube.client import KubeClient
+from aggregator.lead.scope import Scope, Writes
+from aggregator.model.objects import metadata, section
+from aggregator.model.settings import Leader
 from core import logs
 from core.errors import Conflict, KubeError, NotFound
 from core.lease import format_micro_time, lease_path, leases_path
@@ -50,7 +50,7 @@ class LeaderRecord:
 
 
 # On every election Lease of ours: which aggregator's (its base name), and what it is (leader,
-# shard, member): the shard Leases and the leader Lease see each other (aggregator/shards.py).
+# shard, member): the shard Leases and the leader Lease see each other (aggregator/lead/shards.py).
 GROUP = "dwd-lease.gardener.cloud/aggregator"
 ROLE = "dwd-lease.gardener.cloud/role"
 
@@ -75,7 +75,7 @@ class Hold:
         self.observed: tuple[str, str] = ABSENT  # (holder, renewTime) last seen
         self.observed_at = float("-inf")
         self.holder = ""
-        # What this replica wrote under the Lease that may still land (aggregator/scope.py).
+        # What this replica wrote under the Lease that may still land (aggregator/lead/scope.py).
         self.writes = Writes()
 
     def scope(self) -> Scope:
@@ -276,7 +276,7 @@ class LeaderElector:
         """On a clean shutdown: stop acting, wait for the writes in flight (each ends by the term's
         end), then give the Lease up so a standby need not wait a lease duration; unless a write
         of this term may still land: then the Lease is left to expire, so that no standby takes
-        over while it can (aggregator/scope.py)."""
+        over while it can (aggregator/lead/scope.py)."""
         if not self.is_leader():
             return
         self.hold.given_up()

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from aggregator.decider import LeaseObs, NodeObs
-from aggregator.kube import METADATA_LIST, METADATA_ONLY, KubeClient
-from aggregator.objects import NodeView, metadata, resource_version
-from aggregator.settings import Watching
+from aggregator.decide.decider import LeaseObs, NodeObs
+from aggregator.kube.client import METADATA_LIST, METADATA_ONLY, KubeClient
+from aggregator.model.objects import NodeView, metadata, resource_version
+from aggregator.model.settings import Watching
 from core import logs
 from core.errors import BadResponse, Forbidden, Gone, KubeError, NotFound, TransportError
 from core.lease import LEASE_SELECTOR, LeaseView, leases_path

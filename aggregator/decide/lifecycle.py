@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.candidates import pools_of_workers
-from aggregator.objects import metadata, section
+from aggregator.model.candidates import pools_of_workers
+from aggregator.model.objects import metadata, section
 
 
 @dataclass(frozen=True)

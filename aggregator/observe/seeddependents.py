@@ -12,7 +12,7 @@ behind for longer: a write is always conditional on the resourceVersion it was c
 so a stale view costs a conflict, and the scaler reads that dependent from the seed after
 one; and the scaler remembers every version its writes were computed from, so a view still
 showing one of them is known to be behind and not taken for the seed's (a level's gate would
-otherwise pass on it: aggregator/scaler.py). While a watch is not fresh, before its first
+otherwise pass on it: aggregator/act/scaler.py). While a watch is not fresh, before its first
 LIST, or for an object it has not seen, the scaler reads as it would without it.
 """
 
@@ -23,12 +23,12 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from aggregator.dependents import Dependent
-from aggregator.kube import KubeClient
-from aggregator.objects import metadata
-from aggregator.scaler import DependentState
-from aggregator.settings import Watching
-from aggregator.watcher import Informer
+from aggregator.kube.client import KubeClient
+from aggregator.model.dependents import Dependent
+from aggregator.model.objects import metadata
+from aggregator.model.settings import Watching
+from aggregator.observe.replicas import DependentState
+from aggregator.observe.watcher import Informer
 
 
 def _parse(name: str, obj: Mapping[str, Any]) -> tuple[str, DependentState]:

@@ -1,4 +1,4 @@
-"""The kubelets' leases, read for the second witness (aggregator/witness.py has its rule):
+"""The kubelets' leases, read for the second witness (aggregator/decide/witness.py has its rule):
 ``kube-node-lease`` by LIST, and when each renewal was first seen."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 import time
 from collections.abc import Callable
 
-from aggregator.kube import KubeClient
-from aggregator.witness import NODE_LEASE_NAMESPACE, KubeletObs, Readings, observe
+from aggregator.decide.witness import NODE_LEASE_NAMESPACE, KubeletObs, Readings, observe
+from aggregator.kube.client import KubeClient
 from core.errors import BadResponse
 from core.lease import leases_path
 

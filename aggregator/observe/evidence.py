@@ -8,10 +8,10 @@ from collections.abc import Callable
 
 from structlog.typing import FilteringBoundLogger
 
-from aggregator.kube import KubeClient
-from aggregator.kubelets import KubeletLeases
-from aggregator.machines import Machines
-from aggregator.settings import Decider
+from aggregator.kube.client import KubeClient
+from aggregator.model.settings import Decider
+from aggregator.observe.kubelets import KubeletLeases
+from aggregator.observe.machines import Machines
 from core.errors import Forbidden, KubeError, NotFound
 
 
@@ -43,7 +43,7 @@ class Evidence:
     async def read_due(self, *, wanted: bool) -> None:
         """The reads whose time has come. The kubelet leases every ``witness_every_s``, healthy
         or not: a renewal is placed on our clock by the two reads around it, and a cut must find
-        the bracket there (aggregator/witness.py). The Machines as often while ``wanted`` (a
+        the bracket there (aggregator/decide/witness.py). The Machines as often while ``wanted`` (a
         candidate is stale, or the shoot is not healthy), otherwise rarely."""
         p = self.params
         if self.kubelets.due(p.witness_every_s):

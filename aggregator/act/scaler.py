@@ -7,7 +7,7 @@ depends on has converged (dependency-watchdog's order: down MCM and CA, then
 KCM; up KCM, then MCM, then CA), so a seed that fails one write never runs the
 controllers out of order.
 
-What is ours is what carries our record (aggregator/records.py); the seed has other
+What is ours is what carries our record (aggregator/model/records.py); the seed has other
 writers (dependency-watchdog, gardenlet, operators), and their marks are left alone:
 - down: a running dependent gets our record (the replicas it runs at that moment,
   with dependency-watchdog's keys beside it) and its 0 in one write: there is no
@@ -40,24 +40,20 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator.decider import Desired
-from aggregator.dependents import Dependent, Direction, levels
-from aggregator.kube import KubeClient
-from aggregator.metrics import AggregatorMetrics
-from aggregator.objects import metadata, resource_version, section
-from aggregator.records import (
+from aggregator.decide.decider import Desired
+from aggregator.kube.client import KubeClient
+from aggregator.lead.scope import Scope
+from aggregator.model.dependents import Dependent, Direction, levels
+from aggregator.model.records import (
     CLEARED,
-    IGNORE_SCALING,
-    MELTDOWN,
     RECORD,
-    REPLICAS,
     Record,
-    from_label,
     label_value,
     record_marks,
 )
-from aggregator.scope import Scope
-from aggregator.settings import Scaling
+from aggregator.model.settings import Scaling
+from aggregator.observe.replicas import DependentState
+from aggregator.ops.metrics import AggregatorMetrics
 from core import logs
 from core.errors import Conflict, KubeError, NotFound, NotLeading
 
@@ -66,95 +62,6 @@ COMPONENT = "dwd-lease-aggregator"
 SUPERSEDED_KEPT = 16
 
 log = logs.get("scaler")
-
-
-@dataclass(frozen=True)
-class DependentState:
-    """One dependent as last read from the seed."""
-
-    name: str
-    exists: bool
-    replicas: int = 0  # spec
-    current: int = 0  # status.replicas
-    ready: int = 0  # status.readyReplicas
-    record: Record | None = None  # ours
-    dwd_replicas: str | None = None  # dependency-watchdog's ``replicas``, whoever wrote it
-    protected: bool = False  # ``meltdown-protection-active``, whoever wrote it
-    ignored: bool = False
-    resource_version: str = ""
-    # Our record is in the object as our annotation; False for a record this process remembers
-    # and the object lost (``Scaler._store``). ``label``: our label's value (the sweep lists by
-    # it; it carries the count too), None without one.
-    written: bool = True
-    label: str | None = None
-
-    @classmethod
-    def from_object(cls, name: str, obj: Mapping[str, Any]) -> DependentState:
-        meta, spec, status = metadata(obj), section(obj, "spec"), section(obj, "status")
-        ann = section(meta, "annotations")
-        replicas = spec.get("replicas")
-        record = ann.get(RECORD)
-        label = section(meta, "labels").get(RECORD)
-        return cls(
-            name=name,
-            exists=True,
-            replicas=1 if replicas is None else int(replicas),
-            current=int(status.get("replicas") or 0),
-            ready=int(status.get("readyReplicas") or 0),
-            # Our label alone is our mark too (another writer removed the annotation): ours, its
-            # count from the label, else from dependency-watchdog's key beside it (``restore_to``).
-            record=Record.parse(str(record))
-            if record is not None
-            else (from_label(str(label)) if label is not None else None),
-            dwd_replicas=None if ann.get(REPLICAS) is None else str(ann[REPLICAS]),
-            protected=MELTDOWN in ann,
-            ignored=ann.get(IGNORE_SCALING) == "true",
-            resource_version=resource_version(obj),
-            written=record is not None,
-            label=None if label is None else str(label),
-        )
-
-    @property
-    def foreign(self) -> bool:
-        """dependency-watchdog's marks without our record: somebody else's, never acted on."""
-        return self.record is None and (self.dwd_replicas is not None or self.protected)
-
-    def restore_to(self) -> int:
-        """The replicas to bring back: our record's count, unless dependency-watchdog's key
-        beside it says otherwise while the dependent is at 0. We write that key with our count,
-        so a different one was written after ours by whoever lowered it last, recording what it
-        took (dependency-watchdog lowering a count an operator raised it to before we looked):
-        what was there last comes back. An unreadable record falls back to that key, then to 1
-        (dependency-watchdog's rule)."""
-        dwd = _as_int(self.dwd_replicas)
-        later = dwd if dwd is not None and dwd > 0 and self.replicas == 0 else None
-        if self.record is not None and self.record.replicas is not None:
-            return later or self.record.replicas
-        return dwd if dwd is not None and dwd > 0 else 1
-
-    def marks_complete(self) -> bool:
-        """Our record with its label, and dependency-watchdog's keys beside it saying the same."""
-        return (
-            self.record is not None
-            and self.written
-            and self.label == label_value(self.record)
-            and self.protected
-            and self.dwd_replicas == str(self.record.replicas)
-        )
-
-    def to_status(self) -> dict[str, Any]:
-        return {
-            "exists": self.exists,
-            "replicas": self.replicas,
-            "ready": self.ready,
-            "record": None
-            if self.record is None
-            else {"replicas": self.record.replicas, "at": self.record.at},
-            "foreign": self.foreign,
-            "dwd_replicas": self.dwd_replicas,
-            "protected": self.protected,
-            "ignored": self.ignored,
-        }
 
 
 @dataclass(frozen=True)
@@ -183,7 +90,7 @@ class Scaler:
     ) -> None:
         self.seed = seed
         self.events = events or seed
-        # The dependents as the seed-wide watch has them (aggregator/seeddependents.py); None
+        # The dependents as the seed-wide watch has them (aggregator/observe/seeddependents.py); None
         # where it cannot say, and then the seed is asked.
         self.watched = watched
         # Read from the seed, not the watch, next time: a write conflicted with what it showed.
@@ -198,7 +105,7 @@ class Scaler:
         self.dry_run = self.settings.dry_run
         self.target = label or namespace
         self.clock = clock
-        # Until when this replica may write, and its writes in flight (aggregator/scope.py).
+        # Until when this replica may write, and its writes in flight (aggregator/lead/scope.py).
         self.scope = scope or Scope()
         self.metrics = metrics or AggregatorMetrics()
         self.log = log.bind(target=self.target)
@@ -616,13 +523,6 @@ def _fields(write: Write) -> dict[str, Any]:
     if write.replicas is not None:
         return {"replicas": write.replicas}
     return {"annotations": dict(write.annotations or {})}
-
-
-def _as_int(text: str | None) -> int | None:
-    try:
-        return int(text or "")
-    except ValueError:
-        return None
 
 
 def _patch(path: str, write: Write, resource_version: str) -> tuple[str, dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 Nothing past these views reads a raw object. A node's Lease is ``core.lease.LeaseView``
 (the agent's side of the contract lives there too); a dependent's Deployment is the
-scaler's ``DependentState``; nodes are here, Gardener's Clusters in aggregator/lifecycle.py.
+scaler's ``DependentState``; nodes are here, Gardener's Clusters in aggregator/decide/lifecycle.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from core.lease import IGNORE_NODE, parse_time
 
-# The well-known label the fast sample is stratified by (aggregator/budget.py).
+# The well-known label the fast sample is stratified by (aggregator/act/budget.py).
 ZONE_LABEL = "topology.kubernetes.io/zone"
 
 # A node MCM does not manage (dependency-watchdog skips it whatever the value): MCM would not

@@ -29,15 +29,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from aggregator.decider import Desired
-from aggregator.dependents import KIND_PATHS, Dependent, Step
-from aggregator.kube import METADATA_LIST, KubeClient
-from aggregator.metrics import AggregatorMetrics
-from aggregator.objects import metadata
-from aggregator.records import RECORD
-from aggregator.scaler import Scaler
-from aggregator.scope import Alone, Leadership
-from aggregator.settings import Settings
+from aggregator.act.scaler import Scaler
+from aggregator.decide.decider import Desired
+from aggregator.kube.client import METADATA_LIST, KubeClient
+from aggregator.lead.scope import Alone, Leadership
+from aggregator.model.dependents import KIND_PATHS, Dependent, Step
+from aggregator.model.objects import metadata
+from aggregator.model.records import RECORD
+from aggregator.model.settings import Settings
+from aggregator.ops.metrics import AggregatorMetrics
 from core import logs
 from core.errors import KubeError
 

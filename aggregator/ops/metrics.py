@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aggregator.decider import Phase
+from aggregator.decide.decider import Phase
 from core.metrics import Registry
 
 

@@ -1,0 +1,8 @@
+"""What things are: the API objects the aggregator reads, parsed once into typed views
+(objects), its settings (settings), its record on a dependent (records), dependency-watchdog's
+dependents and its node rules (dependents, candidates).
+
+Data and pure functions of it: no I/O, no clock.
+
+May import: core.
+"""
