@@ -20,10 +20,10 @@ writers (dependency-watchdog, gardenlet, operators), and their marks are left al
   choice), to the recorded count; the record goes only once this leader has read
   the scale back done (ready, or its timeout spent);
 - an ignored dependent (``ignore-scaling``) is never written, and its record kept;
-- every write carries the resourceVersion it was computed from, so a write of a
-  deposed leader that arrives late fails with a conflict instead of undoing what
-  the new leader did, and every write must finish within the leader's term
-  (``deadline``); in dry-run nothing is written at all.
+- every write is conditional and within the leader's term (aggregator/act/writes.py); in
+  dry-run nothing is written at all.
+Reading is aggregator/observe/replicas.py's, writing writes.py's, telling events.py's: this
+module is the policy.
 The annotations alone are the state: a restarted aggregator, or a new leader,
 continues from them.
 """
@@ -31,46 +31,30 @@ continues from them.
 from __future__ import annotations
 
 import asyncio
-import collections
 import math
-import socket
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
+from aggregator.act.events import Events
+from aggregator.act.writes import Write, Writer
 from aggregator.decide.decider import Desired
 from aggregator.kube.client import KubeClient
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import Dependent, Direction, levels
 from aggregator.model.records import (
     CLEARED,
-    RECORD,
     Record,
-    label_value,
     record_marks,
 )
 from aggregator.model.settings import Scaling
-from aggregator.observe.replicas import DependentState
+from aggregator.observe.replicas import DependentState, Replicas
 from aggregator.ops.metrics import AggregatorMetrics
 from core import logs
-from core.errors import Conflict, KubeError, NotFound, NotLeading
-
-COMPONENT = "dwd-lease-aggregator"
-# Superseded versions kept per dependent: more than the writes of one episode.
-SUPERSEDED_KEPT = 16
+from core.errors import KubeError
 
 log = logs.get("scaler")
-
-
-@dataclass(frozen=True)
-class Write:
-    """One write to a dependent: its annotations and our label (and its replicas with them, on
-    the object itself), or its scale alone (on the scale subresource)."""
-
-    annotations: Mapping[str, str | None] | None = None
-    replicas: int | None = None
 
 
 class Scaler:
@@ -88,46 +72,33 @@ class Scaler:
         watched: Callable[[Dependent], DependentState | None] | None = None,
         events: KubeClient | None = None,
     ) -> None:
-        self.seed = seed
-        self.events = events or seed
-        # The dependents as the seed-wide watch has them (aggregator/observe/seeddependents.py); None
-        # where it cannot say, and then the seed is asked.
-        self.watched = watched
-        # Read from the seed, not the watch, next time: a write conflicted with what it showed.
-        self._distrust: set[str] = set()
-        # Versions of each dependent known to be older than the state held: every version a
-        # write of ours was computed from (answered or refused). A watch that still shows one
-        # of them has not caught up; what the write answered, or the seed, is newer.
-        self._superseded: dict[str, collections.deque[str]] = {}
         self.namespace = namespace
         self.dependents = tuple(dependents)
         self.settings = settings or Scaling()
         self.dry_run = self.settings.dry_run
         self.target = label or namespace
         self.clock = clock
-        # Until when this replica may write, and its writes in flight (aggregator/lead/scope.py).
-        self.scope = scope or Scope()
         self.metrics = metrics or AggregatorMetrics()
         self.log = log.bind(target=self.target)
-        self.state: dict[str, DependentState] = {}
+        # Reading, writing and telling, each in a module of its own: this class is the policy.
+        self.replicas = Replicas(seed, namespace, target=self.target, metrics=self.metrics, watched=watched)
+        self.writer = Writer(seed, namespace, self.replicas, scope or Scope(), clock)
+        self.events = Events(events or seed, namespace, log=self.log, dry_run=self.dry_run)
         self.errors: dict[str, str] = {}
         self.desired: Desired | None = None
         self.converged = False
         self._episode(0.0)
         self._verified_at = -math.inf
-        # The record last seen on each dependent that carries one of ours (``_remembered``).
-        self._lowered: dict[str, Record] = {}
         # Written to their target, waiting for their controller to follow (``_settled``).
         self._following: set[str] = set()
-        # Events in flight: a report is never on the way of the next write.
-        self._reports: set[asyncio.Task[None]] = set()
 
     def _episode(self, now: float) -> None:
         """A new direction: its levels, their waits and what was told start again."""
         self._direction_since = now
         self._level_done_at: dict[int, float] = {}
         self._at_target_since: dict[str, float] = {}
-        self._reported: set[tuple[str, str]] = set()
+        self.events.new_episode()
+        self.replicas.new_episode()
         # Dependents seen held at 0 in this episode: one running again was raised by someone else.
         self._held: set[str] = set()
 
@@ -141,8 +112,8 @@ class Scaler:
         the previous leader's last write yet, and 'nothing recorded' would then be taken for the
         truth."""
         for d in self.dependents:
-            await self._get(d)
-        return any(s.record is not None for s in self.state.values())
+            await self.replicas.get(d)
+        return any(s.record is not None for s in self.replicas.state.values())
 
     async def converge(self, desired: Desired, reason: str) -> bool:
         """One step towards ``desired``; True once every dependent is there."""
@@ -164,7 +135,7 @@ class Scaler:
         missing = [
             d
             for d in self.dependents
-            if not d.optional and d.name in self.state and not self.state[d.name].exists
+            if not d.optional and d.name in self.replicas.state and not self.replicas.state[d.name].exists
         ]
         self.converged, self._verified_at = not missing, now
         return self.converged
@@ -176,10 +147,10 @@ class Scaler:
         done = True
         for d in self.dependents:
             try:
-                state = await self._get(d)
+                state = await self.replicas.get(d)
                 if state.exists and state.record is not None and (state.written or state.label is not None):
                     await self._write(d, Write(CLEARED), state, reason)
-                    self._report_later(self._event(d, state, "HandedBack", f"{reason}", "Normal"))
+                    self.events.send(d, state, "HandedBack", f"{reason}", "Normal")
             except KubeError as e:
                 self.errors[d.name] = str(e)
                 done = False
@@ -191,8 +162,8 @@ class Scaler:
         a watch that had not delivered it when this one started. Without a watch, and while
         scaled down (someone may raise a dependent), it reads the seed again every
         ``reverify_s``."""
-        if desired is Desired.RUNNING and self.watched is not None:
-            seen = [self._watched(d) for d in self.dependents]
+        if desired is Desired.RUNNING and self.replicas.watched is not None:
+            seen = [self.replicas.from_watch(d) for d in self.dependents]
             if all(s is not None for s in seen):
                 return not any(s is not None and s.record is not None for s in seen)
         return now - self._verified_at < self.settings.reverify_s
@@ -207,7 +178,7 @@ class Scaler:
         pending = list(level)
         polls = self.settings.follow_polls if direction is Direction.DOWN else 0
         for poll in range(polls + 1):
-            if poll and any(self._watched(d) is None for d in pending):
+            if poll and any(self.replicas.from_watch(d) is None for d in pending):
                 return False  # a poll would be a GET each: only the watch is asked this often
             if poll:
                 await asyncio.sleep(self.settings.follow_poll_s)
@@ -223,21 +194,23 @@ class Scaler:
     async def _one(self, d: Dependent, direction: Direction, base: float, reason: str) -> bool:
         step = d.step(direction)
         try:
-            state = await self._read(d)
+            state = await self.replicas.read(d)
             for _ in range(self.settings.steps_per_tick):
                 if not state.exists:
                     return await self._absent(d, state)
                 await self._note_raised(d, state, direction, reason)
                 write = self._next_write(state, direction, self.clock() >= base + step.initial_delay_s)
                 if write is not None and self.dry_run:
-                    self._once(d.name, "dry-run", "dry_run_write", direction=str(direction), **_fields(write))
+                    self.events.once(
+                        d.name, "dry-run", "dry_run_write", direction=str(direction), **write.fields()
+                    )
                     self.metrics.dry_run_writes.inc(target=self.target, resource=d.name, direction=direction)
                     return True  # as if done, so the status shows what every level would do
                 if write is None:
                     done = self._settled(d, state, direction, step.timeout_s)
                     if done and direction is Direction.UP and state.record is not None and not state.ignored:
                         if (cleared := await self._write(d, Write(CLEARED), state, reason)) is not None:
-                            self._keep(d, cleared)
+                            self.replicas.keep(d, cleared)
                         self._report_done(d, state, reason)
                     elif done and direction is Direction.DOWN and state.record and not state.ignored:
                         self._report_done(d, state, reason)
@@ -249,7 +222,7 @@ class Scaler:
                 written = await self._write(d, write, state, reason)
                 # A write on the object answers with it: no read needed to know where it is. A
                 # scale subresource answers with a Scale: the object is read from the seed.
-                state = self._keep(d, written) if written is not None else await self._get(d)
+                state = self.replicas.keep(d, written) if written is not None else await self.replicas.get(d)
             return False
         except KubeError as e:
             self.metrics.scale_actions.inc(
@@ -284,7 +257,7 @@ class Scaler:
             return None
         restore = s.restore_to()
         if s.record.replicas is None:
-            self._once(s.name, "invalid", "record_invalid", restoring=restore)
+            self.events.once(s.name, "invalid", "record_invalid", restoring=restore)
         return Write(replicas=restore) if may_start else None
 
     async def _note_raised(self, d: Dependent, s: DependentState, direction: Direction, reason: str) -> None:
@@ -294,29 +267,27 @@ class Scaler:
             return
         self._held.discard(d.name)
         self.metrics.overridden.inc(target=self.target, resource=d.name)
-        if (d.name, "raised") in self._reported:
+        if not self.events.first(d.name, "raised"):
             return
-        self._reported.add((d.name, "raised"))
         message = (
             f"{d.name} was raised to {s.replicas} by someone else while protection is active: "
             f"lowering it again, {s.replicas} will be restored ({reason})"
         )
         self.log.warning("dependent_raised_by_someone_else", resource=d.name, replicas=s.replicas)
-        self._report_later(self._event(d, s, "RaisedWhileProtected", message, "Warning"))
+        self.events.send(d, s, "RaisedWhileProtected", message, "Warning")
 
     async def _absent(self, d: Dependent, s: DependentState) -> bool:
         """A dependent that does not exist: nothing runs, so the levels after it may go on; one
         that is not optional is an error (a typo in the dependents file switches protection off)."""
         if d.optional:
-            self._once(d.name, "absent", "scale_skipped", why="absent")
+            self.events.once(d.name, "absent", "scale_skipped", why="absent")
             return True
         message = f"{d.kind} {self.namespace}/{d.name} does not exist and is not optional"
         self.errors[d.name] = message
         self.metrics.missing.set(1, target=self.target, resource=d.name)
-        if (d.name, "missing") not in self._reported:
-            self._reported.add((d.name, "missing"))
+        if self.events.first(d.name, "missing"):
             self.log.error("dependent_missing", resource=d.name)
-            self._report_later(self._event(d, s, "DependentMissing", message, "Warning"))
+            self.events.send(d, s, "DependentMissing", message, "Warning")
         return True
 
     def _settled(self, d: Dependent, s: DependentState, direction: Direction, timeout_s: float) -> bool:
@@ -334,98 +305,25 @@ class Scaler:
         if followed:
             return True
         if self.clock() - since >= timeout_s:
-            self._once(d.name, "timeout", "scale_not_observed", timeout_s=timeout_s)
+            self.events.once(d.name, "timeout", "scale_not_observed", timeout_s=timeout_s)
             return True
         self._following.add(d.name)
         return False
 
-    async def _read(self, d: Dependent) -> DependentState:
-        """The dependent as the watch has it, or as the seed answers when the watch cannot say."""
-        seen = self._watched(d)
-        if seen is None:
-            return await self._get(d)
-        held = self.state.get(d.name)
-        if held is not None and seen.resource_version in self._superseded.get(d.name, ()):
-            return held  # the watch has not caught up with our writes: the held state is newer
-        return self._store(seen)
-
-    def _watched(self, d: Dependent) -> DependentState | None:
-        """The watch's view of ``d``; None when it cannot say, or is not trusted for it now."""
-        return None if self.watched is None or d.name in self._distrust else self.watched(d)
-
-    def _supersede(self, d: Dependent, version: str) -> None:
-        self._superseded.setdefault(d.name, collections.deque(maxlen=SUPERSEDED_KEPT)).append(version)
-
-    async def _get(self, d: Dependent) -> DependentState:
-        try:
-            obj: Mapping[str, Any] | None = await self.seed.get(d.path(self.namespace))
-        except NotFound:
-            obj = None
-        self._distrust.discard(d.name)
-        return self._keep(d, obj)
-
-    def _keep(self, d: Dependent, obj: Mapping[str, Any] | None) -> DependentState:
-        """The dependent as just read or written (None: it does not exist)."""
-        if obj is None:
-            return self._store(DependentState(d.name, exists=False))
-        return self._store(DependentState.from_object(d.name, obj))
-
-    def _store(self, state: DependentState) -> DependentState:
-        state = self._remembered(state)
-        if state.exists:
-            self.metrics.missing.remove_matching(target=self.target, resource=state.name)
-        self.state[state.name] = state
-        self.metrics.foreign_records.set(sum(s.foreign for s in self.state.values()), target=self.target)
-        return state
-
-    def _remembered(self, state: DependentState) -> DependentState:
-        """The dependent with the record this process last saw on it, where the object lost it:
-        another writer removed our annotation while it was held at 0 (dependency-watchdog's
-        scale-up leaves ours, an operator or a script may not). Lowered by us and still at 0, or
-        still carrying our label, it is still ours: the scale-down writes the record back, the
-        scale-up restores its count. Running without a mark of ours, nothing of ours is on it."""
-        if state.record is not None and state.written:
-            self._lowered[state.name] = state.record
-            return state
-        if state.record is None and (not state.exists or state.replicas != 0):
-            self._lowered.pop(state.name, None)
-            return state
-        if (record := self._lowered.get(state.name)) is None:
-            return state  # our label alone (its count from the keys beside it), or nothing of ours
-        if (state.name, "lost") not in self._reported:
-            self._reported.add((state.name, "lost"))
-            self.log.warning("record_lost", resource=state.name, remembered=record.replicas)
-        return replace(state, record=record, written=False)
-
     async def _write(
         self, d: Dependent, write: Write, state: DependentState, reason: str
     ) -> Mapping[str, Any] | None:
-        """One write, conditional on the resourceVersion read, within the leader's term; none in
-        dry-run, which only says what it would have written. Returns the object as written when
-        the write was on the object itself (a scale subresource answers with a Scale)."""
+        """One write (aggregator/act/writes.py); none in dry-run, which only says what it would
+        have written."""
         if self.dry_run:
-            self._once(d.name, "dry-run", "dry_run_write", direction=str(self.desired), **_fields(write))
+            self.events.once(
+                d.name, "dry-run", "dry_run_write", direction=str(self.desired), **write.fields()
+            )
             return None
-        path, body = _patch(d.path(self.namespace), write, state.resource_version)
-        on_object = write.annotations is not None
-        remaining = self.scope.term_end() - self.clock()
-        if remaining <= 0:
-            raise NotLeading("not the leader: no writes")
-        try:
-            with self.scope.writes.write(d.path(self.namespace)):
-                try:
-                    async with asyncio.timeout(remaining):
-                        written = await self.seed.merge_patch(path, body)
-                except TimeoutError as e:
-                    raise NotLeading(f"leadership ended during a write to {d.name}") from e
-        except (Conflict, NotFound):
-            self._distrust.add(d.name)  # what it was computed from is not the seed's: ask the seed
-            self._supersede(d, state.resource_version)
-            raise
-        self._supersede(d, state.resource_version)
+        written = await self.writer.write(d, write, state)
         if write.replicas is not None:
             self._scaled(d, state, write.replicas, reason)
-        return written if on_object else None
+        return written
 
     def _scaled(self, d: Dependent, state: DependentState, replicas: int, reason: str) -> None:
         down = replicas == 0
@@ -434,72 +332,24 @@ class Scaler:
             target=self.target, resource=d.name, direction=direction, result="scaled"
         )
         self.log.info("resource_scaling", resource=d.name, replicas_from=state.replicas, replicas_to=replicas)
-        self._report_later(
-            self._event(
-                d,
-                state,
-                "ScaledDown" if down else "ScaledUp",
-                f"Scaled {d.name} from {state.replicas} to {replicas} replicas: {reason}",
-                "Warning" if down else "Normal",
-            )
+        self.events.send(
+            d,
+            state,
+            "ScaledDown" if down else "ScaledUp",
+            f"Scaled {d.name} from {state.replicas} to {replicas} replicas: {reason}",
+            "Warning" if down else "Normal",
         )
-
-    def _report_later(self, report: Coroutine[Any, Any, None]) -> None:
-        """An Event sent beside the actuator's next steps: in a seed-wide outage 750 of them
-        waited in line before the next level's writes."""
-        task = asyncio.create_task(report)
-        self._reports.add(task)
-        task.add_done_callback(self._reports.discard)
-
-    async def close(self) -> None:
-        """Drop the Events still in flight: the target is stopping."""
-        reports = list(self._reports)
-        for task in reports:
-            task.cancel()
-        await asyncio.gather(*reports, return_exceptions=True)
 
     def _report_done(self, d: Dependent, s: DependentState, reason: str) -> None:
         if self.desired is Desired.SCALED_DOWN:
             replicas = None if s.record is None else s.record.replicas
-            self._once(d.name, "done", "resource_scaled_down", replicas_before=replicas, reason=reason)
+            self.events.once(d.name, "done", "resource_scaled_down", replicas_before=replicas, reason=reason)
         else:
-            self._once(d.name, "done", "resource_scaled_up", replicas=s.replicas, reason=reason)
+            self.events.once(d.name, "done", "resource_scaled_up", replicas=s.replicas, reason=reason)
 
-    def _once(self, name: str, what: str, event: str, **kw: Any) -> None:
-        """Log a fact once per direction and dependent, not once per tick."""
-        if (name, what) not in self._reported:
-            self._reported.add((name, what))
-            level = "warning" if what in ("timeout", "invalid", "absent") else "info"
-            getattr(self.log, level)(event, **({"resource": name} | kw))
-
-    async def _event(self, d: Dependent, s: DependentState, reason: str, message: str, kind: str) -> None:
-        if self.dry_run:
-            return  # an Event is a write too
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "metadata": {"generateName": f"{d.name}.", "namespace": self.namespace},
-            "involvedObject": {
-                "apiVersion": d.api_version,
-                "kind": d.kind,
-                "name": d.name,
-                "namespace": self.namespace,
-                "resourceVersion": s.resource_version,
-            },
-            "reason": reason,
-            "message": message[:1024],
-            "type": kind,
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "reportingInstance": socket.gethostname(),
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await self.events.create(f"/api/v1/namespaces/{self.namespace}/events", event)
-        except KubeError as e:
-            # An Event is a report, not part of the action: never fail a scale for it.
-            self.log.warning("event_failed", reason=reason, error=str(e))
+    async def close(self) -> None:
+        """Drop the Events still in flight: the target is stopping."""
+        await self.events.close()
 
     def report(self, reason: str, message: str, kind: str = "Warning") -> None:
         """An Event about the target as a whole, on its first dependent (what an operator of the
@@ -508,38 +358,11 @@ class Scaler:
         if not self.dependents:
             return
         d = self.dependents[0]
-        state = self.state.get(d.name, DependentState(d.name, exists=False))
-        self._report_later(self._event(d, state, reason, message, kind))
+        state = self.replicas.state.get(d.name, DependentState(d.name, exists=False))
+        self.events.send(d, state, reason, message, kind)
 
     def snapshot(self) -> dict[str, Any]:
         return {
             name: {**s.to_status(), "error": self.errors.get(name, "")}
-            for name, s in sorted(self.state.items())
+            for name, s in sorted(self.replicas.state.items())
         }
-
-
-def _fields(write: Write) -> dict[str, Any]:
-    """What a dry-run log line says it would have written."""
-    if write.replicas is not None:
-        return {"replicas": write.replicas}
-    return {"annotations": dict(write.annotations or {})}
-
-
-def _patch(path: str, write: Write, resource_version: str) -> tuple[str, dict[str, Any]]:
-    """The merge patch of ``write``, conditional on ``resource_version``: on the object when it
-    carries annotations (the record), else on its scale subresource."""
-    precondition = {"resourceVersion": resource_version}
-    if write.annotations is None:
-        return path + "/scale", {"metadata": precondition, "spec": {"replicas": write.replicas}}
-    ours = write.annotations.get(RECORD)
-    body: dict[str, Any] = {
-        "metadata": {
-            **precondition,
-            "annotations": dict(write.annotations),
-            # The label lists our records across the seed (the leader's sweep for orphans).
-            "labels": {RECORD: None if ours is None else label_value(Record.parse(ours))},
-        }
-    }
-    if write.replicas is not None:
-        body["spec"] = {"replicas": write.replicas}
-    return path, body

@@ -1,12 +1,15 @@
 """A dependent's replicas and the marks on it (ours and dependency-watchdog's), as read from
-the seed: what the scaler decides its next write from."""
+the seed-wide watch or the seed: what the scaler decides its next write from."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import collections
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
+from aggregator.kube.client import KubeClient
+from aggregator.model.dependents import Dependent
 from aggregator.model.objects import metadata, resource_version, section
 from aggregator.model.records import (
     IGNORE_SCALING,
@@ -17,6 +20,14 @@ from aggregator.model.records import (
     from_label,
     label_value,
 )
+from aggregator.ops.metrics import AggregatorMetrics
+from core import logs
+from core.errors import NotFound
+
+# Superseded versions kept per dependent: more than the writes of one episode.
+SUPERSEDED_KEPT = 16
+
+log = logs.get("scaler")
 
 
 @dataclass(frozen=True)
@@ -34,7 +45,7 @@ class DependentState:
     ignored: bool = False
     resource_version: str = ""
     # Our record is in the object as our annotation; False for a record this process remembers
-    # and the object lost (``Scaler._store``). ``label``: our label's value (the sweep lists by
+    # and the object lost (``Replicas._remembered``). ``label``: our label's value (the sweep lists by
     # it; it carries the count too), None without one.
     written: bool = True
     label: str | None = None
@@ -113,3 +124,104 @@ def _as_int(text: str | None) -> int | None:
         return int(text or "")
     except ValueError:
         return None
+
+
+class Replicas:
+    """The dependents of one target as last read: from the seed-wide watch where it can say and
+    is trusted, else from the seed. Each read is kept (``state``), with the record this process
+    last saw on a dependent whose object lost it."""
+
+    def __init__(
+        self,
+        seed: KubeClient,
+        namespace: str,
+        *,
+        target: str,
+        metrics: AggregatorMetrics,
+        watched: Callable[[Dependent], DependentState | None] | None = None,
+    ) -> None:
+        self.seed = seed
+        self.namespace = namespace
+        self.target = target
+        self.metrics = metrics
+        # The dependents as the seed-wide watch has them (aggregator/observe/seeddependents.py); None
+        # where it cannot say, and then the seed is asked.
+        self.watched = watched
+        self.log = log.bind(target=target)
+        self.state: dict[str, DependentState] = {}
+        # Read from the seed, not the watch, next time: a write conflicted with what it showed.
+        self._distrust: set[str] = set()
+        # Versions of each dependent known to be older than the state held: every version a
+        # write of ours was computed from (answered or refused). A watch that still shows one
+        # of them has not caught up; what the write answered, or the seed, is newer.
+        self._superseded: dict[str, collections.deque[str]] = {}
+        # The record last seen on each dependent that carries one of ours (``_remembered``).
+        self._lowered: dict[str, Record] = {}
+        self._told_lost: set[str] = set()
+
+    def new_episode(self) -> None:
+        """A lost record is told again in the next direction."""
+        self._told_lost.clear()
+
+    async def read(self, d: Dependent) -> DependentState:
+        """The dependent as the watch has it, or as the seed answers when the watch cannot say."""
+        seen = self.from_watch(d)
+        if seen is None:
+            return await self.get(d)
+        held = self.state.get(d.name)
+        if held is not None and seen.resource_version in self._superseded.get(d.name, ()):
+            return held  # the watch has not caught up with our writes: the held state is newer
+        return self._store(seen)
+
+    def from_watch(self, d: Dependent) -> DependentState | None:
+        """The watch's view of ``d``; None when it cannot say, or is not trusted for it now."""
+        return None if self.watched is None or d.name in self._distrust else self.watched(d)
+
+    def written(self, d: Dependent, state: DependentState, *, refused: bool = False) -> None:
+        """A write computed from ``state`` answered (or was refused: then the seed, not the
+        watch, is asked next time, since what it was computed from is not the seed's)."""
+        if refused:
+            self._distrust.add(d.name)
+        kept = self._superseded.setdefault(d.name, collections.deque(maxlen=SUPERSEDED_KEPT))
+        kept.append(state.resource_version)
+
+    async def get(self, d: Dependent) -> DependentState:
+        try:
+            obj: Mapping[str, Any] | None = await self.seed.get(d.path(self.namespace))
+        except NotFound:
+            obj = None
+        self._distrust.discard(d.name)
+        return self.keep(d, obj)
+
+    def keep(self, d: Dependent, obj: Mapping[str, Any] | None) -> DependentState:
+        """The dependent as just read or written (None: it does not exist)."""
+        if obj is None:
+            return self._store(DependentState(d.name, exists=False))
+        return self._store(DependentState.from_object(d.name, obj))
+
+    def _store(self, state: DependentState) -> DependentState:
+        state = self._remembered(state)
+        if state.exists:
+            self.metrics.missing.remove_matching(target=self.target, resource=state.name)
+        self.state[state.name] = state
+        self.metrics.foreign_records.set(sum(s.foreign for s in self.state.values()), target=self.target)
+        return state
+
+    def _remembered(self, state: DependentState) -> DependentState:
+        """The dependent with the record this process last saw on it, where the object lost it:
+        another writer removed our annotation while it was held at 0 (dependency-watchdog's
+        scale-up leaves ours, an operator or a script may not). Lowered by us and still at 0, or
+        still carrying our label, it is still ours: the scale-down writes the record back, the
+        scale-up restores its count. Running without a mark of ours, nothing of ours is on it."""
+        if state.record is not None and state.written:
+            self._lowered[state.name] = state.record
+            return state
+        if state.record is None and (not state.exists or state.replicas != 0):
+            self._lowered.pop(state.name, None)
+            return state
+        if (record := self._lowered.get(state.name)) is None:
+            return state  # our label alone (its count from the keys beside it), or nothing of ours
+        if state.name not in self._told_lost:
+            self._told_lost.add(state.name)
+            self.log.warning("record_lost", resource=state.name, remembered=record.replicas)
+        return replace(state, record=record, written=False)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from aggregator.act.scaler import Scaler, Write
+from aggregator.act.scaler import Scaler
+from aggregator.act.writes import Write
 from aggregator.decide.decider import Desired
 from aggregator.kube.client import KubeClient, KubeconfigSource
 from aggregator.model.dependents import DEFAULT_DEPENDENTS
@@ -35,7 +36,7 @@ async def test_a_write_on_a_stale_read_conflicts(control_plane: ControlPlane, wh
         seed = KubeClient(KubeconfigSource(str(control_plane.kubeconfig)))
         try:
             old_leader = Scaler(seed, NS, [kcm])
-            state = await old_leader._read(kcm)
+            state = await old_leader.replicas.read(kcm)
             # Meanwhile the new leader records a scale-down.
             admin.merge_patch(kcm.path(NS), {"metadata": {"annotations": record_marks(Record(3))}})
             with pytest.raises(Conflict):

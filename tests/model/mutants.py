@@ -54,12 +54,12 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
     ),
     "records_from_watch": (
         "aggregator/act/scaler.py",
-        "        for d in self.dependents:\n            await self._get(d)\n        return any(",
+        "        for d in self.dependents:\n            await self.replicas.get(d)\n        return any(",
         "        return any(",
         "3: a takeover trusts a watch that is behind",
     ),
     "no_memory": (
-        "aggregator/act/scaler.py",
+        "aggregator/observe/replicas.py",
         "if (record := self._lowered.get(state.name)) is None:",
         "if (record := None) is None:",
         "4a: a lost annotation forgotten",

@@ -214,10 +214,10 @@ async def test_a_deposed_leaders_late_write_cannot_undo_the_new_leaders() -> Non
     await w.settle()
     await w.outage()
     old = w.target.scaler
-    state = await old._read(old.dependents[0])  # KCM, read by the old leader during recovery
+    state = await old.replicas.read(old.dependents[0])  # KCM, read by the old leader during recovery
     # The new leader, meanwhile, changed the object (here: a new scale-down record).
     w.seed.objects[deployment_path(KCM)]["metadata"]["resourceVersion"] = w.seed._next_rv()
-    from aggregator.act.scaler import Write
+    from aggregator.act.writes import Write
     from core.errors import Conflict
 
     with pytest.raises(Conflict):

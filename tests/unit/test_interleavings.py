@@ -215,7 +215,7 @@ async def test_a_scale_down_that_lands_after_a_hand_over_is_restored_by_the_new_
     leader = {"a": True, "b": False}
     w.new_target(is_leader=lambda: leader["a"])
     b = w.new_target(is_leader=lambda: leader["b"], replace_first=False)
-    b.scaler.watched = lambda d: current(w, d.name)  # B's seed watch: current, never behind
+    b.scaler.replicas.watched = lambda d: current(w, d.name)  # B's seed watch: current, never behind
     await w.settle()
     w.alive -= set(w.names[:7])
     await w.until(lambda: w.target.memory.phase is Phase.CONFIRMING, 20, "confirming")
@@ -251,7 +251,7 @@ async def test_a_new_leader_whose_watch_is_behind_the_old_leaders_record_still_r
         behind[name] = DependentState.from_object(name, obj)
     target = w.new_target()
     watch = {"behind": True}
-    target.scaler.watched = lambda d: behind[d.name] if watch["behind"] else current(w, d.name)
+    target.scaler.replicas.watched = lambda d: behind[d.name] if watch["behind"] else current(w, d.name)
     await w.run(20)
     watch["behind"] = False  # the watch delivers what the seed has had all along
     took = await w.until(w.restored, 60, "every controller back")
