@@ -6,10 +6,9 @@ created the lease yet; not an outage). 429 means the path works and KAPI is
 busy: back off as told and count it apart from failures.
 
 A renewal may use twice the interval (its *window*, at most 10 s): a slow path
-is still a path. The agent and the lease agree about outages: a renewal whose
-request was sent but never answered may have landed, so the next renewals keep
-the renewTime they overwrite, and the first answer says which landed last.
-Only what the agent proved goes into the ``last-outage`` record (docs/agent.md).
+is still a path. What the lease is proven to have gone through is the ledger's
+(agent/ledger.py); the old layout's lease, renewed beside ours during a move,
+is agent/legacy.py's.
 """
 
 from __future__ import annotations
@@ -18,21 +17,21 @@ import asyncio
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from agent.client import LeaseClient
+from agent.ledger import Ledger, Unrenewed
+from agent.legacy import LegacyLease
 from agent.path import PHASES, Attempt
 from agent.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, Settings
 from core import logs
-from core.errors import Forbidden, Invalid, KubeError, NotFound, TooManyRequests, TransportError
+from core.errors import Invalid, KubeError, NotFound, TooManyRequests, TransportError
 from core.lease import (
     LeaseView,
     Outage,
     evidence_patch,
     format_micro_time,
-    lease_path,
     missing_wait_s,
     next_renewal_in_s,
     release_patch,
@@ -47,8 +46,6 @@ MAX_BACKOFF_S = 60.0
 # kubelet's own request timeout is about 10 s: a renewal never waits longer than that.
 MAX_WINDOW_S = 10.0
 RELEASE_TIMEOUT_S = 1.0
-# Renewals kept while failing, to learn at recovery which of them landed unseen.
-MAX_PENDING = 1000
 
 
 PATH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
@@ -64,18 +61,6 @@ class _Urandom:
 
     def uniform(self, a: float, b: float) -> float:
         return a + (b - a) * int.from_bytes(os.urandom(7), "big") / 2**56
-
-
-@dataclass(frozen=True)
-class Unrenewed:
-    """A renewal that did not land as far as the agent knows."""
-
-    stamp: str  # the renewTime it carried
-    wall: datetime  # when it started, as the stamp says
-    mono: float  # the same, on the monotonic clock
-    failure_class: str
-    sent: bool  # it may have landed after all
-    path: tuple[dict[str, Any], ...]
 
 
 def _as_lease(answer: dict[str, Any], node: str) -> LeaseView:
@@ -150,31 +135,22 @@ class Renewer:
         self.last_success: float | None = None
         # A released flag left by a previous run is cleared by the first renewal.
         self._clear_released = True
-        # renewTime of the last renewal known to have landed, and those since that did not
-        # (as far as we know). The first of them began the outage: what broke first is the
-        # cause; later classes are often its echoes (a resolver slowed by the same fault).
-        self._landed = ""
-        self._unrenewed: list[Unrenewed] = []
         # An evidence patch needs renewTime and annotations to exist; the last answer says.
         self._evidence_possible = False
         self._previous_left = False
         self._unwritten: Outage | None = None
-        self._last_ok: dict[str, Any] = {}
         self._bad_interval = ""
         # 404s since the last renewal: the wait for a lease not provisioned yet grows with them.
         # Only a renewal ends the run: agents answered 429 between 404s (KAPI's priority and
         # fairness during a fresh install) would otherwise start again at the interval.
         self._misses = 0
-        # The node's lease in the old layout, renewed beside ours during a move (None: not, or
-        # no more: it answered that it is gone or not ours to write).
-        legacy = settings.legacy_namespace
-        self._legacy: str | None = lease_path(legacy, settings.node_name) if legacy else None
-        self._legacy_renewed = False
         self.random: Uniform = _Urandom()
         self.metrics = AgentMetrics(registry or Registry(), self._last_success_age)
         self.metrics.interval.set(self.interval_s)
         client.on_attempt = self._observe
         self.log = log.bind(node=settings.node_name)
+        self.ledger = Ledger(self.log, self.metrics.landed_unseen)
+        self.legacy = LegacyLease(settings.legacy_namespace, settings.node_name, self.log)
 
     def _last_success_age(self) -> float:
         return float("inf") if self.last_success is None else self.clock() - self.last_success
@@ -182,7 +158,7 @@ class Renewer:
     def _observe(self, attempt: Attempt) -> None:
         connection = "new" if attempt.new else "warm"
         if not attempt.reached:
-            self._last_ok = attempt.summary()
+            self.ledger.last_ok = attempt.summary()
         if attempt.new:
             self.metrics.connections.inc()
         for phase in PHASES:
@@ -237,7 +213,7 @@ class Renewer:
             # (the missing lease's backoff would leave it unrenewed for up to a minute).
             if (legacy := await self._renew_legacy(stamp, started)) is not None:
                 self._adopt_interval(legacy)
-            if self._legacy is not None:
+            if self.legacy.path is not None:
                 return self.interval_s
             return missing_wait_s(self._misses, self.interval_s, self.random.uniform(0.5, 1.0))
         except TooManyRequests as e:
@@ -254,26 +230,12 @@ class Renewer:
         return next_renewal_in_s(self.settings.node_name, self.interval_s, stamp.timestamp())
 
     async def _renew_legacy(self, stamp: datetime, started: float) -> LeaseView | None:
-        """Renews the old layout's lease too while it is there (docs/install.md, "Moving an
-        installation"); a 404 or 403 ends that for good. Only after a renewal of ours went
-        through (or found no lease of ours): on a broken path the old one fails alike."""
-        if self._legacy is None:
-            return None
-        # Its own window, at least half of one: the renewal of ours before it may have used it up.
+        """Renews the old layout's lease too while it is there (agent/legacy.py). Only after a
+        renewal of ours went through (or found no lease of ours): on a broken path the old one
+        fails alike. Its own window, at least half of one: ours may have used it up."""
         window = max(self.window_s - (self.clock() - started), self.window_s / 2)
-        # The old agent marked it released when it stopped: taken back with the first write.
-        patch = renew_patch(self.settings.node_name, stamp, clear_released=not self._legacy_renewed)
-        try:
-            answer = await self.client.patch(patch, window_s=window, path=self._legacy)
-        except (NotFound, Forbidden) as e:
-            self.log.info("legacy_lease_done", lease=self._legacy, why=e.failure_class)
-            self._legacy = None
-            return None
-        except KubeError as e:
-            self.log.debug("legacy_lease_failed", error=str(e))
-            return None
-        self._legacy_renewed = True
-        return _as_lease(answer, self.settings.node_name)
+        answer = await self.legacy.renew(self.client, stamp, window)
+        return None if answer is None else _as_lease(answer, self.settings.node_name)
 
     async def _renew(self, stamp: datetime, started: float) -> LeaseView:
         """The renewal (with the evidence of an unseen one when there is some to give), and the
@@ -281,11 +243,11 @@ class Renewer:
         lease, with_evidence = await self._patch(stamp, started)
         view = _as_lease(lease, self.settings.node_name)
         if with_evidence:
-            self._settle(view.previous_renew or "")
+            self.ledger.settle(view.previous_renew or "")
         return view
 
     async def _patch(self, stamp: datetime, started: float) -> tuple[dict[str, Any], bool]:
-        if any(u.sent for u in self._unrenewed) and self._evidence_possible:
+        if self.ledger.unsure() and self._evidence_possible:
             try:
                 lease = await self.client.patch(
                     evidence_patch(self.settings.node_name, stamp), window_s=self.window_s
@@ -301,38 +263,11 @@ class Renewer:
             stamp,
             clear_released=self._clear_released,
             clear_previous=self._previous_left,
-            last_outage=self._outage_so_far() or self._unwritten,
+            last_outage=self.ledger.outage(self.clock()) or self._unwritten,
         )
         lease = await self.client.patch(patch, window_s=self.window_s - (self.clock() - started))
         self._unwritten = None
         return lease, False
-
-    def _settle(self, previous: str) -> None:
-        """The renewTime a renewal overwrote is the latest renewal that had landed before it:
-        of the unanswered ones before that, none is known lost; after it, all are."""
-        stamps = [u.stamp for u in self._unrenewed]
-        if previous in stamps:
-            i = stamps.index(previous)
-            self.metrics.landed_unseen.inc()
-            self.log.info("renew_unanswered_landed", renew_time=previous, lost_after=len(stamps) - i - 1)
-            self._unrenewed = [replace(u, sent=False) for u in self._unrenewed[i + 1 :]]
-        elif previous == self._landed:
-            self._unrenewed = [replace(u, sent=False) for u in self._unrenewed]  # none landed
-        else:
-            # Someone else renewed it (another copy of the agent?): nothing about the outage is proven.
-            self.log.warning("renew_outage_unproven", renew_time=previous, expected=self._landed)
-            self._unrenewed = []
-
-    def _outage_so_far(self) -> Outage | None:
-        """The outage the lease is proven to have gone through: the renewals after the last one
-        that may have landed unseen."""
-        sent = [i for i, u in enumerate(self._unrenewed) if u.sent]
-        proven = self._unrenewed[sent[-1] + 1 :] if sent else self._unrenewed
-        if not proven:
-            return None
-        first = proven[0]
-        path = {"failed": list(first.path), "last_ok": self._last_ok} if first.path or self._last_ok else None
-        return Outage(first.wall, self.clock() - first.mono, first.failure_class, path)
 
     def _enter(self, state: str, event: str, *, level: str = "info", **kw: Any) -> None:
         if state != self.state:
@@ -345,11 +280,7 @@ class Renewer:
         if sent:
             self.metrics.unanswered.inc()
         path = e.path if isinstance(e, TransportError) else ()
-        entry = Unrenewed(format_micro_time(stamp), stamp, started, e.failure_class, sent, path)
-        # Of a run of renewals that surely failed only the first tells anything.
-        if not self._unrenewed or sent or self._unrenewed[-1].sent:
-            self._unrenewed.append(entry)
-            del self._unrenewed[1 : max(1, len(self._unrenewed) - MAX_PENDING)]
+        self.ledger.failed(Unrenewed(format_micro_time(stamp), stamp, started, e.failure_class, sent, path))
         if self.state != "failing" or self.failure_class != e.failure_class:
             self.log.warning("renew_failing", failure=e.failure_class, error=str(e), path=list(path))
         else:
@@ -362,11 +293,10 @@ class Renewer:
         self.last_success = self.clock()
         self._misses = 0
         self._clear_released = False
-        self._landed = lease.renew_time or ""
         self._previous_left = lease.previous_renew is not None
-        self._evidence_possible = bool(self._landed) and lease.annotated
+        self._evidence_possible = bool(lease.renew_time) and lease.annotated
         if self.state == "failing":
-            outage = self._outage_so_far()
+            outage = self.ledger.outage(self.clock())
             # Proven by an evidence patch: written with the next plain renewal.
             self._unwritten = outage if self._previous_left else None
             self.log.info(
@@ -376,7 +306,7 @@ class Renewer:
                 proven=outage is not None,
             )
             self.failure_class = ""
-        self._unrenewed = []
+        self.ledger.renewed(lease.renew_time or "")
         self._enter("renewing", "lease_renewing")
         self.log.debug("lease_renewed")
         self._adopt_interval(lease)

@@ -35,7 +35,7 @@ from aggregator.ops.heap import Heap
 from aggregator.ops.looplag import LoopLag
 from aggregator.ops.metrics import AggregatorMetrics
 from aggregator.ops.server import make_app, render_table, serve
-from aggregator.target import Shared
+from aggregator.shoot import Shared
 from core import cli, logs
 from core.errors import ConfigError, KubeconfigError, KubeError
 

@@ -17,7 +17,8 @@ from aggregator.act.orphans import Orphans
 from aggregator.kube.client import KubeClient, KubeconfigSource
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.observe.sources import KubeconfigSecrets, TargetSource, TargetSpec
-from aggregator.target import Shared, Target
+from aggregator.shoot import Shared
+from aggregator.target import Target
 from core import logs
 from core.errors import KubeError
 

@@ -11,58 +11,26 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Mapping
 from typing import Any
 
 from aggregator.act.budget import Pacing
-from aggregator.act.interlocks import Interlocks, Refusal
-from aggregator.act.pacer import Pacer
-from aggregator.act.provisioner import Provisioner
+from aggregator.act.interlocks import Refusal
 from aggregator.act.scaler import Scaler
-from aggregator.decide.decider import Memory, Phase, Verdict, blocked, decide, deferred, skipped, take_over
-from aggregator.decide.view import View
+from aggregator.decide.decider import Memory, Phase, Verdict, blocked, decide, deferred, take_over
 from aggregator.kube.client import KubeClient
 from aggregator.lead.scope import Scope
-from aggregator.model.dependents import Dependent
-from aggregator.model.settings import Settings
-from aggregator.observe.evidence import Evidence
-from aggregator.observe.seeddependents import SeedDependents
-from aggregator.observe.watcher import Informer, Observed, follow_legacy, legacy_informer, shoot_informers
-from aggregator.ops.metrics import AggregatorMetrics
+from aggregator.observe.watcher import follow_legacy
 from aggregator.report import Reporter, TargetStatus, verdict_fields
+from aggregator.shoot import Shared, wire
 from core import logs
 from core.errors import KubeError
-from core.lease import LeaseView
 
 log = logs.get("target")
 
 
 # Looked at this long after a pending kubelet's renewal was due: the read is sent after it.
 WAKE_AFTER_S = 0.05
-
-
-def _no_lag(_since: float) -> float:
-    return 0.0
-
-
-@dataclass(frozen=True)
-class Shared:
-    """What every target of one process shares: the settings, the seed's clients, the
-    dependents, the metrics, the seed's watch of the dependents, the loop's lag and the clocks.
-    Built once (aggregator/fleet.py); a target adds only its own shoot and leadership."""
-
-    settings: Settings
-    seed: KubeClient
-    dependents: Sequence[Dependent]
-    metrics: AggregatorMetrics = field(default_factory=AggregatorMetrics)
-    watched: SeedDependents | None = None
-    events: KubeClient | None = None  # the seed client Events go by (their own pace)
-    lag_since: Callable[[float], float] = _no_lag
-    clock: Callable[[], float] = time.monotonic
-    wall: Callable[[], float] = time.time
 
 
 class Target:
@@ -76,7 +44,7 @@ class Target:
         scope: Scope | None = None,
         node_conditions: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
-        settings, clock, wall = shared.settings, shared.clock, shared.wall
+        settings, clock = shared.settings, shared.clock
         self.name, self.namespace, self.shoot = name, namespace, shoot
         self.settings, self.params = settings, settings.decider.with_pools(node_conditions)
         # Whether this replica acts for the shoot, until when, and its writes (aggregator/lead/scope.py).
@@ -84,7 +52,6 @@ class Target:
         self.clock, self.lag_since = clock, shared.lag_since
         self.log = log.bind(target=name)
         self.metrics = shared.metrics
-        self.observed = Observed(clock=clock, wall=lambda: datetime.fromtimestamp(wall(), UTC))
         watched = shared.watched
         self.scaler = Scaler(
             shared.seed,
@@ -98,65 +65,21 @@ class Target:
             watched=None if watched is None else functools.partial(watched.get, namespace=namespace),
             events=shared.events,
         )
-        self.report = Reporter(name, self.metrics, wall=wall, log=self.log, event=self.scaler.report)
-        self._wire_shoot(shared.seed, wall)
+        self.report = Reporter(name, self.metrics, wall=shared.wall, log=self.log, event=self.scaler.report)
+        self.parts = wire(
+            name,
+            namespace,
+            shoot,
+            shared,
+            params=self.params,
+            scope=self.scope,
+            report=self.report,
+            log=self.log,
+        )
         self.memory = Memory(Phase.STARTING, clock())
         # When the last verdict says to look again before the next tick (``next_tick_in``).
         self.wake_at: float | None = None
         self._was_leader = False
-
-    def _wire_shoot(self, seed: KubeClient, wall: Callable[[], float]) -> None:
-        p, clock = self.params, self.clock
-        self.nodes, self.leases = shoot_informers(
-            self.shoot,
-            self.observed,
-            lease_namespace=self.settings.provisioning.lease_namespace,
-            full_nodes=p.node_conditions is not None,
-            settings=self.settings.watching,
-            clock=clock,
-            label=self.name,
-            on_restart=self.report.watch_restarted,
-        )
-        self.legacy = self._legacy_informer()
-        self.view = View(p.lease_duration_s, tick_s=p.tick_s, stall_s=p.stall_s, log=self.log)
-        self.evidence = Evidence.of(self.shoot, seed, self.namespace, p, clock=clock, log=self.log)
-        self.interlocks = Interlocks(
-            self.shoot,
-            self.leases,
-            self.evidence,
-            self.view,
-            watches_fresh=self._watches_fresh,
-            probe_timeout_s=self.settings.watching.probe_timeout_s,
-            lag_since=self.lag_since,
-            clock=clock,
-        )
-        write_budget = self.settings.provisioning.write_budget
-        self.pacer = Pacer(
-            self.observed,
-            fast_interval_s=p.fast_interval_s,
-            write_budget=write_budget,
-            clock=clock,
-            wall=wall,
-            on_plan=functools.partial(self.report.planned, write_budget=write_budget),
-        )
-        self.provisioner = Provisioner(
-            self.shoot,
-            self.observed,
-            self.settings.provisioning,
-            lease_duration_s=p.lease_duration_s,
-            label=self.name,
-            clock=clock,
-            deadline=self.scope.term_end,
-        )
-
-    def _legacy_informer(self) -> Informer[LeaseView] | None:
-        legacy = self.settings.provisioning.legacy_namespace
-        if not legacy:
-            return None
-        watching, clock = self.settings.watching, self.clock
-        return legacy_informer(
-            self.shoot, self.observed, legacy, settings=watching, clock=clock, label=self.name
-        )
 
     @property
     def status(self) -> TargetStatus:
@@ -165,29 +88,28 @@ class Target:
     async def run(self) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
-                tg.create_task(self.nodes.run(), name=f"{self.name}/nodes")
-                tg.create_task(self.leases.run(), name=f"{self.name}/leases")
-                if self.legacy is not None:
-                    tg.create_task(follow_legacy(self.legacy, self.log), name=f"{self.name}/legacy-leases")
+                tg.create_task(self.parts.nodes.run(), name=f"{self.name}/nodes")
+                tg.create_task(self.parts.leases.run(), name=f"{self.name}/leases")
+                if self.parts.legacy is not None:
+                    tg.create_task(
+                        follow_legacy(self.parts.legacy, self.log), name=f"{self.name}/legacy-leases"
+                    )
                 tg.create_task(self._provision_loop(), name=f"{self.name}/provision")
                 tg.create_task(self._decide_loop(), name=f"{self.name}/decide")
         finally:
             await self.scaler.close()
 
-    def _listed(self) -> bool:
-        return self.nodes.synced.is_set() and self.leases.synced.is_set()
-
     async def _provision_loop(self) -> None:
-        await self.nodes.synced.wait()
-        await self.leases.synced.wait()
+        await self.parts.nodes.synced.wait()
+        await self.parts.leases.synced.wait()
         while True:
             if self.scope.leads():
-                await self.provisioner.reconcile(self.pacer.plan)
-            self.observed.changed.clear()
+                await self.parts.provisioner.reconcile(self.parts.pacer.plan)
+            self.parts.observed.changed.clear()
             # Re-check on every change, and now and then regardless (a failed write is retried).
             try:
                 async with asyncio.timeout(self.settings.provisioning.recheck_s):
-                    await self.observed.changed.wait()
+                    await self.parts.observed.changed.wait()
             except TimeoutError:
                 pass
 
@@ -222,9 +144,9 @@ class Target:
         # 2. The reads beside the watches, where a write may follow: a standby's would double
         #    the load of a seed-wide outage. As leader it reads both before its first verdict.
         if leader:
-            await self.evidence.read_due(wanted=self._troubled())
+            await self.parts.evidence.read_due(wanted=self._troubled())
         # 3. The verdict, on the pacing planned for this tick (the interlocks confirm on it too).
-        pacing = self.pacer.plan()
+        pacing = self.parts.pacer.plan()
         verdict = await self._verdict_now(now, pacing)
         # 4. The interlocks, only on the replica that acts: as a new leader a standby starts
         #    from the records and checks before any write of its own.
@@ -234,7 +156,7 @@ class Target:
             )
             self.report.refused(refusal)
         self.report.verdict(verdict)
-        self.report.gaps(self.view)
+        self.report.gaps(self.parts.view)
         if leader:
             self.report.decision(verdict, self.scaler.desired, dry_run=self.settings.scaling.dry_run)
             self.report.silent_agents(now, verdict.path_alive, after_s=self.params.witness_every_s)
@@ -244,22 +166,22 @@ class Target:
         # 5. The actuator, dry-run too: it reads, decides and reports every write, and makes none.
         if leader and verdict.desired is not None:
             await self.scaler.converge(verdict.desired, self.status.phase_reason)
-        self.view.ticked(self.clock())
+        self.parts.view.ticked(self.clock())
         return verdict
 
     async def _see(self, now: float) -> float:
         """Keep the view's freshness; the time it was seen (after the probe, where one is sent).
         The shoot KAPI's readiness is asked only while the view is in a gap and could start
         again: one request per gap, none while the view is trusted (aggregator/decide/view.py)."""
-        listed, fresh, unready = self._listed(), self._watches_fresh(), ""
-        if listed and fresh and self.view.since is None:
+        listed, fresh, unready = self.parts.listed(), self.parts.watches_fresh(), ""
+        if listed and fresh and self.parts.view.since is None:
             try:
                 await self.shoot.probe(timeout_s=self.settings.watching.probe_timeout_s)
             except KubeError as e:
                 unready = f"the shoot KAPI is not ready: {e}"
             now = self.clock()
-        self.view.see(now, listed=listed, watches_fresh=fresh, unready=unready)
-        self.report.view(self.view)
+        self.parts.view.see(now, listed=listed, watches_fresh=fresh, unready=unready)
+        self.report.view(self.parts.view)
         return now
 
     def _lead(self, now: float) -> bool:
@@ -280,13 +202,9 @@ class Target:
         s = self.status
         return s.stale > 0 or bool(s.path_alive) or self.memory.phase not in (Phase.HEALTHY, Phase.STARTING)
 
-    def _watches_fresh(self) -> bool:
-        fresh_s = self.settings.watching.fresh_s
-        return self.leases.fresh(fresh_s) and self.nodes.fresh(fresh_s)
-
     async def _verdict_now(self, now: float, pacing: Pacing) -> Verdict:
         """The verdict on what is observed now (while starting, with the seed's record)."""
-        self.report.error(self.leases.last_error or self.nodes.last_error)
+        self.report.error(self.parts.leases.last_error or self.parts.nodes.last_error)
         records = None
         if self.memory.phase is Phase.STARTING:
             try:
@@ -299,24 +217,24 @@ class Target:
         self, now: float, pacing: Pacing, records: bool | None = None, *, confirming: bool = False
     ) -> Verdict:
         return decide(
-            self.observed.nodes,
-            self.observed.leases,
+            self.parts.observed.nodes,
+            self.parts.observed.leases,
             now,
             self.params,
             self.memory,
-            view_since=self.view.since,
+            view_since=self.parts.view.since,
             records=records,
             sample=pacing.fast,
-            kubelets=self.evidence.kubelets.readings(),
-            machines=self.evidence.machines.phases(),
+            kubelets=self.parts.evidence.kubelets.readings(),
+            machines=self.parts.evidence.machines.phases(),
             confirming=confirming,
         )
 
     async def refusal(self, pacing: Pacing | None = None) -> Refusal | None:
         """Why a scale-down must not happen now (aggregator/act/interlocks.py); None when every
         check passes. The confirming verdict judges what the fresh LIST left in the view."""
-        plan = self.pacer.plan() if pacing is None else pacing
-        return await self.interlocks.refusal(lambda: self._verdict(self.clock(), plan, confirming=True))
+        plan = self.parts.pacer.plan() if pacing is None else pacing
+        return await self.parts.interlocks.refusal(lambda: self._verdict(self.clock(), plan, confirming=True))
 
     def snapshot(self) -> dict[str, Any]:
         """This target as the status page and ``/status`` show it."""
@@ -330,24 +248,7 @@ class Target:
             "dry_run": self.settings.scaling.dry_run,
             "held": self.memory.held,
             "leader": self.scope.leads(),
-            **self._shoot(),
+            **self.parts.status(self.clock(), self.params),
             "tick_s": round(self.status.tick_s, 4),
             "history": [(round(at, 1), round(f, 4)) for at, f in list(self.status.history)[-300:]],
-        }
-
-    def _shoot(self) -> dict[str, Any]:
-        """What the shoot looks like now: its leases, its pacing, the reads beside the watches."""
-        pacing, observed, machines = self.pacer.last(), self.observed, self.evidence.machines
-        left_out = skipped(observed.nodes, observed.leases, self.clock(), self.params, machines.phases())
-        return {
-            "fast_nodes": len(pacing.fast),
-            "heartbeat_writes_per_s": round(pacing.writes_per_s(len(observed.nodes)), 2),
-            "lease_ages": {k: round(v, 2) for k, v in sorted(observed.lease_ages().items())},
-            "skipped": dict(sorted(left_out.items())),
-            "kubelet_leases_error": self.evidence.kubelets.error,
-            "machines": {
-                "rule": machines.rule(),
-                "error": machines.error,
-                "age_s": None if (age := machines.age_s()) is None else round(age, 1),
-            },
         }

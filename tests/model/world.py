@@ -36,7 +36,8 @@ from aggregator.model.settings import Leader, Settings, Shoots
 from aggregator.observe.seeddependents import SeedDependents
 from aggregator.ops.looplag import LoopLag
 from aggregator.ops.metrics import AggregatorMetrics
-from aggregator.target import Shared, Target
+from aggregator.shoot import Shared
+from aggregator.target import Target
 from core.errors import Conflict, KubeError, TransportError, api_error
 from core.lease import (
     DEFAULT_LEASE_NAMESPACE,
@@ -237,7 +238,7 @@ class Replica:
             wall=lambda: WALL0 + w.clock(),
         )
         target = Target("shoot", NS, self.shoot, shared, scope=scope)  # type: ignore[arg-type]
-        target.provisioner.min_gap_s = 0.0
+        target.parts.provisioner.min_gap_s = 0.0
         return target
 
     async def step(self) -> None:
@@ -268,14 +269,14 @@ class Replica:
         if self.target is None:
             self.target = self.new_target()
         t = self.target
-        for informer in (t.nodes, t.leases):
+        for informer in (t.parts.nodes, t.parts.leases):
             try:
                 await informer.list_now()
                 informer.synced.set()
             except KubeError:
                 pass
-        if t.scope.leads() and t.nodes.synced.is_set() and t.leases.synced.is_set():
-            await t.provisioner.reconcile(t.pacer.plan)
+        if t.scope.leads() and t.parts.nodes.synced.is_set() and t.parts.leases.synced.is_set():
+            await t.parts.provisioner.reconcile(t.parts.pacer.plan)
         verdict = await t.tick()
         if verdict.scale_down and t.scope.leads():
             w.scaled_down(self, t)  # a standby's verdict writes nothing: it resumes from records
@@ -369,12 +370,12 @@ class World:
         now = self.clock()
         p = target.params
         counted = candidates(
-            target.observed.nodes,
-            target.observed.leases,
+            target.parts.observed.nodes,
+            target.parts.observed.leases,
             now,
             p,
-            target.pacer.last().fast,
-            machines=target.evidence.machines.phases(),
+            target.parts.pacer.last().fast,
+            machines=target.parts.evidence.machines.phases(),
         )
         alive = self.renewing(now) & set(counted)
         if counted and len(alive) > (1 - p.failure_fraction) * len(counted) + 1e-9:

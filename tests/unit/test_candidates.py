@@ -20,7 +20,8 @@ from aggregator.model.settings import Decider, Settings
 from aggregator.observe.machines import ABSENT, MACHINES
 from aggregator.observe.sources import GardenerSource
 from aggregator.observe.watcher import Observed
-from aggregator.target import Shared, Target
+from aggregator.shoot import Shared
+from aggregator.target import Target
 from core.errors import ConfigError, KubeError, api_error
 from core.lease import LeaseView
 from testenv.gardener import cluster
@@ -100,11 +101,11 @@ async def test_off_reads_no_node_status_and_watches_the_nodes_as_metadata_only()
     w = World(4, node_conditions=None)
     condition(w, w.names[0], "DiskPressure", "True")
     condition(w, w.names[1], "InPlaceUpdate", "True", reason="ReadyForUpdate")
-    assert w.target.nodes.accept == METADATA_ONLY
+    assert w.target.parts.nodes.accept == METADATA_ONLY
     await w.run(12)
     # FakeKube ignores the accept header: the view carries the conditions, the rules must not use them.
     assert w.target.snapshot()["skipped"] == {}
-    assert World(1).target.nodes.accept is None  # on by default: full Node objects
+    assert World(1).target.parts.nodes.accept is None  # on by default: full Node objects
 
 
 # -- the verdict and the estimate
@@ -197,7 +198,7 @@ async def test_a_failed_read_keeps_the_last_reads_verdict_for_a_while_then_drops
     assert "LIST machines: 500" in snap["machines"]["error"]
     assert snap["machines"]["rule"] == "on, from the last good read"
     await w.until(lambda: not w.target.snapshot()["skipped"], 10, "the old read dropped")
-    assert 20.0 < w.clock() - w.target.evidence.machines.ok_at <= 21.0
+    assert 20.0 < w.clock() - w.target.parts.evidence.machines.ok_at <= 21.0
     assert w.target.snapshot()["machines"]["rule"].startswith("off until a read succeeds")
     assert w.target.status.candidates == 4
 
@@ -208,9 +209,9 @@ async def test_the_machines_are_read_in_pages() -> None:
         machine(w, f"n{i}", "Failed" if i % 2 else "Running")
     pages: list[str] = []
     w.seed.on_request = lambda method, path: pages.append(path) if path.endswith("/machines") else None
-    assert await w.target.evidence.machines.read()
+    assert await w.target.parts.evidence.machines.read()
     assert len(pages) == 3
-    phases = w.target.evidence.machines.phases()
+    phases = w.target.parts.evidence.machines.phases()
     assert len(phases) == 1200 and phases["n1199"] == "Failed" and phases["n0"] == "Running"
 
 
@@ -254,13 +255,13 @@ def test_a_node_view_carries_its_pool_its_true_conditions_and_an_in_place_update
 
 async def test_full_nodes_are_listed_in_pages_into_one_view() -> None:
     w = World(5)
-    w.target.nodes.page_size = 2
+    w.target.parts.nodes.page_size = 2
     pages: list[str] = []
     w.shoot.on_request = lambda method, path: pages.append(path) if path == "/api/v1/nodes" else None
-    await w.target.nodes.list_now()
-    assert len(pages) == 3 and sorted(w.target.observed.nodes) == w.names
-    assert World(1).target.nodes.page_size == 500
-    assert World(1, node_conditions=None).target.nodes.page_size is None  # metadata: one LIST
+    await w.target.parts.nodes.list_now()
+    assert len(pages) == 3 and sorted(w.target.parts.observed.nodes) == w.names
+    assert World(1).target.parts.nodes.page_size == 500
+    assert World(1, node_conditions=None).target.parts.nodes.page_size is None  # metadata: one LIST
 
 
 def test_a_status_update_of_a_node_does_not_wake_the_provisioner() -> None:

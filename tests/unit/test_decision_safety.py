@@ -101,9 +101,9 @@ async def test_a_blocked_scale_down_restarts_confirmation() -> None:
 async def test_slow_nodes_entering_the_sample_are_not_judged_until_they_renew_fast() -> None:
     # 1000 nodes on a budget of 100 writes/s: 172 renew every 2 s, the rest every minute.
     w = World(1000, write_budget=100.0)
-    w.target.provisioner.min_gap_s = 0.0
+    w.target.parts.provisioner.min_gap_s = 0.0
     await w.run(70)  # every agent has adopted its interval
-    fast_before = set(w.target.pacer.last().fast)
+    fast_before = set(w.target.parts.pacer.last().fast)
     assert len(fast_before) < 200
     # The operator raises the budget: the new aggregator's sample is three times larger,
     # and the provisioner takes its time to tell the new members.
@@ -431,16 +431,16 @@ async def test_a_rotating_sample_never_judges_fewer_nodes_than_it_should(
     been seen renewing fast. At no tick does the verdict rest on fewer nodes."""
     monkeypatch.setattr(budget, "ROTATION_S", 600.0)
     w = World(400, write_budget=40.0)
-    w.target.provisioner.min_gap_s = 0.0
+    w.target.parts.provisioner.min_gap_s = 0.0
     await w.run(130)  # every agent has adopted its interval
-    first = set(w.target.pacer.last().fast)
+    first = set(w.target.parts.pacer.last().fast)
     k = len(budget.plan(w.names, 2.0, 40.0).fast)  # the sample's size, whichever nodes it holds
     assert k < 400 and w.target.status.candidates >= k
     judged = []
     for _ in range(600):
         await w.step()
         judged.append(w.target.status.candidates)
-    now = set(w.target.pacer.last().fast)
+    now = set(w.target.parts.pacer.last().fast)
     assert len(first - now) > k / 3, "the sample did not rotate"
     assert min(judged) >= k
     assert not w.ever_scaled_down()

@@ -27,7 +27,7 @@ from aggregator.observe.sources import (
     TargetSpec,
 )
 from aggregator.ops.metrics import AggregatorMetrics
-from aggregator.target import Shared
+from aggregator.shoot import Shared
 from core.errors import KubeconfigError, KubeError
 from testenv.gardener import cluster
 from testenv.pki import CertificateAuthority

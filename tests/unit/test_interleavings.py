@@ -29,7 +29,8 @@ from aggregator.model.settings import Leader
 from aggregator.observe.replicas import DependentState
 from aggregator.observe.sources import CLUSTERS, GardenerSource
 from aggregator.ops.metrics import AggregatorMetrics
-from aggregator.target import Shared, Target
+from aggregator.shoot import Shared
+from aggregator.target import Target
 from core.errors import KubeError, TransportError, api_error
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from testenv.gardener import cluster

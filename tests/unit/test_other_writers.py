@@ -27,7 +27,7 @@ from aggregator.model.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS,
 from aggregator.model.settings import Decider
 from aggregator.observe.sources import Polled, TargetSpec
 from aggregator.ops.metrics import AggregatorMetrics
-from aggregator.target import Shared
+from aggregator.shoot import Shared
 from core.lease import DEFAULT_LEASE_NAMESPACE, node_lease_path
 from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from tests.unit.world import NS, World, deployment_path, with_settings
@@ -573,7 +573,7 @@ async def test_provisioning_stops_writing_when_the_term_ends() -> None:
     for name in w.names:
         del w.shoot.objects[node_lease_path(DEFAULT_LEASE_NAMESPACE, name)]
     t = w.target
-    for informer in (t.nodes, t.leases):
+    for informer in (t.parts.nodes, t.parts.leases):
         await informer.list_now()
     creates = 0
 
@@ -585,5 +585,5 @@ async def test_provisioning_stops_writing_when_the_term_ends() -> None:
                 w.term_end = w.clock()  # the leader's term ends in the middle of the pass
 
     w.shoot.on_request = count
-    await t.provisioner.reconcile(t.pacer.plan)
+    await t.parts.provisioner.reconcile(t.parts.pacer.plan)
     assert creates == 10, f"{creates - 10} lease writes after the term ended"

@@ -11,9 +11,9 @@ DAEMONSET = f"/apis/apps/v1/namespaces/{DEFAULT_LEASE_NAMESPACE}/daemonsets/{AGE
 
 async def reconcile(w: World) -> None:
     t = w.target
-    for informer in (t.nodes, t.leases):
+    for informer in (t.parts.nodes, t.parts.leases):
         await informer.list_now()
-    await t.provisioner.reconcile(t.pacer.plan)
+    await t.parts.provisioner.reconcile(t.parts.pacer.plan)
 
 
 def owners(w: World, node: str) -> list[tuple[str, str]]:
@@ -58,4 +58,4 @@ async def test_a_lease_that_only_looks_like_ours_is_never_touched() -> None:
     before = {path: dict(w.shoot.objects[path]) for path in others}
     await reconcile(w)
     assert {path: w.shoot.objects.get(path) for path in others} == before
-    assert sorted(w.target.observed.own) == sorted(w.names)
+    assert sorted(w.target.parts.observed.own) == sorted(w.names)

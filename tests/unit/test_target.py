@@ -11,7 +11,8 @@ from aggregator.act.interlocks import Interlock, Refusal
 from aggregator.decide import decider
 from aggregator.decide.decider import Phase
 from aggregator.model.settings import Decider, Settings, Shoots
-from aggregator.target import Shared, Target
+from aggregator.shoot import Shared
+from aggregator.target import Target
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
 from testenv.controllers import CONTROLLERS
 from tests.unit.fakekube import FakeKube, Rule, server_error
@@ -34,7 +35,7 @@ async def test_run_reports_why_it_cannot_list_then_provisions_and_judges() -> No
     quick = Decider(lease_duration_s=0.4, fast_interval_s=0.2, blind_limit_s=1.0, node_grace_s=0.0)
     settings = Settings(Shoots(namespace=NS), quick)
     target = Target("shoot", NS, shoot, Shared(settings, seed, World().dependents))  # type: ignore[arg-type]
-    target.provisioner.min_gap_s = 0.0
+    target.parts.provisioner.min_gap_s = 0.0
     shoot.fail("GET", "/api/v1/nodes$")
     task = asyncio.create_task(target.run())
     try:
@@ -63,10 +64,10 @@ async def test_a_record_that_cannot_be_read_keeps_a_start_starting_and_says_so()
 
 async def test_the_watch_interlock_refuses_when_the_watches_went_quiet() -> None:
     w = await settled()
-    w.target.nodes.failing = True
+    w.target.parts.nodes.failing = True
     refusal = await w.target.refusal()
     assert refusal is not None and refusal.interlock is Interlock.WATCH_STALE
-    assert w.target.view.since is None and w.target.view.why == "no data from the watches"
+    assert w.target.parts.view.since is None and w.target.parts.view.why == "no data from the watches"
 
 
 async def test_the_list_interlock_refuses_when_the_confirming_list_fails() -> None:
@@ -75,7 +76,7 @@ async def test_the_list_interlock_refuses_when_the_confirming_list_fails() -> No
     refusal = await w.target.refusal()
     assert refusal is not None and refusal.interlock is Interlock.LIST_FAILED
     assert "injected" in refusal.detail
-    assert w.target.view.why == "the confirming LIST failed"
+    assert w.target.parts.view.why == "the confirming LIST failed"
 
 
 async def test_the_probe_and_the_confirming_list_are_sent_together() -> None:

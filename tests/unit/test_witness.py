@@ -181,7 +181,7 @@ async def test_the_interlock_refuses_when_the_kubelets_renewed_after_the_agents(
     w = World()
     await w.settle()
     w.agents_failing = set(w.names)
-    w.target.evidence.kubelets.read_at = float("inf")  # no read while confirming: only the interlock's
+    w.target.parts.evidence.kubelets.read_at = float("inf")  # no read while confirming: only the interlock's
     refusals = []
     for _ in range(30):
         await w.step()
@@ -250,7 +250,7 @@ async def test_unreadable_kubelet_leases_leave_protection_as_it_was() -> None:
     w.alive -= set(w.names[:7])
     await w.until(lambda: w.replicas() == DOWN, 40, "scaled down")
     error = w.target.snapshot()["kubelet_leases_error"]
-    assert "Forbidden" in error or "no" in w.target.evidence.kubelets.error
+    assert "Forbidden" in error or "no" in w.target.parts.evidence.kubelets.error
     assert w.target.memory.phase is Phase.DOWN
     w.alive |= set(w.names)
     await w.until(lambda: w.replicas() == CONTROLLERS, 60, "restored")

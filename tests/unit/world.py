@@ -20,7 +20,8 @@ from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.model.records import MELTDOWN, REPLICAS
 from aggregator.model.settings import Settings, Shoots
 from aggregator.ops.looplag import LoopLag
-from aggregator.target import Shared, Target
+from aggregator.shoot import Shared
+from aggregator.target import Target
 from core.durations import parse_duration
 from core.errors import KubeError
 from core.lease import (
@@ -154,7 +155,7 @@ class World:
         )
         scope = Scope(is_leader or (lambda: self.leader), term_end or (lambda: self.term_end))
         target = Target("shoot", NS, self.shoot, shared, scope=scope)
-        target.provisioner.min_gap_s = 0.0
+        target.parts.provisioner.min_gap_s = 0.0
         if replace_first:
             self.target = target
             self.targets[:1] = [target]
@@ -211,14 +212,14 @@ class World:
         self.renew()
         self.renew_kubelets()
         for t in self.targets:
-            for informer in (t.nodes, t.leases):
+            for informer in (t.parts.nodes, t.parts.leases):
                 try:
                     await informer.list_now()
                     informer.synced.set()
                 except KubeError:
                     pass
             if provision and t.scope.leads():
-                await t.provisioner.reconcile(t.pacer.plan)
+                await t.parts.provisioner.reconcile(t.parts.pacer.plan)
             await t.tick()
         self.trace.append((self.clock(), self.replicas()))
 
