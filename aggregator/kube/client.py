@@ -1,12 +1,12 @@
 """The aggregator's one HTTP boundary: an asyncio Kubernetes API client on aiohttp.
 
-Kubeconfig files are read with the ``kubernetes`` package (that is all it is
-used for): a client certificate, a token, a ``tokenFile`` (re-read when it
-changes, like the in-cluster token) or an exec plugin (run again by the
-package's own refresh hook before its token expires); ``auth-provider`` is
-refused by name. A kubeconfig from a Secret (``data_only``) holds credentials as data
-only: none of those actions, no file path, no proxy. The kubeconfig itself is re-loaded
-when its file changes, so rotated credentials keep working. aiohttp's exceptions are translated into
+The aggregator's own kubeconfig file is read with the ``kubernetes`` package (that is all it
+is used for): a client certificate, a token, a ``tokenFile`` (re-read when it changes, like
+the in-cluster token) or an exec plugin (run again by the package's own refresh hook before its
+token expires); ``auth-provider`` is refused by name. A kubeconfig from a Secret
+(``data_only``) holds credentials as data only and is read by core/kubeconfig.py, which runs
+no command, reads no file and follows no proxy. The kubeconfig itself is re-loaded when its
+file changes, so rotated credentials keep working. aiohttp's exceptions are translated into
 core.errors here and nowhere else.
 """
 
@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import ssl
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from aggregator.kube.ratelimit import RateLimit
+from core import kubeconfig
 from core.credentials import TokenFile
 from core.errors import (
     BadResponse,
@@ -54,6 +56,9 @@ class Endpoint:
     ssl_context: ssl.SSLContext
     token: Callable[[], str | None]
     source: str
+    # The name the server's certificate is checked against where it is not the server's host
+    # (the kubeconfig's ``tls-server-name``).
+    server_name: str = ""
 
     def headers(self) -> dict[str, str]:
         token = self.token()
@@ -86,7 +91,7 @@ def load_kubeconfig_dict(raw: Any, source: str, *, data_only: bool = False) -> E
     if not isinstance(raw, dict):
         raise KubeconfigError(f"kubeconfig {source}: not a kubeconfig (expected a mapping)")
     if data_only:
-        _refuse_actions(raw, source)
+        return _from_data(raw, source)
     if provider := _current_user(raw).get("auth-provider"):
         name = provider.get("name") if isinstance(provider, dict) else provider
         raise KubeconfigError(
@@ -125,25 +130,49 @@ def load_kubeconfig_dict(raw: Any, source: str, *, data_only: bool = False) -> E
             f"kubeconfig {source}: the current user has no token, tokenFile, exec plugin "
             "or client certificate"
         )
-    return Endpoint(str(cfg.host).rstrip("/"), ctx, token, source)
+    server_name = str(getattr(cfg, "tls_server_name", None) or "")
+    return Endpoint(str(cfg.host).rstrip("/"), ctx, token, source, server_name)
 
 
-def _refuse_actions(raw: Mapping[str, Any], source: str) -> None:
-    """Every user and cluster of a Secret's kubeconfig holds data only (not only the current
-    context's: what it does not use, it has no reason to carry)."""
-    for section, key, allowed in (
-        ("users", "user", DATA_USER_FIELDS),
-        ("clusters", "cluster", DATA_CLUSTER_FIELDS),
-    ):
-        entries = raw.get(section) or []
-        for entry in entries if isinstance(entries, list) else []:
-            body = entry.get(key) if isinstance(entry, dict) else None
-            if isinstance(body, dict) and (refused := sorted(set(body) - allowed)):
-                raise KubeconfigError(
-                    f"kubeconfig {source}: {key} {entry.get('name')!r} has {refused[0]!r}, not allowed "
-                    f"in a kubeconfig from a Secret (it may hold {', '.join(sorted(allowed))}: "
-                    "credentials as data, never a command, a local file or a proxy)"
-                )
+def _from_data(raw: Mapping[str, Any], source: str) -> Endpoint:
+    """An Endpoint from a kubeconfig that carries its credentials as data (from a Secret):
+    core/kubeconfig.py's reader, no loader that could run what the Secret's writer chose."""
+    where = f"kubeconfig {source}"
+    kubeconfig.only_data(raw, where, DATA_USER_FIELDS, DATA_CLUSTER_FIELDS)
+    context = kubeconfig.current(raw, where)
+    server, cluster, user = context.server, context.cluster, context.user
+    if not server.startswith("https://"):
+        raise KubeconfigError(f"{where}: server {server!r} is not an https URL")
+    if cluster.get("insecure-skip-tls-verify"):
+        raise KubeconfigError(f"{where}: insecure-skip-tls-verify is not allowed")
+    ctx = ssl.create_default_context(cadata=context.ca_pem() or None)
+    cert, key = user.get("client-certificate-data"), user.get("client-key-data")
+    if cert or key:
+        _load_pair(ctx, str(cert or ""), str(key or ""), where)
+    if token := str(user.get("token") or ""):
+        credentials: Callable[[], str | None] = lambda: token  # noqa: E731
+    elif cert:
+        credentials = lambda: None  # noqa: E731
+    else:
+        raise KubeconfigError(f"{where}: the current user has no token or client certificate")
+    return Endpoint(server, ctx, credentials, source, str(cluster.get("tls-server-name") or ""))
+
+
+def _load_pair(ctx: ssl.SSLContext, cert: str, key: str, where: str) -> None:
+    """A client certificate and key given as data: ssl reads them only from files, so they are
+    written to a private directory for the moment it takes, and gone with it."""
+    if not cert or not key:
+        raise KubeconfigError(f"{where}: client-certificate-data and client-key-data go together")
+    cert_pem = kubeconfig.pem(cert, where, "client-certificate-data", "CERTIFICATE")
+    key_pem = kubeconfig.pem(key, where, "client-key-data", "PRIVATE KEY")
+    with tempfile.TemporaryDirectory(prefix="dwd-client-") as private:
+        cert_path, key_path = Path(private, "tls.crt"), Path(private, "tls.key")
+        cert_path.write_text(cert_pem)
+        key_path.write_text(key_pem)
+        try:
+            ctx.load_cert_chain(cert_path, key_path)
+        except ssl.SSLError as e:
+            raise KubeconfigError(f"{where}: bad certificate data: {e}") from e
 
 
 def _bearer(cfg: k8s_client.Configuration) -> str:
@@ -303,7 +332,13 @@ class KubeClient:
         data = None if body is None else json.dumps(body).encode()
         with _translated(method, path):
             async with session.request(
-                method, endpoint.server + path, params=params, data=data, headers=headers, timeout=timeout
+                method,
+                endpoint.server + path,
+                params=params,
+                data=data,
+                headers=headers,
+                timeout=timeout,
+                server_hostname=endpoint.server_name or None,
             ) as response:
                 payload = await response.read()
                 if response.status >= 300:
@@ -359,7 +394,11 @@ class KubeClient:
         try:
             with _translated("WATCH", path):
                 async with session.get(
-                    endpoint.server + path, params=query, headers=headers, timeout=timeout
+                    endpoint.server + path,
+                    params=query,
+                    headers=headers,
+                    timeout=timeout,
+                    server_hostname=endpoint.server_name or None,
                 ) as response:
                     if response.status >= 300:
                         raise api_error(response.status, await response.read(), response.headers)
@@ -386,6 +425,7 @@ class KubeClient:
                     endpoint.server + path,
                     headers=self._headers(endpoint),
                     timeout=aiohttp.ClientTimeout(total=timeout_s),
+                    server_hostname=endpoint.server_name or None,
                 ) as response,
             ):
                 body = await response.read()

@@ -1,0 +1,172 @@
+"""The one reader of data-only kubeconfigs (core/kubeconfig.py), where the aggregator meets it:
+a Secret's kubeconfig with a client certificate as data and a ``tls-server-name``, against a
+real TLS server on loopback that requires the certificate. No ``kubernetes`` loader on this
+path, and nothing left on disk."""
+
+from __future__ import annotations
+
+import base64
+import os
+import ssl
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from aggregator.kube import client as kube_client
+from aggregator.kube.client import Endpoint, KubeClient, load_kubeconfig_dict
+from core import kubeconfig
+from core.errors import KubeconfigError, TransportError
+from testenv.pki import CertificateAuthority
+
+NAME = "kapi.shoot--p--a.internal"  # the only name the server's certificate carries
+
+
+def b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+@pytest.fixture
+async def kapi(tmp_path: Path) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    """A server that requires a client certificate of its CA and answers with the CN it saw;
+    and a Secret's kubeconfig that reaches it (its port, the kubeconfig)."""
+    ca = CertificateAuthority(tmp_path)
+    served = ca.issue("server", NAME, dns_names=[NAME], server=True)
+    user = ca.issue("user", "dwd-lease-aggregator", organizations=["dwd"])
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(ca.cert_path))
+    context.load_cert_chain(served.cert, served.key)
+    context.verify_mode = ssl.CERT_REQUIRED
+
+    async def who(request: web.Request) -> web.Response:
+        peer = request.transport.get_extra_info("peercert") if request.transport else None
+        subject = dict(x[0] for x in (peer or {}).get("subject", ()))
+        return web.json_response({"cn": subject.get("commonName", "")})
+
+    app = web.Application()
+    app.router.add_get("/version", who)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    port = runner.addresses[0][1]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+        "clusters": [
+            {
+                "name": "k",
+                "cluster": {
+                    "server": f"https://127.0.0.1:{port}",
+                    "certificate-authority-data": b64(ca.cert_path),
+                    "tls-server-name": NAME,
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": "u",
+                "user": {"client-certificate-data": b64(user.cert), "client-key-data": b64(user.key)},
+            }
+        ],
+    }
+    try:
+        yield port, config
+    finally:
+        await runner.cleanup()
+
+
+async def answer(endpoint: Endpoint) -> dict[str, Any]:
+    client = KubeClient(lambda: endpoint)
+    try:
+        return await client.get("/version")
+    finally:
+        await client.close()
+
+
+async def test_a_secrets_client_certificate_reaches_the_server_by_its_tls_server_name(
+    kapi: tuple[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read without the ``kubernetes`` loader (it would fail here), the certificate as data
+    presented, the server checked against ``tls-server-name`` and not the address dialled,
+    and no file of the key left behind (the loader wrote its data to temporary files that
+    outlived the request)."""
+    _, config = kapi
+
+    def no_loader(**_: Any) -> None:
+        raise AssertionError("the kubernetes loader read a Secret's kubeconfig")
+
+    monkeypatch.setattr(kube_client.k8s_config, "load_kube_config_from_dict", no_loader)
+    before = set(os.listdir(tempfile.gettempdir()))
+    endpoint = load_kubeconfig_dict(config, "secret shoot--p--a/access", data_only=True)
+    assert set(os.listdir(tempfile.gettempdir())) == before
+    assert endpoint.server_name == NAME and endpoint.headers() == {}
+    assert await answer(endpoint) == {"cn": "dwd-lease-aggregator"}
+
+
+async def test_without_tls_server_name_the_address_is_checked_and_refused(
+    kapi: tuple[int, dict[str, Any]],
+) -> None:
+    """The check is real: the certificate does not carry 127.0.0.1."""
+    _, config = kapi
+    del config["clusters"][0]["cluster"]["tls-server-name"]
+    endpoint = load_kubeconfig_dict(config, "secret shoot--p--a/access", data_only=True)
+    with pytest.raises(TransportError) as refused:
+        await answer(endpoint)
+    assert refused.value.failure_class == "tls", refused.value
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"client-key-data": None}, "client-certificate-data and client-key-data go together"),
+        ({"client-key-data": base64.b64encode(b"not a key").decode()}, "client-key-data holds no PEM"),
+        ({"client-certificate-data": "%%%"}, "client-certificate-data is not base64 of a PEM"),
+        ({"client-certificate-data": None, "client-key-data": None}, "has no token or client certificate"),
+    ],
+)
+def test_bad_credentials_as_data_name_the_secret_and_the_field(
+    kapi: tuple[int, dict[str, Any]], change: dict[str, str | None], says: str
+) -> None:
+    _, config = kapi
+    user = config["users"][0]["user"]
+    for key, value in change.items():
+        if value is None:
+            user.pop(key)
+        else:
+            user[key] = value
+    with pytest.raises(KubeconfigError) as refused:
+        load_kubeconfig_dict(config, "secret shoot--p--a/access", data_only=True)
+    assert str(refused.value).startswith("kubeconfig secret shoot--p--a/access: ") and says in str(
+        refused.value
+    )
+
+
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        ({"clusters": [{"name": "a", "cluster": {}}, {"name": "b", "cluster": {}}]}, "2 clusters to choose"),
+        ({"current-context": "x", "contexts": []}, "current-context 'x' is not among its contexts"),
+        (
+            {"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "gone"}}]},
+            "cluster 'gone' of the current context is not in the file",
+        ),
+        ({"clusters": {"name": "k"}}, "clusters is not a list"),
+        ({"clusters": [{"name": "k", "cluster": {}}]}, "the current cluster has no server"),
+    ],
+)
+def test_the_current_context_is_resolved_or_what_is_missing_is_named(doc: dict[str, Any], says: str) -> None:
+    with pytest.raises(KubeconfigError, match=says):
+        _ = kubeconfig.current(doc, "f").server
+
+
+def test_without_a_current_context_the_one_cluster_and_user_are_the_context() -> None:
+    doc = {
+        "clusters": [{"name": "k", "cluster": {"server": "https://a:1/"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }
+    context = kubeconfig.current(doc, "f")
+    assert (context.server, dict(context.user)) == ("https://a:1", {"token": "t"})
