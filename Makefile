@@ -3,13 +3,13 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
-DEMO_STAMP := $(VENV)/.demo-installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml VERSION | sha256sum | cut -c1-12)
+DEMO_STAMP := $(VENV)/.demo-installed-$(shell cat pyproject.toml VERSION | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
 # The oldest versions pyproject.toml allows, in a venv of their own (make lowest).
 LOWEST := .venv-lowest
-LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml VERSION | sha256sum | cut -c1-12)
 LOWEST_PYTEST := $(LOWEST)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
 
 .PHONY: deps install demo-install image-lock testenv testenv-first testenv-rest demo-binaries image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e lint fmt bench bench-full demo clean coverage soak

@@ -30,11 +30,10 @@ import subprocess
 import sys
 import tarfile
 import time
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
-from image import arm64, lockfile, locks, sbom
+from image import arm64, lockfile, locks, sbom, version
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = ROOT / "build" / "images"
@@ -44,9 +43,9 @@ TARGETS = ("agent", "aggregator")
 TOOLS = ("podman", "buildah", "runc", "skopeo", "mmdebstrap", "readelf", "aarch64-linux-gnu-strip")
 # The inputs of the images besides the sources: a change to any of them is a new build.
 INPUT_FILES = (
-    "Containerfile", ".containerignore", "pyproject.toml", "README.md", "image/slim.py", "image/arm64.py",
-    "image/sbom.py", "image/locks.py", "image/locks/agent.txt", "image/locks/aggregator.txt",
-    "image/locks/build.txt",
+    "Containerfile", ".containerignore", "pyproject.toml", "README.md", "VERSION", "image/slim.py",
+    "image/arm64.py", "image/sbom.py", "image/locks.py", "image/locks/agent.txt",
+    "image/locks/aggregator.txt", "image/locks/build.txt",
 )  # fmt: skip
 # The level each image's interpreter runs at (Containerfile: PYTHONOPTIMIZE).
 OPTIMIZE = {"agent": 2, "aggregator": 0}
@@ -83,8 +82,7 @@ class ImageError(RuntimeError):
 
 
 def project_version() -> str:
-    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return str(meta["project"]["version"])
+    return version.current()
 
 
 def image_name(target: str) -> str:
