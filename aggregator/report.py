@@ -19,7 +19,7 @@ from aggregator.act import budget
 from aggregator.act.interlocks import Interlock, Refusal
 from aggregator.act.pacer import Plan
 from aggregator.decide.decider import PACE_REASONS, Desired, Memory, Phase, Verdict, stale_fraction
-from aggregator.decide.view import View
+from aggregator.decide.trust import TrustWindow
 from aggregator.ops.metrics import AggregatorMetrics
 
 
@@ -82,13 +82,13 @@ class Reporter:
     def leading(self, leader: bool) -> None:
         self.metrics.leading.set(1 if leader else 0, target=self.name)
 
-    def view(self, view: View) -> None:
+    def view(self, view: TrustWindow) -> None:
         """The view as the tick starts: ``dwd_target_synced`` says whether the watches have
         listed and are fresh, and is written only here."""
         self.status.view = view.why
         self.metrics.synced.set(1 if view.since is not None else 0, target=self.name)
 
-    def gaps(self, view: View) -> None:
+    def gaps(self, view: TrustWindow) -> None:
         """Why the view is not trusted after the interlocks (a failed probe or LIST is a gap)."""
         self.status.view = view.why
 
@@ -123,21 +123,26 @@ class Reporter:
             self.log.warning("scale_down_blocked", why=str(refusal))
         self.status.blocked = refusal
 
-    def verdict(self, v: Verdict) -> None:
-        s, m = self.status, self.metrics
-        s.candidates, s.stale, s.fraction, s.judging = v.candidates, v.stale, v.fraction, v.judged
-        s.zones = dict(v.zones)
-        s.path_alive = v.path_alive
-        m.path_alive.set(len(v.path_alive), target=self.name)
-        for zone, (n, stale) in s.zones.items():
-            m.zone_fraction.set(stale_fraction(stale, n), target=self.name, zone=zone)
-        s.history.append((self.wall(), v.fraction))
-        m.candidates.set(v.candidates, target=self.name)
-        m.stale.set(v.stale, target=self.name)
-        m.fraction.set(v.fraction, target=self.name)
-        if v.scale_down or (v.judged and v.memory.phase is Phase.HEALTHY):
-            s.blocked = None  # the last refusal is history once a verdict moved on
-        self._tell_left_out(v.left_out)
+    def verdict(self, verdict: Verdict) -> None:
+        status, metrics = self.status, self.metrics
+        status.candidates, status.stale, status.fraction, status.judging = (
+            verdict.candidates,
+            verdict.stale,
+            verdict.fraction,
+            verdict.judged,
+        )
+        status.zones = dict(verdict.zones)
+        status.path_alive = verdict.path_alive
+        metrics.path_alive.set(len(verdict.path_alive), target=self.name)
+        for zone, (n, stale) in status.zones.items():
+            metrics.zone_fraction.set(stale_fraction(stale, n), target=self.name, zone=zone)
+        status.history.append((self.wall(), verdict.fraction))
+        metrics.candidates.set(verdict.candidates, target=self.name)
+        metrics.stale.set(verdict.stale, target=self.name)
+        metrics.fraction.set(verdict.fraction, target=self.name)
+        if verdict.scale_down or (verdict.judged and verdict.memory.phase is Phase.HEALTHY):
+            status.blocked = None  # the last refusal is history once a verdict moved on
+        self._tell_left_out(verdict.left_out)
 
     def _tell_left_out(self, now: Mapping[str, str]) -> None:
         """Which of the sample's nodes a rule leaves out of the verdict, told when it starts and
@@ -155,12 +160,12 @@ class Reporter:
                 level(event, rule=why, nodes=len(names), first=sorted(names)[:5])
 
     def phase(self, before: Memory, after: Memory, reason: str) -> None:
-        s = self.status
-        if after.phase is not before.phase or s.phase is not after.phase:
+        status = self.status
+        if after.phase is not before.phase or status.phase is not after.phase:
             self.log.info("target_phase", phase=str(after.phase), previous=str(before.phase), reason=reason)
-            s.phase, s.phase_reason, s.since_wall = after.phase, reason, self.wall()
+            status.phase, status.phase_reason, status.since_wall = after.phase, reason, self.wall()
             self.metrics.set_phase(self.name, after.phase)
-        s.reason = reason
+        status.reason = reason
 
     def decision(self, verdict: Verdict, current: Desired | None, *, dry_run: bool) -> None:
         """The decision to act, logged once: the actuator converges on it over the next ticks."""
@@ -195,23 +200,23 @@ class Reporter:
         )
 
 
-def verdict_fields(s: TargetStatus) -> dict[str, Any]:
+def verdict_fields(status: TargetStatus) -> dict[str, Any]:
     """The last verdict as the status page and ``/status`` show it."""
     return {
-        "phase": str(s.phase),
-        "judging": s.judging,
-        "since": s.since_wall,
-        "candidates": s.candidates,
-        "stale": s.stale,
-        "fraction": round(s.fraction, 4),
-        "reason": s.reason,
-        "phase_reason": s.phase_reason,
-        "blocked": str(s.blocked or ""),
-        "view": s.view,
-        "error": s.error,
+        "phase": str(status.phase),
+        "judging": status.judging,
+        "since": status.since_wall,
+        "candidates": status.candidates,
+        "stale": status.stale,
+        "fraction": round(status.fraction, 4),
+        "reason": status.reason,
+        "phase_reason": status.phase_reason,
+        "blocked": str(status.blocked or ""),
+        "view": status.view,
+        "error": status.error,
         "zones": {
             zone: {"candidates": n, "stale": stale, "fraction": round(stale_fraction(stale, n), 4)}
-            for zone, (n, stale) in sorted(s.zones.items())
+            for zone, (n, stale) in sorted(status.zones.items())
         },
-        "agent_silent_path_alive": sorted(s.path_alive),
+        "agent_silent_path_alive": sorted(status.path_alive),
     }

@@ -18,7 +18,7 @@ from aggregator.act.interlocks import Interlocks
 from aggregator.act.pacer import Pacer
 from aggregator.act.provisioner import Provisioner
 from aggregator.decide.decider import skipped
-from aggregator.decide.view import View
+from aggregator.decide.trust import TrustWindow
 from aggregator.kube.client import KubeClient
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import Dependent
@@ -60,7 +60,7 @@ class Parts:
     nodes: Informer[Any]
     leases: Informer[LeaseView]
     legacy: Informer[LeaseView] | None
-    view: View
+    view: TrustWindow
     evidence: Evidence
     interlocks: Interlocks
     pacer: Pacer
@@ -102,7 +102,7 @@ def wire(
     """The parts of shoot ``name``, each handed what it reads and what it reports to."""
     settings, clock = shared.settings, shared.clock
     observed, nodes, leases, legacy = _informers(name, shoot, shared, params, report)
-    view = View(params.lease_duration_s, tick_s=params.tick_s, stall_s=params.stall_s, log=log)
+    view = TrustWindow(params.lease_duration_s, tick_s=params.tick_s, stall_s=params.stall_s, log=log)
     evidence = Evidence.of(shoot, shared.seed, namespace, params, clock=clock, log=log)
     fresh_s = settings.watching.fresh_s
     pacer, provisioner = _lease_writers(

@@ -1,7 +1,7 @@
 """One shoot: observe its leases and nodes, decide on each tick, act through the interlocks.
 
 One observation travels one way: an informer parses it into a view and hands it
-to ``Observed`` (aggregator/observe/watcher.py); each ``tick`` keeps the ``View``'s
+to ``Observed`` (aggregator/observe/watcher.py); each ``tick`` keeps the ``TrustWindow``'s
 freshness, asks ``decide`` for a verdict, lets the ``Interlocks`` refuse a
 scale-down, and hands the phase's desired state to the ``Scaler``. What it saw
 goes to the ``Reporter``, the only writer of the status and the metrics.
@@ -172,7 +172,7 @@ class Target:
     async def _see(self, now: float) -> float:
         """Keep the view's freshness; the time it was seen (after the probe, where one is sent).
         The shoot KAPI's readiness is asked only while the view is in a gap and could start
-        again: one request per gap, none while the view is trusted (aggregator/decide/view.py)."""
+        again: one request per gap, none while the view is trusted (aggregator/decide/trust.py)."""
         listed, fresh, unready = self.parts.listed(), self.parts.watches_fresh(), ""
         if listed and fresh and self.parts.view.since is None:
             try:
@@ -199,8 +199,12 @@ class Target:
     def _troubled(self) -> bool:
         """Whether the Machines matter now (read often, not rarely): a candidate is stale (or
         vouched for by its kubelet), or the shoot is anything but healthy."""
-        s = self.status
-        return s.stale > 0 or bool(s.path_alive) or self.memory.phase not in (Phase.HEALTHY, Phase.STARTING)
+        status = self.status
+        return (
+            status.stale > 0
+            or bool(status.path_alive)
+            or self.memory.phase not in (Phase.HEALTHY, Phase.STARTING)
+        )
 
     async def _verdict_now(self, now: float, pacing: Pacing) -> Verdict:
         """The verdict on what is observed now (while starting, with the seed's record)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from aggregator.decide.decider import Verdict
-from aggregator.decide.view import View
+from aggregator.decide.trust import TrustWindow
 from aggregator.kube.client import KubeClient
 from aggregator.observe.evidence import Evidence
 from aggregator.observe.watcher import Informer
@@ -60,7 +60,7 @@ class Interlocks:
         shoot: KubeClient,
         leases: Informer[LeaseView],
         evidence: Evidence,
-        view: View,
+        view: TrustWindow,
         *,
         watches_fresh: Callable[[], bool],
         probe_timeout_s: float,

@@ -45,6 +45,7 @@ from aggregator.lead.scope import Scope
 from aggregator.model.dependents import Dependent, Direction, levels
 from aggregator.model.records import (
     CLEARED,
+    FORMAT,
     Record,
     record_marks,
 )
@@ -148,7 +149,9 @@ class Scaler:
         for d in self.dependents:
             try:
                 state = await self.replicas.get(d)
-                if state.exists and state.record is not None and (state.written or state.label is not None):
+                if state.newer_format:
+                    self._note_newer(d, state)
+                elif state.exists and state.record is not None and (state.written or state.label is not None):
                     await self._write(d, Write(CLEARED), state, reason)
                     self.events.send(d, state, "HandedBack", f"{reason}", "Normal")
             except KubeError as e:
@@ -195,6 +198,8 @@ class Scaler:
         step = d.step(direction)
         try:
             state = await self.replicas.read(d)
+            if state.newer_format:
+                self._note_newer(d, state)
             for _ in range(self.settings.steps_per_tick):
                 if not state.exists:
                     return await self._absent(d, state)
@@ -275,6 +280,18 @@ class Scaler:
         )
         self.log.warning("dependent_raised_by_someone_else", resource=d.name, replicas=s.replicas)
         self.events.send(d, s, "RaisedWhileProtected", message, "Warning")
+
+    def _note_newer(self, d: Dependent, s: DependentState) -> None:
+        """A record a later release wrote (a rollback while it held the shoot down): never
+        written or cleared here, told once an episode, as an Event and on the status page."""
+        if not self.events.first(d.name, "newer"):
+            return
+        message = (
+            f"{d.name} carries a dwd-lease record of format {s.newer_format}, newer than this release "
+            f"reads ({FORMAT}): left as it is; the release that wrote it restores it"
+        )
+        self.log.warning("record_from_a_newer_release", resource=d.name, format=s.newer_format)
+        self.events.send(d, s, "RecordFromNewerRelease", message, "Warning")
 
     async def _absent(self, d: Dependent, s: DependentState) -> bool:
         """A dependent that does not exist: nothing runs, so the levels after it may go on; one

@@ -149,7 +149,7 @@ def candidates(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    p: Decider,
+    params: Decider,
     sample: Collection[str] | None = None,
     *,
     machines: Mapping[str, str] = EMPTY,
@@ -165,7 +165,7 @@ def candidates(
         if sample is not None and name not in sample:
             continue
         lease = leases.get(name)
-        why = skip_reason(node, lease, now, p, machines.get(name)) or _pace_reason(lease, p)
+        why = skip_reason(node, lease, now, params, machines.get(name)) or _pace_reason(lease, params)
         if why is None and lease is not None:
             out[name] = lease
         elif left_out is not None and why is not None:
@@ -179,12 +179,12 @@ NOT_FAST, NOT_YET_FAST = "not asked for the fast interval", "not seen renewing f
 PACE_REASONS = frozenset({NOT_FAST, NOT_YET_FAST})
 
 
-def _pace_reason(lease: LeaseObs | None, p: Decider) -> str | None:
+def _pace_reason(lease: LeaseObs | None, params: Decider) -> str | None:
     """Why a lease that the rules keep does not count at its pace (None: it counts)."""
     if lease is None:
         return "no lease yet"
     interval_s = lease.view.interval_s
-    if interval_s is None or interval_s > p.fast_interval_s:
+    if interval_s is None or interval_s > params.fast_interval_s:
         return NOT_FAST
     if lease.seen_renewed_mono <= lease.paced_since_mono:
         return NOT_YET_FAST
@@ -192,14 +192,14 @@ def _pace_reason(lease: LeaseObs | None, p: Decider) -> str | None:
 
 
 def _eligible(
-    node: NodeObs, lease: LeaseObs | None, now: float, p: Decider, machine: str | None = None
+    node: NodeObs, lease: LeaseObs | None, now: float, params: Decider, machine: str | None = None
 ) -> bool:
     """Whether a node is one the verdict stands for, at whatever pace it renews."""
-    return skip_reason(node, lease, now, p, machine) is None
+    return skip_reason(node, lease, now, params, machine) is None
 
 
 def skip_reason(
-    node: NodeObs, lease: LeaseObs | None, now: float, p: Decider, machine: str | None = None
+    node: NodeObs, lease: LeaseObs | None, now: float, params: Decider, machine: str | None = None
 ) -> str | None:
     """Which rule leaves a node out of every verdict, whatever pace it renews at (None: it is
     one the verdict stands for). dependency-watchdog's rules (aggregator/model/candidates.py), and
@@ -213,11 +213,13 @@ def skip_reason(
         return "not managed by MCM"
     if (why := machine_reason(machine)) is not None:
         return why
-    if n.in_place_update and p.node_conditions is not None:
+    if n.in_place_update and params.node_conditions is not None:
         return "in-place update"
-    if p.node_conditions is not None and (bad := p.node_conditions.unhealthy(n.pool, n.true_conditions)):
+    if params.node_conditions is not None and (
+        bad := params.node_conditions.unhealthy(n.pool, n.true_conditions)
+    ):
         return f"an unhealthy condition ({', '.join(bad)})"
-    if now - node.created_mono < p.node_grace_s:
+    if now - node.created_mono < params.node_grace_s:
         return "younger than the node grace"
     if lease is None:
         return "no lease yet"
@@ -232,13 +234,13 @@ def skipped(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    p: Decider,
+    params: Decider,
     machines: Mapping[str, str] = EMPTY,
 ) -> dict[str, str]:
     """Every node left out of the verdict and why: for the status page, not for each tick."""
     out = {}
     for name, node in nodes.items():
-        why = skip_reason(node, leases.get(name), now, p, machines.get(name))
+        why = skip_reason(node, leases.get(name), now, params, machines.get(name))
         if why is not None:
             out[name] = why
     return out
@@ -248,7 +250,7 @@ def eligible_by_zone(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    p: Decider,
+    params: Decider,
     machines: Mapping[str, str] = EMPTY,
 ) -> collections.Counter[str]:
     """How many nodes each zone has that the verdict stands for: a walk over every node, so a
@@ -256,7 +258,7 @@ def eligible_by_zone(
     return collections.Counter(
         node.view.zone
         for name, node in nodes.items()
-        if (lease := leases.get(name)) is not None and _eligible(node, lease, now, p, machines.get(name))
+        if (lease := leases.get(name)) is not None and _eligible(node, lease, now, params, machines.get(name))
     )
 
 
@@ -287,15 +289,15 @@ def _per_zone(
     return out
 
 
-def is_stale(lease: LeaseObs, now: float, p: Decider) -> bool:
-    return now - lease.seen_renewed_mono >= p.lease_duration_s
+def is_stale(lease: LeaseObs, now: float, params: Decider) -> bool:
+    return now - lease.seen_renewed_mono >= params.lease_duration_s
 
 
 def decide(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    p: Decider,
+    params: Decider,
     memory: Memory,
     *,
     view_since: float | None,
@@ -317,15 +319,15 @@ def decide(
     tick's verdict counts on the read the interlocks send after it).
     """
     left_out: dict[str, str] = {}
-    counted = candidates(nodes, leases, now, p, sample, machines=machines, left_out=left_out)
-    said = _witnessed(counted, now, p, kubelets)
-    stale = frozenset(n for n, lease in counted.items() if is_stale(lease, now, p)) - said.alive
+    counted = candidates(nodes, leases, now, params, sample, machines=machines, left_out=left_out)
+    said = _witnessed(counted, now, params, kubelets)
+    stale = frozenset(n for n, lease in counted.items() if is_stale(lease, now, params)) - said.alive
     # What a scale-down may count: the stale candidates that a read sent now finds silent to both
     # witnesses (the interlocks' read is sent after this verdict; their confirming verdict judges
     # by that read's own time).
     silent = said.silent_by(stale, kubelets.read_at if confirming and kubelets is not None else now)
     sampled = sample is not None and len(sample) < len(nodes)
-    size = eligible_by_zone(nodes, leases, now, p, machines) if sampled else None
+    size = eligible_by_zone(nodes, leases, now, params, machines) if sampled else None
 
     def fraction_of(of: frozenset[str]) -> tuple[dict[str, tuple[int, int]], float | None]:
         zones = _per_zone(nodes, counted, of)
@@ -333,16 +335,16 @@ def decide(
 
     (zones, estimate), (_, silent_estimate) = fraction_of(stale), fraction_of(silent)
     quorum = Quorum(len(counted), len(stale), estimate, _fraction(len(silent), len(counted), silent_estimate))
-    verdict = _judge(memory, now, p, quorum, view_since=view_since, records=records)
+    verdict = _judge(memory, now, params, quorum, view_since=view_since, records=records)
     verdict = _explained(verdict, zones=zones, estimate=estimate, said=said, stale=stale, left_out=left_out)
-    look = _next_look(verdict, counted, stale | said.alive, now, p)
+    look = _next_look(verdict, counted, stale | said.alive, now, params)
     if look is not None and (verdict.wake_at is None or look < verdict.wake_at):
         verdict = replace(verdict, wake_at=look)
     return verdict
 
 
 def _next_look(
-    verdict: Verdict, counted: Mapping[str, LeaseObs], not_fresh: frozenset[str], now: float, p: Decider
+    verdict: Verdict, counted: Mapping[str, LeaseObs], not_fresh: frozenset[str], now: float, params: Decider
 ) -> float | None:
     """When the next look can change the verdict, where that falls before the next tick: the
     moment the failure fraction is reached if no fresh candidate renews again (healthy), the
@@ -350,12 +352,12 @@ def _next_look(
     that tick for its verdict; a look that changes nothing costs one tick's work."""
     memory = verdict.memory
     if memory.phase is Phase.CONFIRMING and not verdict.scale_down:
-        end = memory.since + p.confirm_period_s
-        return end if now < end < now + p.tick_s else None
+        end = memory.since + params.confirm_period_s
+        return end if now < end < now + params.tick_s else None
     if memory.phase is not Phase.HEALTHY or not verdict.judged:
         return None
     # Counted plainly, also for a sample (the estimate weighs zones): only a look rides on it.
-    f, n = p.failure_fraction, verdict.candidates
+    f, n = params.failure_fraction, verdict.candidates
     at_failure = next((s for s in range(math.floor(f * n), n + 1) if stale_fraction(s, n) >= f), n + 1)
     need = at_failure - verdict.stale
     if need <= 0:
@@ -363,23 +365,26 @@ def _next_look(
     soon = sorted(
         expiry
         for name, lease in counted.items()
-        if name not in not_fresh and (expiry := lease.seen_renewed_mono + p.lease_duration_s) < now + p.tick_s
+        if name not in not_fresh
+        and (expiry := lease.seen_renewed_mono + params.lease_duration_s) < now + params.tick_s
     )
     return soon[need - 1] if len(soon) >= need else None
 
 
-def _witnessed(counted: Mapping[str, LeaseObs], now: float, p: Decider, kubelets: Readings | None) -> Witness:
+def _witnessed(
+    counted: Mapping[str, LeaseObs], now: float, params: Decider, kubelets: Readings | None
+) -> Witness:
     """What the kubelets say of the candidates whose agents are stale."""
     return witness(
         {
             n: (micro_time(lease.view.renew_time), lease.seen_renewed_mono)
             for n, lease in counted.items()
-            if is_stale(lease, now, p)
+            if is_stale(lease, now, params)
         },
         kubelets,
-        margin_s=p.witness_margin_s,
-        slack_s=p.witness_slack_s,
-        bracket_s=p.witness_bracket_s,
+        margin_s=params.witness_margin_s,
+        slack_s=params.witness_slack_s,
+        bracket_s=params.witness_bracket_s,
     )
 
 
@@ -434,7 +439,7 @@ def _explained(
 def _judge(
     memory: Memory,
     now: float,
-    p: Decider,
+    params: Decider,
     q: Quorum,
     *,
     view_since: float | None,
@@ -447,21 +452,21 @@ def _judge(
         if records is None:
             return _to(memory, now, Phase.STARTING, "starting: reading the scale-down record", n=n, s=s)
         memory = Memory(Phase.DOWN, now, held=True) if records else Memory(Phase.HEALTHY, now)
-    view_ready = view_since is not None and now - view_since >= p.lease_duration_s
+    view_ready = view_since is not None and now - view_since >= params.lease_duration_s
     if not view_ready:
         why = (
             "the view of the shoot is not current"
             if view_since is None
-            else f"view fresh for {now - view_since:.1f}s, judging after {p.lease_duration_s:g}s"
+            else f"view fresh for {now - view_since:.1f}s, judging after {params.lease_duration_s:g}s"
         )
-        return replace(_blind(memory, now, p, why), candidates=n, stale=s)
-    if n < p.min_candidates:
-        why = f"no verdict: {n} candidate(s), fewer than {p.min_candidates}"
+        return replace(_blind(memory, now, params, why), candidates=n, stale=s)
+    if n < params.min_candidates:
+        why = f"no verdict: {n} candidate(s), fewer than {params.min_candidates}"
         if _running(memory):
             return _to(memory, now, Phase.HEALTHY, why, n=n, s=s)
         # Holding the controllers at 0 on no evidence is never the default.
-        return _recover(memory, now, p, why, n=n, s=s, judged=False)
-    return _quorum(memory, now, p, q)
+        return _recover(memory, now, params, why, n=n, s=s, judged=False)
+    return _quorum(memory, now, params, q)
 
 
 def _running(memory: Memory) -> bool:
@@ -479,38 +484,46 @@ def _to(
     return Verdict(Memory(phase, since, held=held), n, s, reason, judged=judged)
 
 
-def _quorum(memory: Memory, now: float, p: Decider, q: Quorum) -> Verdict:
+def _quorum(memory: Memory, now: float, params: Decider, q: Quorum) -> Verdict:
     """The phase machine on a judged quorum ``q``."""
     n, s, fraction = q.n, q.s, q.fraction
     ratio = f"{s}/{n} stale ({fraction:.0%}{'' if q.estimate is None else ' of the nodes, estimated'})"
-    at_failure = fraction >= p.failure_fraction
+    at_failure = fraction >= params.failure_fraction
     phase = memory.phase
     if memory.held:
         return _held(
-            memory, now, p, ratio, q, at_failure=at_failure, recovered=fraction < p.recovery_fraction
+            memory,
+            now,
+            params,
+            ratio,
+            q,
+            at_failure=at_failure,
+            recovered=fraction < params.recovery_fraction,
         )
     if phase is Phase.HEALTHY:
         if at_failure:
-            why = f"{ratio} >= {p.failure_fraction:.0%}: confirming"
+            why = f"{ratio} >= {params.failure_fraction:.0%}: confirming"
             return _to(memory, now, Phase.CONFIRMING, why, n=n, s=s, judged=True)
         return _to(memory, now, Phase.HEALTHY, ratio, n=n, s=s, judged=True)
     if phase is Phase.CONFIRMING:
         if not at_failure:
             why = f"{ratio}: below the failure fraction again"
             return _to(memory, now, Phase.HEALTHY, why, n=n, s=s, judged=True)
-        return _confirm(memory, now, p, ratio, q)
-    if fraction < p.recovery_fraction:
-        return _recover(memory, now, p, f"{ratio} < {p.recovery_fraction:.0%}", n=n, s=s, judged=True)
+        return _confirm(memory, now, params, ratio, q)
+    if fraction < params.recovery_fraction:
+        return _recover(
+            memory, now, params, f"{ratio} < {params.recovery_fraction:.0%}", n=n, s=s, judged=True
+        )
     return _to(memory, now, Phase.DOWN, ratio, n=n, s=s, judged=True)
 
 
-def _confirm(memory: Memory, now: float, p: Decider, ratio: str, q: Quorum) -> Verdict:
+def _confirm(memory: Memory, now: float, params: Decider, ratio: str, q: Quorum) -> Verdict:
     """Confirming at the failure fraction: the scale-down once the confirm period has passed and
     enough of the stale are silent to both witnesses (a kubelet whose next renewal is not due
     yet could still prove the path); until then, confirming on (from the same moment)."""
-    if now - memory.since < p.confirm_period_s:
+    if now - memory.since < params.confirm_period_s:
         return _to(memory, now, Phase.CONFIRMING, f"{ratio}: confirming", n=q.n, s=q.s, judged=True)
-    if q.silent < p.failure_fraction:
+    if q.silent < params.failure_fraction:
         why = f"{ratio}: confirmed, waiting for the kubelets' next renewals ({q.silent:.0%} silent to both)"
         return _to(memory, now, Phase.CONFIRMING, why, n=q.n, s=q.s, judged=True)
     why = f"{ratio} for {now - memory.since:.1f}s: quorum lost"
@@ -518,29 +531,31 @@ def _confirm(memory: Memory, now: float, p: Decider, ratio: str, q: Quorum) -> V
 
 
 def _held(
-    memory: Memory, now: float, p: Decider, ratio: str, q: Quorum, *, at_failure: bool, recovered: bool
+    memory: Memory, now: float, params: Decider, ratio: str, q: Quorum, *, at_failure: bool, recovered: bool
 ) -> Verdict:
     """A start that found records of ours: the quorum lost for the confirm period scales down
     (through the interlocks); recovered for the recovery period, the scale-up is finished."""
     n, s = q.n, q.s
     if at_failure:
         if memory.phase is not Phase.CONFIRMING:
-            why = f"{ratio} >= {p.failure_fraction:.0%}: confirming (holding what a start found)"
+            why = f"{ratio} >= {params.failure_fraction:.0%}: confirming (holding what a start found)"
             return _to(memory, now, Phase.CONFIRMING, why, n=n, s=s, judged=True)
-        return _confirm(memory, now, p, f"{ratio} (holding)", q)
+        return _confirm(memory, now, params, f"{ratio} (holding)", q)
     if recovered:
-        return _recover(memory, now, p, f"{ratio} < {p.recovery_fraction:.0%}", n=n, s=s, judged=True)
+        return _recover(
+            memory, now, params, f"{ratio} < {params.recovery_fraction:.0%}", n=n, s=s, judged=True
+        )
     return _to(memory, now, Phase.DOWN, f"{ratio}: holding what a start found", n=n, s=s, judged=True)
 
 
-def _blind(memory: Memory, now: float, p: Decider, why: str) -> Verdict:
+def _blind(memory: Memory, now: float, params: Decider, why: str) -> Verdict:
     """Nothing can be judged: confirmation starts again; scaled down (or held) stays so, for a while."""
     phase = memory.phase
     if _running(memory):
         mem = memory if phase is Phase.HEALTHY else Memory(Phase.HEALTHY, now)
         return Verdict(mem, 0, 0, f"not judging: {why}")
     blind_since = now if memory.blind_since is None else memory.blind_since
-    if now - blind_since >= p.blind_limit_s:
+    if now - blind_since >= params.blind_limit_s:
         return Verdict(
             Memory(Phase.HEALTHY, now),
             0,
@@ -551,8 +566,10 @@ def _blind(memory: Memory, now: float, p: Decider, why: str) -> Verdict:
     return Verdict(replace(mem, blind_since=blind_since), 0, 0, f"holding: {why}")
 
 
-def _recover(memory: Memory, now: float, p: Decider, why: str, *, n: int, s: int, judged: bool) -> Verdict:
-    if memory.phase is Phase.RECOVERING and now - memory.since >= p.recovery_period_s:
+def _recover(
+    memory: Memory, now: float, params: Decider, why: str, *, n: int, s: int, judged: bool
+) -> Verdict:
+    if memory.phase is Phase.RECOVERING and now - memory.since >= params.recovery_period_s:
         why = f"{why} for {now - memory.since:.1f}s: recovered"
         return _to(memory, now, Phase.HEALTHY, why, n=n, s=s, judged=judged)
     return _to(memory, now, Phase.RECOVERING, f"{why}: recovering", n=n, s=s, judged=judged)

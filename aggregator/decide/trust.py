@@ -15,7 +15,7 @@ from __future__ import annotations
 from structlog.typing import FilteringBoundLogger
 
 
-class View:
+class TrustWindow:
     def __init__(self, lease_duration_s: float, *, tick_s: float, stall_s: float, log: FilteringBoundLogger):
         self.lease_duration_s = lease_duration_s
         self.tick_s = tick_s

@@ -28,6 +28,10 @@ IGNORE_SCALING = PREFIX + "ignore-scaling"
 # dependency-watchdog's count beside it) still says what to restore. "true" (the label of
 # earlier versions) is a record whose count is elsewhere.
 RECORD = "dwd-lease.gardener.cloud/scaled-down"
+# The record's format, written into it. 1: 0.2.0's (no ``format`` key), read as ever; 2: this
+# release's, the same keys and ``format`` (0.2.0 reads it, a rollback keeps what was lowered).
+# A newer one is a later release's: read for its count, never written or cleared here.
+FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -37,26 +41,38 @@ class Record:
     replicas: int | None
     target: str = ""
     at: str = ""
+    format: int = FORMAT
 
     @classmethod
     def parse(cls, text: str) -> Record:
         """Never fails: an unreadable record is still ours (it is our key), its count unknown."""
         try:
             raw = json.loads(text)
+            fmt = raw.get("format", 1)
+            if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
+                raise ValueError(fmt)
+            if fmt > FORMAT:
+                return cls(None, format=fmt)  # a later release's: its keys are not ours to read
             replicas = raw["replicas"]
             # A count of 0 would restore nothing: a running dependent is never recorded at 0.
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
                 raise ValueError(replicas)
-            return cls(replicas, str(raw.get("target") or ""), str(raw.get("at") or ""))
-        except (ValueError, TypeError, KeyError):
+            return cls(replicas, str(raw.get("target") or ""), str(raw.get("at") or ""), fmt)
+        except (ValueError, TypeError, KeyError, AttributeError):
             return cls(None)
+
+    @property
+    def newer(self) -> bool:
+        """Written by a later release, in a format this one does not know."""
+        return self.format > FORMAT
 
     @classmethod
     def now(cls, replicas: int, target: str) -> Record:
         return cls(replicas, target, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     def text(self) -> str:
-        return json.dumps({"replicas": self.replicas, "target": self.target, "at": self.at}, sort_keys=True)
+        fields = {"replicas": self.replicas, "target": self.target, "at": self.at, "format": FORMAT}
+        return json.dumps(fields, sort_keys=True)
 
 
 def label_value(record: Record) -> str:

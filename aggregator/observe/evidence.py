@@ -30,25 +30,25 @@ class Evidence:
         shoot: KubeClient,
         seed: KubeClient,
         namespace: str,
-        p: Decider,
+        params: Decider,
         *,
         clock: Callable[[], float],
         log: FilteringBoundLogger,
     ) -> Evidence:
         """A shoot's kubelet leases and its Machines in the seed's ``namespace``."""
-        keep_s, timeout_s = p.machines_keep_s, p.machines_timeout_s
+        keep_s, timeout_s = params.machines_keep_s, params.machines_timeout_s
         machines = Machines(seed, namespace, keep_s=keep_s, timeout_s=timeout_s, clock=clock)
-        return cls(KubeletLeases(shoot, clock=clock), machines, p, log)
+        return cls(KubeletLeases(shoot, clock=clock), machines, params, log)
 
     async def read_due(self, *, wanted: bool) -> None:
         """The reads whose time has come. The kubelet leases every ``witness_every_s``, healthy
         or not: a renewal is placed on our clock by the two reads around it, and a cut must find
         the bracket there (aggregator/decide/witness.py). The Machines as often while ``wanted`` (a
         candidate is stale, or the shoot is not healthy), otherwise rarely."""
-        p = self.params
-        if self.kubelets.due(p.witness_every_s):
+        params = self.params
+        if self.kubelets.due(params.witness_every_s):
             await self.read_kubelets()
-        if self.machines.due(p.machines_every_s if wanted else p.machines_idle_s):
+        if self.machines.due(params.machines_every_s if wanted else params.machines_idle_s):
             await self.read_machines()
 
     async def read_kubelets(self) -> None:

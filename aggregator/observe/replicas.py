@@ -57,6 +57,7 @@ class DependentState:
         replicas = spec.get("replicas")
         record = ann.get(RECORD)
         label = section(meta, "labels").get(RECORD)
+        parsed = Record.parse(str(record)) if record is not None else None
         return cls(
             name=name,
             exists=True,
@@ -65,16 +66,20 @@ class DependentState:
             ready=int(status.get("readyReplicas") or 0),
             # Our label alone is our mark too (another writer removed the annotation): ours, its
             # count from the label, else from dependency-watchdog's key beside it (``restore_to``).
-            record=Record.parse(str(record))
-            if record is not None
-            else (from_label(str(label)) if label is not None else None),
+            record=parsed if parsed is not None else (from_label(str(label)) if label is not None else None),
             dwd_replicas=None if ann.get(REPLICAS) is None else str(ann[REPLICAS]),
             protected=MELTDOWN in ann,
-            ignored=ann.get(IGNORE_SCALING) == "true",
+            # A later release's record is left as it is, as an ignored dependent is.
+            ignored=ann.get(IGNORE_SCALING) == "true" or (parsed is not None and parsed.newer),
             resource_version=resource_version(obj),
             written=record is not None,
             label=None if label is None else str(label),
         )
+
+    @property
+    def newer_format(self) -> int:
+        """The format of a record a later release wrote (0: none such)."""
+        return self.record.format if self.record is not None and self.record.newer else 0
 
     @property
     def foreign(self) -> bool:
@@ -111,11 +116,12 @@ class DependentState:
             "ready": self.ready,
             "record": None
             if self.record is None
-            else {"replicas": self.record.replicas, "at": self.record.at},
+            else {"replicas": self.record.replicas, "at": self.record.at, "format": self.record.format},
             "foreign": self.foreign,
             "dwd_replicas": self.dwd_replicas,
             "protected": self.protected,
             "ignored": self.ignored,
+            "newer_format": self.newer_format,
         }
 
 

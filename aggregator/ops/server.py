@@ -101,7 +101,9 @@ def _dependents(t: dict[str, Any]) -> str:
         mark = f" (ours: {record.get('replicas')} taken away)" if isinstance(record, dict) else ""
         if d.get("foreign"):
             mark = f" (somebody else's record: replicas {d.get('dwd_replicas')}, left alone)"
-        if d.get("ignored"):
+        if d.get("newer_format"):
+            mark = f" (a later release's record, format {d['newer_format']}: left alone)"
+        elif d.get("ignored"):
             mark += " (ignore-scaling)"
         error = f" error: {d['error']}" if d.get("error") else ""
         parts.append(f"{name} {d.get('ready', 0)}/{d.get('replicas', 0)}{mark}{error}")
