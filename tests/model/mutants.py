@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 MUTANTS: dict[str, tuple[str, str, str, str]] = {
     "witness_ignored": (
         "aggregator/decide/decider.py",
-        "        kubelets,\n        margin_s=p.witness_margin_s,",
-        "        None,\n        margin_s=p.witness_margin_s,",
+        "        kubelets,\n        margin_s=params.witness_margin_s,",
+        "        None,\n        margin_s=params.witness_margin_s,",
         "1: the kubelets not asked",
     ),
     "witness_reads_once": (
@@ -36,7 +36,7 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
     ),
     "blind_never_restores": (
         "aggregator/decide/decider.py",
-        "if now - blind_since >= p.blind_limit_s:",
+        "if now - blind_since >= params.blind_limit_s:",
         "if False:",
         "2: blind for good, held for good",
     ),

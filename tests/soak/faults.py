@@ -78,7 +78,7 @@ def _cycle(r: Rig, p: Plan, res: Result) -> None:
             time.sleep(p.duration_s)
             # The nodes' load balancer admits them a second after /readyz is 200. The
             # aggregators, straight at it, list and watch it seconds before that under load,
-            # and judge only from its readiness on (aggregator/decide/view.py).
+            # and judge only from its readiness on (aggregator/decide/trust.py).
             r.shoot.shoot.start_apiserver()
             r.journal("shoot KAPI ready")
             time.sleep(1.0)
