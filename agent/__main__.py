@@ -9,7 +9,7 @@ import sys
 
 from agent.client import LeaseClient
 from agent.renewer import Renewer
-from agent.settings import RETIRED, Settings
+from agent.settings import Settings
 from core import cli, logs
 from core.config import ConfigError
 from core.metrics import Registry, serve_metrics
@@ -65,9 +65,8 @@ def main() -> None:
         sys.exit(2)
     logs.configure(settings.log_format, settings.log_level)
     log = logs.get("agent")
-    for name, why in RETIRED.items():
-        if name in os.environ:
-            log.warning("setting_ignored", setting=name, why=why)
+    for note in settings.deprecated:
+        log.warning("setting_deprecated", problem=note)
     for problem in settings.unknown:
         # Not fatal: an agent rolled back under newer manifests must keep renewing on every node.
         log.warning("setting_unknown", problem=problem)

@@ -22,8 +22,10 @@ from core.lease import (
 )
 from core.logs import LogFormat
 
-# Settings of earlier versions, warned about and ignored: failing on them would stop the
-# agent on every node at once during an upgrade, which looks exactly like an outage.
+# Settings of earlier releases (core/config.py EnvReader), warned about: failing on them would
+# stop the agent on every node at once during an upgrade, which looks exactly like an outage.
+# Each is kept for one release after the one that changed it (CHANGELOG.md says which).
+RENAMED: dict[str, str] = {}
 RETIRED = {
     "DWD_REQUEST_TIMEOUT": "a renewal may now take twice the interval, at most 10s (docs/agent.md)",
 }
@@ -68,13 +70,15 @@ class Settings:
     # DWD_ variables set that the agent does not know: warned about and counted, not fatal
     # (an agent rolled back under newer manifests must not crash-loop on every node).
     unknown: tuple[str, ...] = ()
+    # Settings of the release before that are set (RENAMED, RETIRED): warned about at start.
+    deprecated: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
-        r = EnvReader(env)
+        r = EnvReader(env, renamed=RENAMED, retired=RETIRED)
         settings = cls.read(r)
         r.finish()
-        return replace(settings, unknown=tuple(r.unknown(ignore=RETIRED)))
+        return replace(settings, unknown=tuple(r.unknown()), deprecated=tuple(r.deprecated()))
 
     @classmethod
     def read(cls, r: EnvReader) -> Settings:

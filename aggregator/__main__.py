@@ -293,6 +293,8 @@ def main() -> None:
         print(f"dwd-lease-aggregator: {e}", file=sys.stderr)
         sys.exit(2)
     logs.configure(settings.serving.log_format, settings.serving.log_level)
+    for note in settings.deprecated:
+        logs.get("aggregator").warning("setting_deprecated", problem=note)
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(run(settings, dependents))

@@ -24,21 +24,52 @@ T = TypeVar("T", bound=str)
 
 
 class EnvReader:
-    """Typed access to environment variables that records problems instead of raising."""
+    """Typed access to environment variables that records problems instead of raising.
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    ``renamed`` (old name -> new) and ``retired`` (name -> why) are the settings of the release
+    before: a renamed one is still read under its old name, a retired one accepted and ignored,
+    each with a warning (``deprecated``) that names what to do. Failing on them would turn a
+    rollout, or a rollback under the newer manifests, into a crash loop."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        *,
+        renamed: Mapping[str, str] | None = None,
+        retired: Mapping[str, str] | None = None,
+    ) -> None:
         self.env = env
         self.problems: list[str] = []
         # Every variable asked for, with its default as shown: what this program knows
         # (``unknown``) and what ``--help`` lists.
         self.asked: dict[str, str] = {}
+        self.renamed = dict(renamed or {})
+        self.retired = dict(retired or {})
 
     def _raw(self, name: str, default: object = "") -> str | None:
         self.asked.setdefault(name, default if isinstance(default, str) else format_default(default))
         value = self.env.get(name)
         if value is None or value.strip() == "":
+            value = next((self.env.get(old) for old, new in self.renamed.items() if new == name), None)
+        if value is None or value.strip() == "":
             return None
         return value.strip()
+
+    def deprecated(self) -> list[str]:
+        """A warning for each setting of the release before that is set: what to do about it."""
+        out = []
+        for old, new in sorted(self.renamed.items()):
+            if old in self.env:
+                if self.env.get(new, "").strip():
+                    out.append(f"{old}: renamed {new}, which is set too and is the one read: remove {old}")
+                else:
+                    out.append(f"{old}: renamed {new}, read as {new} for this release: rename it")
+        out += [
+            f"{name}: no longer read ({why}): remove it"
+            for name, why in sorted(self.retired.items())
+            if name in self.env
+        ]
+        return out
 
     def problem(self, name: str, message: str) -> None:
         self.problems.append(f"{name}: {message}")
@@ -161,7 +192,7 @@ class EnvReader:
         known = sorted(self.asked)
         out = []
         for name in sorted(n for n in self.env if n.startswith(prefix) and n not in self.asked):
-            if name in ignore:
+            if name in ignore or name in self.renamed or name in self.retired:
                 continue
             import difflib  # noqa: PLC0415 (only for a setting nobody knows: not in every agent's memory)
 

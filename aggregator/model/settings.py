@@ -29,6 +29,13 @@ from core.logs import LogFormat
 
 TargetsMode = Literal["env", "file", "gardener"]
 
+# Settings of earlier releases (core/config.py EnvReader): a renamed one is still read under its
+# old name and a retired one accepted, each with a warning, for one release after the one that
+# changed it (CHANGELOG.md says which). Unknown DWD_ variables stay fatal: a typo'd
+# DWD_DRY_RUN would scale for real.
+RENAMED: dict[str, str] = {}
+RETIRED: dict[str, str] = {}
+
 
 def _check(problems: list[str]) -> None:
     if problems:
@@ -394,17 +401,19 @@ class Settings:
     provisioning: Provisioning = field(default_factory=Provisioning)
     scaling: Scaling = field(default_factory=Scaling)
     serving: Serving = field(default_factory=Serving)
+    # Settings of the release before that are set (RENAMED, RETIRED): warned about at start.
+    deprecated: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
         """Every variable read and checked; every problem raised at once (ConfigError). A
         ``DWD_`` variable the aggregator does not know is one: its writes are the dangerous
         direction, and a typo'd ``DWD_DRY_RUN`` would scale for real."""
-        r = EnvReader(env)
+        r = EnvReader(env, renamed=RENAMED, retired=RETIRED)
         settings = cls.read(r)
         r.problems.extend(r.unknown())
         r.finish()
-        return settings
+        return replace(settings, deprecated=tuple(r.deprecated()))
 
     @classmethod
     def read(cls, r: EnvReader) -> Settings:

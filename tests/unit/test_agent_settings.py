@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -64,7 +65,11 @@ def test_a_retired_setting_is_ignored_not_fatal(token: str) -> None:
     """An upgrade that kept DWD_REQUEST_TIMEOUT must not stop the agent on every node."""
     env = {"DWD_APISERVER_URL": "https://a.example", "NODE_NAME": "n1", "DWD_TOKEN_FILE": token}
     s = Settings.from_env({**env, "DWD_REQUEST_TIMEOUT": "200ms"})
-    assert s == Settings.from_env(env)
+    assert dataclasses.replace(s, deprecated=()) == Settings.from_env(env)
+    assert s.deprecated == (
+        "DWD_REQUEST_TIMEOUT: no longer read (a renewal may now take twice the interval, at most 10s "
+        "(docs/agent.md)): remove it",
+    )
 
 
 def test_interval_range(token: str) -> None:
