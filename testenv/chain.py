@@ -313,6 +313,7 @@ def chain(
             port = free_port()
             aggregator = shoot.start_aggregator(
                 seed=None,
+                source=None,
                 image=images["aggregator"] if images else None,
                 **{**AGGREGATOR_DEFAULTS, **(settings or {})},
                 DWD_METRICS_ADDR=f"127.0.0.1:{port}",

@@ -113,11 +113,19 @@ _PYTHON_CHILDREN: list[Process] = []
 
 
 def spawn_python(
-    name: str, module: str, *, log_path: Path, env: Mapping[str, str], uid: int | None = None
+    name: str,
+    module: str,
+    *,
+    log_path: Path,
+    env: Mapping[str, str],
+    uid: int | None = None,
+    source: Path | None = None,
 ) -> Process:
     """``python -m module`` (the agent, the aggregator) from this interpreter, with ``env``
-    (``uid``: as that user, see ``spawn``)."""
-    proc = spawn(name, [sys.executable, "-m", module], log_path=log_path, env=env, uid=uid)
+    (``uid``: as that user, see ``spawn``). ``source``: a tree of another release's packages,
+    imported before the installed ones (``-m`` puts its working directory first)."""
+    argv = [sys.executable, "-m", module]
+    proc = spawn(name, argv, log_path=log_path, env=env, uid=uid, cwd=source)
     _PYTHON_CHILDREN[:] = [p for p in _PYTHON_CHILDREN if p.alive()]
     _PYTHON_CHILDREN.append(proc)
     return proc

@@ -244,11 +244,12 @@ class Shoot:
         seed: FaultProxy | None = None,
         image: str | None = None,
         module: str = "aggregator",
+        source: Path | None = None,
         **overrides: str,
     ) -> Process:
-        """The aggregator as a process (``python -m module``), or from its ``image`` (the host's
-        network, its files mounted read-only, kubeconfigs carrying their credentials as a
-        Secret's would)."""
+        """The aggregator as a process (``python -m module``; from ``source``, another release's
+        tree), or from its ``image`` (the host's network, its files mounted read-only,
+        kubeconfigs carrying their credentials as a Secret's would)."""
         if seed is not None:
             kubeconfig = seed.kubeconfig(self.tmp / f"seed-proxy-{seed.port}.kubeconfig")
             overrides.setdefault("DWD_SEED_KUBECONFIG", str(kubeconfig))
@@ -269,7 +270,7 @@ class Shoot:
             )
             self.aggregators.append(agg)
             return agg
-        agg = spawn_python(log_path.stem, module, log_path=log_path, env=self.env(**overrides))
+        agg = spawn_python(log_path.stem, module, log_path=log_path, env=self.env(**overrides), source=source)
         self.aggregators.append(agg)
         return agg
 
