@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from image import arm64, lockfile, locks, sbom, version
+from image import arm64, lockfile, locks, ocm, sbom, version
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_DIR = ROOT / "build" / "images"
@@ -242,7 +242,16 @@ def _build(base: str | None, *, force: bool) -> dict[str, Path]:
         for arch in ("amd64", arm64.ARCH):
             shutil.copyfile(sbom_path(target, arch, cached), sbom_path(target, arch))
         out[target] = archive(target)
+    indexes = {image_name(t): index_archive(t) for t in TARGETS}
+    ocm.write(BUILD_DIR, project_version(), _label(archive(TARGETS[0]), "revision"), source_url(), indexes)
     return out
+
+
+def _label(oci_archive: Path, name: str) -> str:
+    """An OCI label of an image archive (``org.opencontainers.image.<name>``): what it was
+    built from, which a cached image keeps from the commit that built it."""
+    config = json.loads(run(["skopeo", "inspect", "--config", f"oci-archive:{oci_archive}"]))
+    return str(config["config"].get("Labels", {}).get(f"org.opencontainers.image.{name}", "unknown"))
 
 
 def _build_one(target: str, bases: dict[str, str], directory: Path) -> None:

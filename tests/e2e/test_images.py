@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 import subprocess
+import tarfile
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -19,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from image import arm64, build, locks
+from image import arm64, build, locks, ocm
 from testenv import containers
 from testenv.agents import agents_for
 from testenv.chain import LEASE_DURATION_S, Chain, chain, example_daemonset
@@ -241,6 +243,31 @@ def test_the_archives_are_oci_images_skopeo_can_read(images: dict[str, str]) -> 
         # The commit it was built from (an image cached from an earlier commit with the same
         # inputs names that one): a scanner's finding leads back to the sources.
         assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", info["Labels"]["org.opencontainers.image.revision"])
+
+
+def test_the_release_and_its_component_descriptor_are_what_was_built(images: dict[str, str]) -> None:
+    """--version in each image names the release and the commit its revision label names; the
+    OCM descriptor names each image by the release and the digest of the index in its archive,
+    that index's bytes hash to it, and its source is that commit."""
+    descriptor = yaml.safe_load((build.BUILD_DIR / ocm.DESCRIPTOR).read_text())
+    revision = ""
+    for resource in descriptor["component"]["resources"]:
+        target = resource["name"].removeprefix("dwd-lease-")
+        with tarfile.open(build.index_archive(target)) as tar:
+            listed = tar.extractfile("index.json")
+            assert listed is not None
+            (index,) = json.load(listed)["manifests"]
+            algorithm, value = index["digest"].split(":")
+            blob = tar.extractfile(f"blobs/{algorithm}/{value}")
+            assert blob is not None and hashlib.sha256(blob.read()).hexdigest() == value
+        release = build.project_version()
+        assert resource["access"]["imageReference"] == f"dwd-lease-{target}:{release}@sha256:{value}"
+        assert resource["digest"]["value"] == value and resource["version"] == release
+        labels = inspect(images[target])["Config"]["Labels"]
+        revision = labels["org.opencontainers.image.revision"]
+        said = podman("run", "--rm", "--read-only", "--network=none", images[target], "--version").strip()
+        assert said == f"dwd-lease-{target} {release} (revision {revision})", said
+    assert descriptor["component"]["sources"][0]["access"]["commit"] == revision
 
 
 def test_each_image_carries_an_sbom_and_dpkg_status_of_what_it_holds(images: dict[str, str]) -> None:
