@@ -312,8 +312,7 @@ def chain(
                     world.start_agent(node, fast=False, **agent_env)
             port = free_port()
             aggregator = shoot.start_aggregator(
-                seed=None,
-                source=None,
+                source=None,  # this release's (mypy: not one of the settings below)
                 image=images["aggregator"] if images else None,
                 **{**AGGREGATOR_DEFAULTS, **(settings or {})},
                 DWD_METRICS_ADDR=f"127.0.0.1:{port}",
