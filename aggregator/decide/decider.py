@@ -225,7 +225,10 @@ def skip_reason(
         return "no lease yet"
     if lease.view.renew_time is None:
         return "its agent has not renewed yet"
-    if lease.view.released:
+    # Released by an agent stopping on purpose: left out once it would be stale, never counted
+    # stale. Until then it counts as the renewal it is, so a DaemonSet rolled all at once
+    # keeps every node judged while each agent's successor starts.
+    if lease.view.released and is_stale(lease, now, params):
         return "released by its agent"
     return None
 

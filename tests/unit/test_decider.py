@@ -326,6 +326,19 @@ def test_lease_filters() -> None:
     assert set(candidates(nodes, leases, NOW, P)) == {"n3"}
 
 
+def test_a_released_lease_counts_until_it_would_be_stale_and_is_never_stale() -> None:
+    """An agent restarting (the DaemonSet rolled): its node stays judged on its last renewal,
+    as fresh as it is; an agent gone for good: its node leaves the verdict the moment the
+    lease would turn stale, never counted stale."""
+    nodes, leases = cluster(4, 4)
+    leases["n0"] = lease("n0", NOW - 1.0, released=True)
+    assert "n0" in candidates(nodes, leases, NOW, P)
+    assert not is_stale(leases["n0"], NOW, P)
+    leases["n0"] = lease("n0", NOW - P.lease_duration_s, released=True)
+    assert "n0" not in candidates(nodes, leases, NOW, P)
+    assert skipped(nodes, leases, NOW, P).get("n0") == "released by its agent"
+
+
 def test_all_agents_released_means_no_verdict_and_controllers_up() -> None:
     nodes, leases = cluster(10, 10)
     leases = {k: lease(k, v.seen_renewed_mono, released=True) for k, v in leases.items()}
@@ -454,7 +467,6 @@ def test_a_zone_is_weighted_by_the_nodes_the_verdict_stands_for_not_by_all_its_n
         (NodeView("n", in_place_update=True), {}, "in-place update"),
         (NodeView("n"), None, "no lease yet"),
         (NodeView("n"), {"renew_time": None}, "its agent has not renewed yet"),
-        (NodeView("n"), {"released": True}, "released by its agent"),
         (NodeView("n"), {}, None),
     ],
 )
