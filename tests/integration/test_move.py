@@ -178,8 +178,11 @@ def install_old_layout(shoot: Shoot) -> None:
     )
 
 
-def new_agent(shoot: Shoot, node: str) -> Process:
-    token = shoot.tmp / f"token-{node}"
+def new_agent(shoot: Shoot, node: str, source: Path | None = None) -> Process:
+    """The agent of ``node`` as its pod runs it: this release's, or another's (``source``, its
+    own files: both may run for one node in a test)."""
+    which = "-previous" if source else ""
+    token = shoot.tmp / f"token-{node}{which}"
     token.write_text(shoot.shoot.node_token(node, namespace="kube-system", service_account="dwd-lease-agent"))
     env = {
         "PATH": os.environ.get("PATH", ""),
@@ -190,7 +193,8 @@ def new_agent(shoot: Shoot, node: str) -> Process:
         "DWD_RENEW_INTERVAL": "500ms",
         "DWD_LOG_FORMAT": "json",
     }
-    return spawn_python(f"agent-{node}", "agent", log_path=shoot.tmp / f"agent-{node}.log", env=env)
+    log_path = shoot.tmp / f"agent-{node}{which}.log"
+    return spawn_python(f"agent-{node}", "agent", log_path=log_path, env=env, source=source)
 
 
 def roll(shoot: Shoot, old: LeaseDriver, agents: list[Process]) -> None:

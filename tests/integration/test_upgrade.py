@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -29,10 +28,10 @@ from testenv import releases
 from testenv.apply import apply, kustomize_build
 from testenv.controllers import CONTROLLERS, DOWN, KCM
 from testenv.controlplane import free_port
-from testenv.process import Process, spawn_python, stop_all
+from testenv.process import Process, stop_all
 from testenv.shoot import Sample, Shoot
 from testenv.wait import wait_for
-from tests.integration.test_move import Candidates, candidates
+from tests.integration.test_move import Candidates, candidates, new_agent
 
 pytestmark = pytest.mark.integration
 
@@ -124,24 +123,6 @@ def test_a_release_change_while_held_down_keeps_every_replica(
     report(f"{direction} {'from' if direction == 'upgrade' else 'to'} {version}", at)
 
 
-def agent(shoot: Shoot, node: str, source: Path | None) -> Process:
-    """The agent of ``node`` as its pod runs it: of the previous release (``source``) or this one."""
-    which = "previous" if source else "this"
-    token = shoot.tmp / f"token-{node}-{which}"
-    token.write_text(shoot.shoot.node_token(node))
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "NODE_NAME": node,
-        "DWD_APISERVER_URL": shoot.shoot.url,
-        "DWD_CA_FILE": str(shoot.shoot.ca_file),
-        "DWD_TOKEN_FILE": str(token),
-        "DWD_RENEW_INTERVAL": "500ms",
-        "DWD_LOG_FORMAT": "json",
-    }
-    log_path = shoot.tmp / f"agent-{node}-{which}.log"
-    return spawn_python(f"agent-{node}", "agent", log_path=log_path, env=env, source=source)
-
-
 def renewed_since(shoot: Shoot, since: datetime) -> bool:
     stamps = [(x.get("spec") or {}).get("renewTime") for x in shoot.leases().values()]
     return len(stamps) == NODES and all(t and parse_micro_time(t) > since for t in stamps)
@@ -162,7 +143,7 @@ def test_the_agents_rolled_at_once_to_this_release_lower_nothing(
     apply(shoot.shoot_admin, [d for d in base if d["kind"] != "DaemonSet"])
     port = free_port()
     shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{port}")
-    agents = [agent(shoot, n, tree) for n in names]
+    agents = [new_agent(shoot, n, tree) for n in names]
     judged = Candidates(port)
     try:
         wait_for(lambda: candidates(port) == NODES, 40, f"every node judged on {version}'s agents")
@@ -171,7 +152,7 @@ def test_the_agents_rolled_at_once_to_this_release_lower_nothing(
         time.sleep(2)
         rolled = time.monotonic()
         stop_all(agents)
-        agents += [agent(shoot, n, None) for n in names]
+        agents += [new_agent(shoot, n) for n in names]
         since = datetime.now(UTC)
         wait_for(lambda: renewed_since(shoot, since), 30, "every lease renewed by this release's agents")
         back_s = time.monotonic() - rolled
