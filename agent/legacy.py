@@ -9,7 +9,7 @@ from typing import Any
 
 from agent.client import LeaseClient
 from core.errors import Forbidden, KubeError, NotFound
-from core.lease import lease_path, renew_patch
+from core.lease import lease_path, release_patch, renew_patch
 
 
 class LegacyLease:
@@ -37,3 +37,9 @@ class LegacyLease:
             return None
         self._renewed = True
         return answer
+
+    async def release(self, client: LeaseClient, window_s: float) -> None:
+        """Mark it released as ours is: unreleased, it would read as a node cut off while the
+        successor starts."""
+        if self.path is not None:
+            await client.patch(release_patch(), window_s=window_s, path=self.path)

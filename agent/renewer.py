@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -326,12 +326,20 @@ class Renewer:
             self.metrics.interval.set(wanted)
 
     async def _release(self) -> None:
-        """Mark the lease released, bounded: shutting down must not hang on a broken path."""
+        """Mark the lease released, and the old layout's during a move (renewed after ours, it
+        is the one an aggregator judges), each bounded: shutting down must not hang on a
+        broken path."""
         try:
-            async with asyncio.timeout(RELEASE_TIMEOUT_S):
-                await self.client.patch(release_patch(), window_s=RELEASE_TIMEOUT_S)
-            self.log.info("lease_released")
-        except (KubeError, TimeoutError) as e:
-            self.log.warning("lease_release_failed", error=str(e) or type(e).__name__)
+            await self._release_one("own", self.client.patch(release_patch(), window_s=RELEASE_TIMEOUT_S))
+            if self.legacy.path is not None:
+                await self._release_one("legacy", self.legacy.release(self.client, RELEASE_TIMEOUT_S))
         finally:
             await self.client.aclose()
+
+    async def _release_one(self, lease: str, release: Awaitable[object]) -> None:
+        try:
+            async with asyncio.timeout(RELEASE_TIMEOUT_S):
+                await release
+            self.log.info("lease_released", lease=lease)
+        except (KubeError, TimeoutError) as e:
+            self.log.warning("lease_release_failed", lease=lease, error=str(e) or type(e).__name__)

@@ -156,8 +156,8 @@ def candidates(
     left_out: dict[str, str] | None = None,
 ) -> dict[str, LeaseObs]:
     """The leases that count: of live, old-enough, not ignored nodes (in the fast-renewing
-    sample, when there is one), not released, asked to renew at the fast interval and seen
-    renewed since they were asked. ``machines``: each node's Machine phase, as last read.
+    sample, when there is one), asked to renew at the fast interval and seen renewed since
+    they were asked (released or not). ``machines``: each node's Machine phase, as last read.
     ``left_out``, when given, is filled with the sample's nodes that do not count and the
     rule that leaves each out (dependency-watchdog logs the same of every node it filters)."""
     out = {}
@@ -225,11 +225,8 @@ def skip_reason(
         return "no lease yet"
     if lease.view.renew_time is None:
         return "its agent has not renewed yet"
-    # Released by an agent stopping on purpose: left out once it would be stale, never counted
-    # stale. Until then it counts as the renewal it is, so a DaemonSet rolled all at once
-    # keeps every node judged while each agent's successor starts.
-    if lease.view.released and is_stale(lease, now, params):
-        return "released by its agent"
+    # A lease its agent released stays: leaving the verdict, it would shrink the denominator
+    # that the nodes still cut off are counted against (is_stale says how long it is healthy).
     return None
 
 
@@ -293,7 +290,15 @@ def _per_zone(
 
 
 def is_stale(lease: LeaseObs, now: float, params: Decider) -> bool:
-    return now - lease.seen_renewed_mono >= params.lease_duration_s
+    return now >= stale_at(lease, params)
+
+
+def stale_at(lease: LeaseObs, params: Decider) -> float:
+    """When a lease not renewed again turns stale (our clock). One its agent released (a roll,
+    a drain) waits the roll allowance for a successor, and is then stale only to a kubelet that
+    is silent too (``decide``): a release alone never counts towards a quorum."""
+    wait = params.roll_allowance_s if lease.view.released else params.lease_duration_s
+    return lease.seen_renewed_mono + wait
 
 
 def decide(
@@ -324,7 +329,7 @@ def decide(
     left_out: dict[str, str] = {}
     counted = candidates(nodes, leases, now, params, sample, machines=machines, left_out=left_out)
     said = _witnessed(counted, now, params, kubelets)
-    stale = frozenset(n for n, lease in counted.items() if is_stale(lease, now, params)) - said.alive
+    stale = _stale(counted, now, params, witnessed=kubelets is not None) - said.alive
     # What a scale-down may count: the stale candidates that a read sent now finds silent to both
     # witnesses (the interlocks' read is sent after this verdict; their confirming verdict judges
     # by that read's own time).
@@ -344,6 +349,18 @@ def decide(
     if look is not None and (verdict.wake_at is None or look < verdict.wake_at):
         verdict = replace(verdict, wake_at=look)
     return verdict
+
+
+def _stale(
+    counted: Mapping[str, LeaseObs], now: float, params: Decider, *, witnessed: bool
+) -> frozenset[str]:
+    """The stale candidates as their agents' leases say. A released one only with a second
+    witness to ask (it is silent to its kubelet too, or nothing counts it)."""
+    return frozenset(
+        n
+        for n, lease in counted.items()
+        if is_stale(lease, now, params) and (witnessed or not lease.view.released)
+    )
 
 
 def _next_look(
@@ -368,8 +385,7 @@ def _next_look(
     soon = sorted(
         expiry
         for name, lease in counted.items()
-        if name not in not_fresh
-        and (expiry := lease.seen_renewed_mono + params.lease_duration_s) < now + params.tick_s
+        if name not in not_fresh and (expiry := stale_at(lease, params)) < now + params.tick_s
     )
     return soon[need - 1] if len(soon) >= need else None
 

@@ -105,6 +105,14 @@ class Decider:
     before 2026-12-05."""
     recovery_period_s: float = var("DWD_RECOVERY_PERIOD", 10.0, "duration")
     """With the recovery fraction, the hysteresis of the way back."""
+    roll_allowance_s: float = var("DWD_ROLL_ALLOWANCE", 30.0, "duration", min_s=1, max_s=600)
+    """How long a lease its agent released (a DaemonSet roll, a drain) waits for a successor
+    before its kubelet alone may call the node cut off. A successor renews once the old pod is
+    gone, the DaemonSet controller has created the new one and the kubelet has pulled the image
+    and started it: 10-30 s where an image is pulled. It also covers the time the second
+    witness takes to see a kubelet renew after the release (its interval, the read that
+    brackets it and the margin). Never a route to a quorum by itself: past it the node counts
+    stale only while its kubelet is silent too (docs/decision.md, "A lease its agent released")."""
     min_candidates: int = var("DWD_MIN_CANDIDATES", 2, "integer", min_value=1)
     """Fewer: no verdict (never a reason to scale down, nor to stay down)."""
     fast_interval_s: float = var("DWD_RENEW_INTERVAL", 2.0, "duration", min_s=0.2, max_s=300)
@@ -152,6 +160,12 @@ class Decider:
             problems.append(
                 f"DWD_RECOVERY_FRACTION: {self.recovery_fraction} must not exceed "
                 f"DWD_FAILURE_FRACTION ({self.failure_fraction})"
+            )
+        if self.roll_allowance_s < self.lease_duration_s:
+            problems.append(
+                f"DWD_ROLL_ALLOWANCE: {format_duration(self.roll_allowance_s)} must be at least "
+                f"DWD_LEASE_DURATION ({format_duration(self.lease_duration_s)}): a released lease "
+                "is never stale before a renewed one would be"
             )
         if self.blind_limit_s < self.lease_duration_s:
             problems.append(

@@ -281,6 +281,7 @@ class Observed:
             chosen = own or legacy
         else:  # the later renewal seen; ours on a tie
             chosen = legacy if legacy.seen_renewed_mono > own.seen_renewed_mono else own
+            chosen = _released_by_either(chosen, own if chosen is legacy else legacy)
         if chosen is None:
             self.leases.pop(node, None)
         else:
@@ -294,6 +295,17 @@ class Observed:
     def lease_ages(self) -> dict[str, float]:
         now = self.clock()
         return {name: now - lease.seen_renewed_mono for name, lease in self.leases.items()}
+
+
+def _released_by_either(chosen: LeaseObs, other: LeaseObs) -> LeaseObs:
+    """The lease judged, released where the other layout's was released in the same round of
+    renewals (an agent of 0.2.0 releases only ours; the old layout's, renewed just after it, is
+    the later one): a successor's renewal comes later than that round."""
+    if chosen.view.released or not other.view.released:
+        return chosen
+    if chosen.seen_renewed_mono - other.seen_renewed_mono > (other.view.interval_s or 0.0):
+        return chosen
+    return replace(chosen, view=replace(chosen.view, released=True))
 
 
 def list_items(path: str, result: Mapping[str, Any]) -> list[Any]:

@@ -421,7 +421,25 @@ async def test_run_releases_the_lease_on_stop(tmp_path: Path) -> None:
     renewals = [body for body in patches(client) if "spec" in body]
     assert 2 <= len(renewals) <= 4
     assert patches(client)[-1] == {"metadata": {"annotations": {RELEASED: "true"}}}
+    # During a move the old layout's lease, renewed after ours, is the one judged: released too.
+    old = "/apis/coordination.k8s.io/v1/namespaces/dwd-node-lease/leases/n1"
+    assert client.legacy_calls[-1] == (old, {"metadata": {"annotations": {RELEASED: "true"}}})
     assert client.closed == 1
+
+
+async def test_a_release_of_the_old_layouts_lease_is_not_sent_once_it_is_gone(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t")
+    settings = Settings(apiserver_url="https://api.example", node_name="n1", token_file=str(token))
+    client = FakeClient(Clock())
+    renewer = Renewer(settings, client)  # type: ignore[arg-type]
+    client.legacy_script = [NotFound(404, "NotFound", "namespace dwd-node-lease is gone")]
+    await renewer.renew_once()
+    stop = asyncio.Event()
+    stop.set()
+    await renewer.run(stop)
+    assert len(client.legacy_calls) == 1
+    assert patches(client)[-1] == {"metadata": {"annotations": {RELEASED: "true"}}}
 
 
 async def test_without_evidence_unanswered_renewals_prove_nothing(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -22,6 +23,7 @@ from aggregator.decide.decider import (
     skipped,
     take_over,
 )
+from aggregator.decide.witness import KubeletObs, Readings, micro_time
 from aggregator.model.objects import NodeView
 from aggregator.model.settings import Decider
 from core.lease import LeaseView
@@ -38,6 +40,8 @@ P = Decider(
     blind_limit_s=120.0,
 )
 NOW = 1000.0
+# The wall clock at our monotonic 0 (renewTimes are written on it).
+T0 = 1_796_000_000.0
 # The view has been fresh for longer than a lease duration: verdicts are possible.
 WARM = NOW - 100.0
 
@@ -320,33 +324,100 @@ def test_node_filters(change: dict[str, object], counted: bool) -> None:
 
 def test_lease_filters() -> None:
     nodes, leases = cluster(4, 4)
-    leases["n0"] = lease("n0", NOW - 9.0, released=True)
     leases["n1"] = lease("n1", NOW - 9.0, renew_time=None)  # never renewed
     del leases["n2"]  # not provisioned yet
-    assert set(candidates(nodes, leases, NOW, P)) == {"n3"}
+    assert set(candidates(nodes, leases, NOW, P)) == {"n0", "n3"}
 
 
-def test_a_released_lease_counts_until_it_would_be_stale_and_is_never_stale() -> None:
-    """An agent restarting (the DaemonSet rolled): its node stays judged on its last renewal,
-    as fresh as it is; an agent gone for good: its node leaves the verdict the moment the
-    lease would turn stale, never counted stale."""
+def kubelets_at(names: dict[str, float], read_at: float) -> Readings:
+    """Kubelet leases as a read sent at ``read_at`` shows them: each renewed at the given
+    moment (our clock, bracketed by the read before), its renewTime on our own clock."""
+    return Readings(
+        {
+            n: KubeletObs(micro_time(_stamp(t)), seen_renewed_mono=t, unseen_at=t - 0.5)
+            for n, t in names.items()
+        },
+        read_at,
+    )
+
+
+def _stamp(t: float) -> str:
+    return datetime.fromtimestamp(T0 + t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def released_lease(name: str, seen: float) -> LeaseObs:
+    return lease(name, seen, released=True, renew_time=_stamp(seen))
+
+
+def test_a_released_lease_stays_judged_and_is_not_stale_within_the_roll_allowance() -> None:
+    """An agent restarting (the DaemonSet rolled): its node stays in the verdict, and is not
+    stale while its successor may still be starting, however long past a lease duration."""
     nodes, leases = cluster(4, 4)
-    leases["n0"] = lease("n0", NOW - 1.0, released=True)
+    leases["n0"] = released_lease("n0", NOW - P.roll_allowance_s + 0.5)
     assert "n0" in candidates(nodes, leases, NOW, P)
     assert not is_stale(leases["n0"], NOW, P)
-    leases["n0"] = lease("n0", NOW - P.lease_duration_s, released=True)
-    assert "n0" not in candidates(nodes, leases, NOW, P)
-    assert skipped(nodes, leases, NOW, P).get("n0") == "released by its agent"
+    assert "n0" not in skipped(nodes, leases, NOW, P)
+    leases["n0"] = released_lease("n0", NOW - P.roll_allowance_s)
+    assert is_stale(leases["n0"], NOW, P)
+    assert "n0" in candidates(nodes, leases, NOW, P)
 
 
-def test_all_agents_released_means_no_verdict_and_controllers_up() -> None:
+def test_broken_machines_and_a_slow_roll_of_the_rest_lower_nothing() -> None:
+    """2 of 10 machines broken (agent and kubelet silent), the other 8 agents rolled at once,
+    their successors slower than a lease duration: 2/10 stale, not 2/2."""
+    nodes, leases = cluster(10, 2)
+    for i in range(2, 10):
+        leases[f"n{i}"] = released_lease(f"n{i}", NOW - 12.0)
+    kubelets = kubelets_at({f"n{i}": NOW - 2.0 for i in range(2, 10)}, NOW - 0.1)
+    v = judge(nodes, leases, NOW, P, healthy(), kubelets=kubelets)
+    assert (v.memory.phase, v.candidates, v.stale) == (Phase.HEALTHY, 10, 2)
+    v = judge(nodes, leases, NOW, P, healthy())  # the kubelets' leases refused (403)
+    assert (v.memory.phase, v.candidates, v.stale) == (Phase.HEALTHY, 10, 2)
+
+
+def test_a_sub_quorum_zone_cut_during_a_roll_stays_below_quorum() -> None:
+    """11 of 20 nodes cut (55 %, under the 60 % quorum), 2 healthy agents rolling: 11/20."""
+    nodes, leases = cluster(20, 11)
+    for name in ("n18", "n19"):
+        leases[name] = released_lease(name, NOW - 9.0)
+    v = judge(nodes, leases, NOW, P, healthy(), kubelets=kubelets_at({}, NOW - 0.1))
+    assert (v.memory.phase, v.candidates, v.stale) == (Phase.HEALTHY, 20, 11)
+
+
+@pytest.mark.parametrize(
+    ("kubelet", "stale"),
+    [
+        ("renewing", 0),  # its kubelet proves the path: the successor is slow, not cut off
+        ("silent", 1),  # past the allowance and silent to the kubelet too: cut off
+        ("unread", 0),  # no second witness: a release alone never counts towards a quorum
+    ],
+)
+def test_past_the_roll_allowance_a_released_node_is_stale_only_when_its_kubelet_is_silent(
+    kubelet: str, stale: int
+) -> None:
+    nodes, leases = cluster(2, 0)
+    seen = NOW - P.roll_allowance_s - 1.0
+    leases["n0"] = released_lease("n0", seen)
+    readings = {
+        "renewing": kubelets_at({"n0": NOW - 2.0}, NOW - 0.1),
+        "silent": kubelets_at({"n0": seen - 1.0}, NOW - 0.1),
+        "unread": None,
+    }[kubelet]
+    v = judge(nodes, leases, NOW, P, healthy(), kubelets=readings)
+    assert (v.candidates, v.stale) == (2, stale)
+
+
+def test_every_agent_released_leaves_the_kubelets_to_judge() -> None:
+    """An uninstall (or a roll of every agent): each node judged on its kubelet once the
+    allowance has passed; renewing kubelets bring the controllers back."""
     nodes, leases = cluster(10, 10)
-    leases = {k: lease(k, v.seen_renewed_mono, released=True) for k, v in leases.items()}
-    assert judge(nodes, leases, NOW, P, healthy()).memory.phase is Phase.HEALTHY
-    v = judge(nodes, leases, NOW, P, Memory(Phase.DOWN, 0))
-    v = judge(nodes, leases, NOW + 10, P, v.memory)
-    assert (v.memory.phase, v.desired) == (Phase.HEALTHY, Desired.RUNNING)
-    assert "no verdict" in v.reason
+    leases = {k: released_lease(k, NOW - P.roll_allowance_s - 5.0) for k in leases}
+    renewing = kubelets_at(dict.fromkeys(leases, NOW - 2.0), NOW - 0.1)
+    assert judge(nodes, leases, NOW, P, healthy(), kubelets=renewing).memory.phase is Phase.HEALTHY
+    v = judge(nodes, leases, NOW, P, Memory(Phase.DOWN, 0), kubelets=renewing)
+    later = kubelets_at(dict.fromkeys(leases, NOW + P.recovery_period_s - 2.0), NOW + P.recovery_period_s)
+    v = judge(nodes, leases, NOW + P.recovery_period_s, P, v.memory, kubelets=later)
+    assert (v.memory.phase, v.desired, v.stale) == (Phase.HEALTHY, Desired.RUNNING, 0)
 
 
 def test_a_node_that_leaves_during_an_outage_changes_the_fraction() -> None:

@@ -217,6 +217,29 @@ def test_during_a_move_each_node_is_judged_by_its_later_renewal_of_the_two_layou
     assert set(observed.leases) == {"n1", "n2"} and observed.lease_ages()["n2"] == 5.0
 
 
+def test_during_a_move_a_release_of_either_layouts_lease_releases_the_node() -> None:
+    """An agent of 0.2.0 releases only its lease of ours on SIGTERM; the old layout's, written
+    just after it in the same round, is the one judged: the node is released all the same. A
+    successor's renewal of ours, later than that round, takes the node back."""
+    clock = Clock(1000.0)
+    observed = Observed(clock=clock)
+    observed.leases_listed([LeaseView("n1", renew_time="a", interval_s=2.0)])
+    clock.now = 1000.3
+    observed.legacy_listed([LeaseView("n1", renew_time="x", interval_s=2.0)])
+    assert not observed.leases["n1"].view.released
+    clock.now = 1001.0
+    observed.lease_event("MODIFIED", LeaseView("n1", renew_time="a", interval_s=2.0, released=True))
+    judged = observed.leases["n1"]
+    assert judged.view.released and judged.view.renew_time == "x"  # the old layout's renewal
+    clock.now = 1020.0
+    observed.lease_event("MODIFIED", LeaseView("n1", renew_time="b", interval_s=2.0))
+    assert not observed.leases["n1"].view.released and observed.leases["n1"] is observed.own["n1"]
+    # An old agent that released the old layout's lease only, long before ours was renewed:
+    # ours, renewed since, stands.
+    observed.legacy_event("MODIFIED", LeaseView("n1", renew_time="x", interval_s=2.0, released=True))
+    assert not observed.leases["n1"].view.released
+
+
 def test_a_renewal_does_not_wake_the_provisioner_anything_else_does() -> None:
     """At 5000 nodes every renewal waking the provisioner made its pass over every node run at
     the renewal rate (bench.scale: 70 % of a core at a constant write rate)."""
