@@ -217,7 +217,8 @@ class Connection:
                 )
             except (ConnectionError, EOFError) as e:
                 # Reset or closed in the handshake: an ingress or load balancer refusing TLS,
-                # a failure of the tls step (the CA is re-read after one), as httpx reported it.
+                # a failure of the tls step (the CA is re-read after one), as httpx (the agent's
+                # client before agent/wire.py) reported it.
                 raise ssl.SSLError(f"the connection ended in the TLS handshake: {e}") from e
             attempt.phases["tls"] = self.clock() - started
             attempt.reached = "request"

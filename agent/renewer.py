@@ -167,9 +167,10 @@ class Renewer:
 
     @property
     def window_s(self) -> float:
-        """How long one renewal may take: two intervals, at most kubelet's 10 s. At the
-        default 2 s interval and 8 s lease duration a renewal that lands at the very end of
-        its window still leaves the lease 2 s to spare."""
+        """How long one renewal may take: two intervals, at most kubelet's 10 s. One that lands
+        at its window's very end leaves a gap of an interval and a window since the last, which
+        the default lease duration still covers (docs/agent.md, "Why a window of two
+        intervals")."""
         return min(2 * self.interval_s, MAX_WINDOW_S)
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -53,8 +53,9 @@ class Settings:
     renew_interval_s: float = var(
         "DWD_RENEW_INTERVAL", 2.0, "duration", min_s=MIN_INTERVAL_S, max_s=MAX_INTERVAL_S
     )
-    """Until the aggregator's renew-interval annotation says otherwise: four renewals a lease
-    duration of 8 s."""
+    """Until the aggregator's renew-interval annotation says otherwise: the aggregator's fast
+    interval (the same variable on its side), so a node renews as it is judged from its first
+    renewal; the aggregator's lease duration is at least twice it."""
     token_file: str = var("DWD_TOKEN_FILE", DEFAULT_TOKEN_FILE, "string")
     ca_file: str = ""
     # The CA as read from the kubelet kubeconfig's certificate-authority-data.

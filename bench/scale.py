@@ -3,11 +3,10 @@
 ``python -m bench.scale [--nodes 100,1000,5000] [--no-budget-at 5000] [--out FILE]``
 
 Per size: a fresh shoot control plane (a real kube-apiserver + etcd) beside one seed
-control plane, the REAL aggregator as its own process at its defaults (lease duration
-8 s, fast interval 2 s, confirm 4 s, recovery 10 s, write budget 100/s) except
-DWD_NODE_GRACE=0s: with the default 60 s grace a node created less than a minute ago is
-no candidate, and every run here creates its nodes minutes before. The dependents are
-testenv/shoot.py's (no initial delays, MCM 500 ms after KCM on the way up).
+control plane, the REAL aggregator as its own process at its defaults (``DEFAULTS`` below,
+read from its settings' fields) except DWD_NODE_GRACE=0s: a node younger than the default
+grace is no candidate, and every run here creates its nodes minutes before. The dependents
+are testenv/shoot.py's (no initial delays, MCM 500 ms after KCM on the way up).
 The agents are bench/fleet.py's simulated ones (its docstring says how they differ from
 real ones).
 
@@ -74,7 +73,7 @@ DEFAULTS = {
     "DWD_RECOVERY_PERIOD": format_duration(DECIDER.recovery_period_s),
     "DWD_FAILURE_FRACTION": str(DECIDER.failure_fraction),
     "DWD_RECOVERY_FRACTION": str(DECIDER.recovery_fraction),
-    # Not the default (60 s): see the module docstring.
+    # Not the default: see the module docstring.
     "DWD_NODE_GRACE": "0s",
     "DWD_LOG_LEVEL": "warning",
 }
@@ -364,8 +363,9 @@ def sampled_verdicts(run: Run, fraction: float, trials: int) -> list[dict[str, A
         cut = run.fleet.fleet.random.sample(run.names, round(fraction * len(run.names)))
         expected = run.expected(cut)
         run.fleet.silence(cut)
-        # The lease duration (8 s) + the last renewal's up to one interval (2 s) + a tick;
-        # before 8 + 4 s of confirm.
+        # The lease duration + the last renewal's up to one interval + half a second: read before
+        # the lease duration and the confirm period have passed, by the confirm period less
+        # the interval and that half second.
         time.sleep(DECIDER.lease_duration_s + FAST_S + 0.5)
         s = status(run.port)
         run.fleet.resume()
@@ -419,7 +419,7 @@ def no_budget(run: Run, sampler: Sampler, window_s: float) -> dict[str, Any]:
     out["scaled_down"] = (
         sampler.first(lambda x: any(v == 0 for v in x.replicas.values()), after=t1) is not None
     )
-    out["renewed_within_8s"] = len(run.fleet.fleet.renewed_within(DECIDER.lease_duration_s))
+    out["renewed_within_lease"] = len(run.fleet.fleet.renewed_within(DECIDER.lease_duration_s))
     out["rewrite_s"] = round(rewrite_s, 1)
     out["wanted_patches_per_s"] = len(run.names) / FAST_S
     return out
@@ -680,8 +680,8 @@ def _no_budget_rows(nb: dict[str, Any]) -> list[list[object]]:
         ],
         ["no budget: aggregator's rewrite of the intervals", f"{nb['rewrite_s']} s"],
         [
-            "no budget: nodes renewed within 8 s / verdict after the window",
-            f"{nb['renewed_within_8s']} / {nb['after']['phase']}, {nb['after']['stale']} of "
+            f"no budget: nodes renewed within {DEFAULTS['DWD_LEASE_DURATION']} / verdict after the window",
+            f"{nb['renewed_within_lease']} / {nb['after']['phase']}, {nb['after']['stale']} of "
             f"{nb['after']['candidates']} stale, scaled down: {nb['scaled_down']}",
         ],
     ]

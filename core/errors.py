@@ -1,7 +1,8 @@
 """The one error hierarchy of dwd-lease.
 
-The HTTP libraries (httpx in the agent, aiohttp in the aggregator) are
-translated into these at their one boundary; nothing of theirs leaks past it.
+What the HTTP underneath raises (the agent's own h11/h2 wire, agent/wire.py, and its
+sockets and TLS; aiohttp in the aggregator) is translated into these at its one boundary
+(agent/path.py, aggregator/kube/client.py); nothing of theirs leaks past it.
 
     Exception
      ├── ConfigError            settings or a settings file that cannot be used: every problem at once

@@ -38,7 +38,7 @@ def test_quorum_lost_scales_down_in_order_and_back_up_exactly(shoot: Shoot) -> N
     assert set(order[:2]) == {"machine-controller-manager", "cluster-autoscaler"}
     reasons = {e["reason"] for e in shoot.events()}
     assert "ScaledDown" in reasons
-    # lease duration 2s + confirm 1s + ticks: well under 10 s
+    # FAST_ENV's lease duration 2s + confirm 1s + ticks: well under 10 s
     assert took < 10, took
 
     shoot.driver.alive |= {f"node-{i}" for i in range(7)}

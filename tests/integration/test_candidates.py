@@ -94,7 +94,7 @@ def test_each_rule_leaves_its_node_out_of_the_verdict_and_says_why(shoot: Shoot,
     wait_for(lambda: target(port, ns).get("candidates") == 5, 10, "five candidates")
 
     shoot.driver.alive -= {"node-0", "node-1", "node-3", "node-4", "node-5", "node-6"}
-    time.sleep(5)  # lease duration 2 s, confirm 1 s: a counted 6/10 would be down by now
+    time.sleep(5)  # FAST_ENV's lease duration 2 s, confirm 1 s: a counted 6/10 would be down by now
     assert shoot.replicas() == CONTROLLERS
     assert (target(port, ns)["stale"], target(port, ns)["candidates"]) == (1, 5)
 

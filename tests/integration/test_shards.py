@@ -122,7 +122,8 @@ def test_two_replicas_share_the_targets_and_one_takes_the_others_share_when_it_d
             "every target restored by the survivor",
             every_s=0.2,
         )
-        # a lease duration (4 s) until its shards are free, then a tick and the levels up.
+        # a leader lease duration (election_env's 4 s) until its shards are free, then a tick
+        # and the levels up.
         assert time.monotonic() - killed_at < 4 + 12
         wait_for(lambda: not any(recorded(shoot, ns) for ns in namespaces), 20, "every record removed")
         assert set(shard_holders(shoot).values()) == {_identity(b)}

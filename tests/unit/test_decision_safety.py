@@ -1,8 +1,8 @@
 """Decision safety: the aggregator's Target driven tick by tick against a fake API and a manual clock.
 
 Each test is one defect the review of the first aggregator found (issue
-"Decision safety"), with the default settings: lease 8 s, renewals every 2 s,
-confirm 4 s, recovery 10 s, MCM brought back 30 s after KCM.
+"Decision safety"), with the default settings (aggregator/model/settings.py), MCM
+brought back 30 s after KCM.
 """
 
 from __future__ import annotations

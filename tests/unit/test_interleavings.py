@@ -1,8 +1,8 @@
 """Safe in every interleaving: one test per hole the review of the decision path found (issue
 "Safe in every interleaving"), each seen failing on the code before its fix.
 
-The Target tick by tick in the fake world of tests/unit/world.py at the defaults (lease 8 s,
-renewals every 2 s, confirm 4 s, recovery 10 s, MCM 30 s after KCM), or the Fleet in real time
+The Target tick by tick in the fake world of tests/unit/world.py at the defaults
+(aggregator/model/settings.py; MCM 30 s after KCM), or the Fleet in real time
 with short settings where the hole is in a loop the world does not drive. The stateful model
 (tests/model/) hunts the next ones; what it found is kept in tests/model/test_found.py.
 """

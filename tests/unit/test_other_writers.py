@@ -2,7 +2,7 @@
 
 One test per defect of the review (issue "Safe in a seed that others write too"): the Target
 (or the Fleet) driven against the fake seed and shoot of tests/unit/world.py, at the defaults
-(lease 8 s, renewals every 2 s, confirm 4 s, recovery 10 s, MCM 30 s after KCM). Other writers
+(aggregator/model/settings.py; MCM 30 s after KCM). Other writers
 are played with dependency-watchdog v1.7.0's own writes (``World.dwd_scale_down``,
 ``World.dwd_scale_up``) and an operator's ``kubectl scale`` (``World.scale``).
 """
