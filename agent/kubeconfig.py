@@ -4,7 +4,8 @@ KCM marks a node Unknown when its kubelet stops reaching KAPI, and kubelet reach
 through the server of its own kubeconfig (in Gardener ``https://api.<internal domain>``,
 which need not be the shoot's external domain). An agent that renews through any other
 name proves a path that KCM does not judge. So by default the agent reads that file: the
-``server`` and the CA of its current context, nothing else.
+``server``, the CA and the ``tls-server-name`` of its current context, nothing else, as
+client-go reads them (docs/agent.md). A cluster that skips verification is refused.
 
 The file is mounted from the host. A kubeconfig that embeds a credential (a client key, a
 token, a password) must not be mounted into a pod at all, so such a file is refused with an
@@ -32,6 +33,9 @@ class Endpoint:
     # against the kubeconfig's directory, as kubectl does); neither: the system store.
     ca_pem: str = ""
     ca_file: str = ""
+    # tls-server-name: what kubelet sends as SNI and checks the certificate against, where it
+    # reaches KAPI by another name or an address.
+    server_name: str = ""
 
 
 def read_endpoint(path: str) -> Endpoint:
@@ -43,5 +47,11 @@ def read_endpoint(path: str) -> Endpoint:
             "into the agent; set DWD_APISERVER_URL and DWD_CA_FILE instead (docs/install.md)"
         )
     context = kubeconfig.current(doc, path, os.path.dirname(path))
+    if context.cluster.get("insecure-skip-tls-verify"):
+        raise KubeconfigError(
+            f"{path}: insecure-skip-tls-verify is set: the agent verifies KAPI before it sends its "
+            "token; set DWD_APISERVER_URL and DWD_CA_FILE instead (docs/agent.md)"
+        )
     server, pem = context.server, context.ca_pem()
-    return Endpoint(server, ca_pem=pem, ca_file="" if pem else context.ca_file())
+    ca_file = "" if pem else context.ca_file()
+    return Endpoint(server, ca_pem=pem, ca_file=ca_file, server_name=context.server_name)

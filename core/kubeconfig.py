@@ -40,11 +40,24 @@ class Context:
             raise KubeconfigError(f"{self.source}: the current cluster has no server")
         return server.rstrip("/")
 
+    @property
+    def server_name(self) -> str:
+        """``tls-server-name``: the name to send as SNI and to check the server's certificate
+        against where it is not the server's host; "" without one."""
+        name = self.cluster.get("tls-server-name")
+        return name if isinstance(name, str) else ""
+
     def ca_pem(self) -> str:
         """The PEM of ``certificate-authority-data``; "" without one."""
         data = self.cluster.get("certificate-authority-data")
         if not isinstance(data, str) or not data:
             return ""
+        if self.cluster.get("certificate-authority"):
+            # client-go refuses the file too: it would not know which CA its writer meant.
+            raise KubeconfigError(
+                f"{self.source}: the current cluster has both certificate-authority-data and "
+                "certificate-authority"
+            )
         return pem(data, self.source, "certificate-authority-data", "CERTIFICATE")
 
     def ca_file(self) -> str:
@@ -57,7 +70,7 @@ class Context:
 def pem(data: str, source: str, field: str, kind: str) -> str:
     """A base64 field that must hold a PEM block of ``kind``, decoded."""
     try:
-        text = base64.b64decode(data, validate=True).decode("ascii")
+        text = decode_base64(data).decode("ascii")
     except (binascii.Error, UnicodeDecodeError):
         raise KubeconfigError(f"{source}: {field} is not base64 of a PEM") from None
     # A key's block names its algorithm or not (EC PRIVATE KEY, PRIVATE KEY): the end is the same.
@@ -65,6 +78,13 @@ def pem(data: str, source: str, field: str, kind: str) -> str:
     if marker not in text:
         raise KubeconfigError(f"{source}: {field} holds no PEM {kind.lower()}")
     return text
+
+
+def decode_base64(data: str) -> bytes:
+    """Base64 as client-go decodes a kubeconfig's ``*-data`` (Go's ``base64.StdEncoding``, through
+    encoding/json): CR and LF are skipped wherever they are (``base64`` wraps at 76 columns), the
+    padding is required, anything else outside the alphabet is an error."""
+    return base64.b64decode(data.replace("\r", "").replace("\n", ""), validate=True)
 
 
 def read_file(path: str) -> Mapping[str, Any]:
