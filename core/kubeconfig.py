@@ -108,21 +108,18 @@ def parse(text: str | bytes, source: str) -> Mapping[str, Any]:
 
 
 def current(doc: Mapping[str, Any], source: str, directory: str = "") -> Context:
-    """The current context; without ``current-context``, the one cluster (and user) there is."""
+    """The current context's cluster and user; a user the file lacks is an empty one."""
     clusters = {e.get("name"): e.get("cluster") for e in named(doc, "clusters", source)}
     users = {e.get("name"): e.get("user") for e in named(doc, "users", source)}
     name = doc.get("current-context")
-    if name:
-        contexts = {e.get("name"): e.get("context") for e in named(doc, "contexts", source)}
-        context = contexts.get(name)
-        if not isinstance(context, Mapping):
-            raise KubeconfigError(f"{source}: current-context {name!r} is not among its contexts")
-        cluster_name, user_name = context.get("cluster"), context.get("user")
-    elif len(clusters) == 1:
-        (cluster_name,) = clusters
-        user_name = next(iter(users)) if len(users) == 1 else None
-    else:
-        raise KubeconfigError(f"{source}: no current-context, and {len(clusters)} clusters to choose from")
+    if not name:
+        # client-go then reads no cluster at all ("no configuration has been provided").
+        raise KubeconfigError(f"{source}: no current-context")
+    contexts = {e.get("name"): e.get("context") for e in named(doc, "contexts", source)}
+    context = contexts.get(name)
+    if not isinstance(context, Mapping):
+        raise KubeconfigError(f"{source}: current-context {name!r} is not among its contexts")
+    cluster_name, user_name = context.get("cluster"), context.get("user")
     cluster = clusters.get(cluster_name)
     if not isinstance(cluster, Mapping):
         raise KubeconfigError(f"{source}: cluster {cluster_name!r} of the current context is not in the file")

@@ -181,42 +181,32 @@ def test_a_rotated_ca_is_read_again(tmp_path: Path, ca: CertificateAuthority, ba
     assert subjects(s) == [((("commonName", "kubelet-kubeconfig-ca"),),)]
 
 
+def one(cluster: dict[str, Any]) -> str:
+    """A kubeconfig whose current context names this cluster (and no user)."""
+    context = {"name": "c", "context": {"cluster": "c"}}
+    return json.dumps(
+        {"current-context": "c", "clusters": [{"name": "c", "cluster": cluster}], "contexts": [context]}
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "why"),
     [
         ("a: [", "not valid YAML (line 2, column 1"),
         ("- 1\n- 2\n", "no mapping at the top"),
-        (json.dumps({"clusters": [{"name": "c", "cluster": {}}]}), "the current cluster has no server"),
+        (one({}), "the current cluster has no server"),
         (
             json.dumps({"current-context": "x", "contexts": []}),
             "current-context 'x' is not among its contexts",
         ),
-        (
-            json.dumps({"clusters": [{"name": "a", "cluster": {}}, {"name": "b", "cluster": {}}]}),
-            "no current-context, and 2 clusters to choose from",
-        ),
+        # client-go reads no cluster without one, not even the only one there is.
+        (json.dumps({"clusters": [{"name": "a", "cluster": {"server": SERVER}}]}), "no current-context"),
         (json.dumps({"clusters": "c"}), "clusters is not a list"),
+        (one({"server": SERVER, "insecure-skip-tls-verify": True}), "insecure-skip-tls-verify is set"),
+        (one({"server": SERVER, "proxy-url": "http://proxy:3128"}), "proxy-url is set"),
+        (one({"server": SERVER + "/k8s/clusters/c-1"}), f"server '{SERVER}/k8s/clusters/c-1' has a path"),
         (
-            json.dumps(
-                {"clusters": [{"name": "c", "cluster": {"server": SERVER, "insecure-skip-tls-verify": True}}]}
-            ),
-            "insecure-skip-tls-verify is set: the agent verifies KAPI",
-        ),
-        (
-            json.dumps(
-                {
-                    "clusters": [
-                        {
-                            "name": "c",
-                            "cluster": {
-                                "server": SERVER,
-                                "certificate-authority": "ca.crt",
-                                "certificate-authority-data": "eA==",
-                            },
-                        }
-                    ]
-                }
-            ),
+            one({"server": SERVER, "certificate-authority": "ca.crt", "certificate-authority-data": "eA=="}),
             "both certificate-authority-data and certificate-authority",
         ),
     ],

@@ -148,14 +148,21 @@ def test_bad_credentials_as_data_name_the_secret_and_the_field(
 @pytest.mark.parametrize(
     ("doc", "says"),
     [
-        ({"clusters": [{"name": "a", "cluster": {}}, {"name": "b", "cluster": {}}]}, "2 clusters to choose"),
+        ({"clusters": [{"name": "a", "cluster": {}}, {"name": "b", "cluster": {}}]}, "no current-context"),
         ({"current-context": "x", "contexts": []}, "current-context 'x' is not among its contexts"),
         (
             {"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "gone"}}]},
             "cluster 'gone' of the current context is not in the file",
         ),
         ({"clusters": {"name": "k"}}, "clusters is not a list"),
-        ({"clusters": [{"name": "k", "cluster": {}}]}, "the current cluster has no server"),
+        (
+            {
+                "current-context": "c",
+                "contexts": [{"name": "c", "context": {"cluster": "k"}}],
+                "clusters": [{"name": "k", "cluster": {}}],
+            },
+            "the current cluster has no server",
+        ),
     ],
 )
 def test_the_current_context_is_resolved_or_what_is_missing_is_named(doc: dict[str, Any], says: str) -> None:
@@ -163,13 +170,27 @@ def test_the_current_context_is_resolved_or_what_is_missing_is_named(doc: dict[s
         _ = kubeconfig.current(doc, "f").server
 
 
-def test_without_a_current_context_the_one_cluster_and_user_are_the_context() -> None:
+def test_without_a_current_context_not_even_the_one_cluster_is_read() -> None:
+    """As client-go: "no configuration has been provided" (0.2.0 took the only cluster)."""
     doc = {
         "clusters": [{"name": "k", "cluster": {"server": "https://a:1/"}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
     }
+    for current in ({}, {"current-context": ""}):
+        with pytest.raises(KubeconfigError, match="f: no current-context"):
+            kubeconfig.current({**doc, **current}, "f")
+
+
+def test_a_context_whose_user_is_not_in_the_file_has_an_empty_user() -> None:
+    """client-go reads it as no credentials, not as an error."""
+    doc = {
+        "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "gone"}}],
+        "clusters": [{"name": "k", "cluster": {"server": "https://a:1/"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }
     context = kubeconfig.current(doc, "f")
-    assert (context.server, dict(context.user)) == ("https://a:1", {"token": "t"})
+    assert (context.server, dict(context.user)) == ("https://a:1", {})
 
 
 def wrapped(data: bytes, newline: str = "\n", width: int = 76) -> str:
