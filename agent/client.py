@@ -17,7 +17,7 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.path import Attempt, Connection, Origin, resolve
@@ -67,8 +67,9 @@ class LeaseClient:
         *,
         clock: Callable[[], float] = time.monotonic,
         resolver: Callable[[str, int], Any] = resolve,
+        server_name: str = "",
     ) -> None:
-        self.origin = Origin.from_url(base_url)
+        self.origin = replace(Origin.from_url(base_url), tls_name=server_name)
         self.path = lease_path(namespace, name)
         self.token = token
         self.tls = tls
@@ -96,6 +97,7 @@ class LeaseClient:
             lease_name(settings.node_name),
             TokenFile(settings.token_file),
             settings.tls,
+            server_name=settings.server_name,
         )
 
     def reload_tls(self) -> str:

@@ -89,6 +89,10 @@ class Origin:
 
     host: str
     port: int
+    # The name the server's certificate is checked against and sent as SNI where it is not the
+    # host (the kubelet kubeconfig's ``tls-server-name``): the Host header stays the host's, as
+    # client-go sends it.
+    tls_name: str = ""
 
     @classmethod
     def from_url(cls, url: str) -> Origin:
@@ -115,7 +119,7 @@ class Origin:
     @property
     def server_name(self) -> bytes | str:
         """The TLS server name (``wire_name``)."""
-        return wire_name(self.host)
+        return wire_name(self.tls_name or self.host)
 
     @property
     def host_header(self) -> str:

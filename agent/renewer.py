@@ -179,6 +179,7 @@ class Renewer:
             "agent_started",
             url=self.settings.apiserver_url,
             url_from=self.settings.server_from,
+            tls_server_name=self.settings.server_name,
             interval=self.interval_s,
         )
         next_at = self.clock()

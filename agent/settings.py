@@ -60,6 +60,9 @@ class Settings:
     ca_file: str = ""
     # The CA as read from the kubelet kubeconfig's certificate-authority-data.
     ca_pem: str = ""
+    # The kubelet kubeconfig's tls-server-name: the certificate is checked against it, and it
+    # goes as SNI ("": the server's host).
+    server_name: str = ""
     # The kubelet kubeconfig that gave the server ("" when DWD_APISERVER_URL did): read
     # again for its CA after a TLS failure, since a CA rotation rewrites it.
     kubelet_kubeconfig: str = ""
@@ -109,6 +112,7 @@ class Settings:
             **values,
             ca_file=ca_file,
             ca_pem="" if ca_file else endpoint.ca_pem,
+            server_name=endpoint.server_name,
             kubelet_kubeconfig=kubeconfig,
             server_from=server_from,
             metrics_addr=metrics,

@@ -40,11 +40,24 @@ class Context:
             raise KubeconfigError(f"{self.source}: the current cluster has no server")
         return server.rstrip("/")
 
+    @property
+    def server_name(self) -> str:
+        """``tls-server-name``: the name to send as SNI and to check the server's certificate
+        against where it is not the server's host; "" without one."""
+        name = self.cluster.get("tls-server-name")
+        return name if isinstance(name, str) else ""
+
     def ca_pem(self) -> str:
         """The PEM of ``certificate-authority-data``; "" without one."""
         data = self.cluster.get("certificate-authority-data")
         if not isinstance(data, str) or not data:
             return ""
+        if self.cluster.get("certificate-authority"):
+            # client-go refuses the file too: it would not know which CA its writer meant.
+            raise KubeconfigError(
+                f"{self.source}: the current cluster has both certificate-authority-data and "
+                "certificate-authority"
+            )
         return pem(data, self.source, "certificate-authority-data", "CERTIFICATE")
 
     def ca_file(self) -> str:
@@ -57,7 +70,7 @@ class Context:
 def pem(data: str, source: str, field: str, kind: str) -> str:
     """A base64 field that must hold a PEM block of ``kind``, decoded."""
     try:
-        text = base64.b64decode(data, validate=True).decode("ascii")
+        text = decode_base64(data).decode("ascii")
     except (binascii.Error, UnicodeDecodeError):
         raise KubeconfigError(f"{source}: {field} is not base64 of a PEM") from None
     # A key's block names its algorithm or not (EC PRIVATE KEY, PRIVATE KEY): the end is the same.
@@ -65,6 +78,13 @@ def pem(data: str, source: str, field: str, kind: str) -> str:
     if marker not in text:
         raise KubeconfigError(f"{source}: {field} holds no PEM {kind.lower()}")
     return text
+
+
+def decode_base64(data: str) -> bytes:
+    """Base64 as client-go decodes a kubeconfig's ``*-data`` (Go's ``base64.StdEncoding``, through
+    encoding/json): CR and LF are skipped wherever they are (``base64`` wraps at 76 columns), the
+    padding is required, anything else outside the alphabet is an error."""
+    return base64.b64decode(data.replace("\r", "").replace("\n", ""), validate=True)
 
 
 def read_file(path: str) -> Mapping[str, Any]:
@@ -88,21 +108,18 @@ def parse(text: str | bytes, source: str) -> Mapping[str, Any]:
 
 
 def current(doc: Mapping[str, Any], source: str, directory: str = "") -> Context:
-    """The current context; without ``current-context``, the one cluster (and user) there is."""
+    """The current context's cluster and user; a user the file lacks is an empty one."""
     clusters = {e.get("name"): e.get("cluster") for e in named(doc, "clusters", source)}
     users = {e.get("name"): e.get("user") for e in named(doc, "users", source)}
     name = doc.get("current-context")
-    if name:
-        contexts = {e.get("name"): e.get("context") for e in named(doc, "contexts", source)}
-        context = contexts.get(name)
-        if not isinstance(context, Mapping):
-            raise KubeconfigError(f"{source}: current-context {name!r} is not among its contexts")
-        cluster_name, user_name = context.get("cluster"), context.get("user")
-    elif len(clusters) == 1:
-        (cluster_name,) = clusters
-        user_name = next(iter(users)) if len(users) == 1 else None
-    else:
-        raise KubeconfigError(f"{source}: no current-context, and {len(clusters)} clusters to choose from")
+    if not name:
+        # client-go then reads no cluster at all ("no configuration has been provided").
+        raise KubeconfigError(f"{source}: no current-context")
+    contexts = {e.get("name"): e.get("context") for e in named(doc, "contexts", source)}
+    context = contexts.get(name)
+    if not isinstance(context, Mapping):
+        raise KubeconfigError(f"{source}: current-context {name!r} is not among its contexts")
+    cluster_name, user_name = context.get("cluster"), context.get("user")
     cluster = clusters.get(cluster_name)
     if not isinstance(cluster, Mapping):
         raise KubeconfigError(f"{source}: cluster {cluster_name!r} of the current context is not in the file")

@@ -1,5 +1,5 @@
-"""Build kube-apiserver, kube-controller-manager, kubemark, etcd and kustomize from the Go module
-proxy into a version-keyed cache.
+"""Build kube-apiserver, kube-controller-manager, kubemark, etcd, kustomize and our kubeconfig probe
+from the Go module proxy into a version-keyed cache.
 
 The wrapper modules under ``go/`` pin the releases; the cache directory name is
 derived from those pins and the Go toolchain, so a warm cache makes a build a
@@ -79,7 +79,15 @@ KUSTOMIZE = Component(
     "sigs.k8s.io/kustomize/kustomize/v5",
     "sigs.k8s.io/kustomize/kustomize/v5",
 )
-COMPONENTS = (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBEMARK, ETCD, KUSTOMIZE)
+# What client-go makes of a kubeconfig (testenv/kubeconfig_probe.py): client-go at kube-apiserver's
+# release, compiled from the modules its build fetched.
+KUBECONFIG_PROBE = Component(
+    "kubeconfig-probe",
+    GO_DIR / "kubeconfig-probe",
+    "dwd-lease/testenv/kubeconfig-probe",
+    "k8s.io/client-go",
+)
+COMPONENTS = (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBEMARK, ETCD, KUSTOMIZE, KUBECONFIG_PROBE)
 # The ones built in kube-apiserver's go build, and what ``make demo`` runs (those and etcd).
 KUBERNETES = (KUBE_APISERVER, KUBE_CONTROLLER_MANAGER, KUBEMARK)
 DEMO = (*KUBERNETES, ETCD)

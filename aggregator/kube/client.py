@@ -134,9 +134,22 @@ def load_kubeconfig_dict(raw: Any, source: str, *, data_only: bool = False) -> E
     return Endpoint(str(cfg.host).rstrip("/"), ctx, token, source, server_name)
 
 
-def _from_data(raw: Mapping[str, Any], source: str) -> Endpoint:
-    """An Endpoint from a kubeconfig that carries its credentials as data (from a Secret):
-    core/kubeconfig.py's reader, no loader that could run what the Secret's writer chose."""
+@dataclass(frozen=True)
+class DataKubeconfig:
+    """What a kubeconfig from a Secret says, decoded: the server, how to verify it, and the
+    credentials as data ("" where absent)."""
+
+    server: str
+    ca_pem: str
+    server_name: str
+    token: str
+    cert_pem: str
+    key_pem: str
+
+
+def read_data_kubeconfig(raw: Mapping[str, Any], source: str) -> DataKubeconfig:
+    """core/kubeconfig.py's reader, no loader that could run what the Secret's writer chose;
+    what client-go would read otherwise, but what this reader refuses by name (docs/settings.md)."""
     where = f"kubeconfig {source}"
     kubeconfig.only_data(raw, where, DATA_USER_FIELDS, DATA_CLUSTER_FIELDS)
     context = kubeconfig.current(raw, where)
@@ -145,26 +158,36 @@ def _from_data(raw: Mapping[str, Any], source: str) -> Endpoint:
         raise KubeconfigError(f"{where}: server {server!r} is not an https URL")
     if cluster.get("insecure-skip-tls-verify"):
         raise KubeconfigError(f"{where}: insecure-skip-tls-verify is not allowed")
-    ctx = ssl.create_default_context(cadata=context.ca_pem() or None)
-    cert, key = user.get("client-certificate-data"), user.get("client-key-data")
-    if cert or key:
-        _load_pair(ctx, str(cert or ""), str(key or ""), where)
-    if token := str(user.get("token") or ""):
-        credentials: Callable[[], str | None] = lambda: token  # noqa: E731
-    elif cert:
-        credentials = lambda: None  # noqa: E731
-    else:
+    cert, key = str(user.get("client-certificate-data") or ""), str(user.get("client-key-data") or "")
+    if (cert or key) and not (cert and key):
+        raise KubeconfigError(f"{where}: client-certificate-data and client-key-data go together")
+    token = str(user.get("token") or "")
+    if not token and not cert:
         raise KubeconfigError(f"{where}: the current user has no token or client certificate")
-    return Endpoint(server, ctx, credentials, source, str(cluster.get("tls-server-name") or ""))
+    return DataKubeconfig(
+        server,
+        context.ca_pem(),
+        context.server_name,
+        token,
+        cert and kubeconfig.pem(cert, where, "client-certificate-data", "CERTIFICATE"),
+        key and kubeconfig.pem(key, where, "client-key-data", "PRIVATE KEY"),
+    )
 
 
-def _load_pair(ctx: ssl.SSLContext, cert: str, key: str, where: str) -> None:
+def _from_data(raw: Mapping[str, Any], source: str) -> Endpoint:
+    """An Endpoint from a kubeconfig that carries its credentials as data (from a Secret)."""
+    data = read_data_kubeconfig(raw, source)
+    ctx = ssl.create_default_context(cadata=data.ca_pem or None)
+    if data.cert_pem:
+        _load_pair(ctx, data.cert_pem, data.key_pem, f"kubeconfig {source}")
+    token = data.token
+    credentials: Callable[[], str | None] = lambda: token or None  # noqa: E731
+    return Endpoint(data.server, ctx, credentials, source, data.server_name)
+
+
+def _load_pair(ctx: ssl.SSLContext, cert_pem: str, key_pem: str, where: str) -> None:
     """A client certificate and key given as data: ssl reads them only from files, so they are
     written to a private directory for the moment it takes, and gone with it."""
-    if not cert or not key:
-        raise KubeconfigError(f"{where}: client-certificate-data and client-key-data go together")
-    cert_pem = kubeconfig.pem(cert, where, "client-certificate-data", "CERTIFICATE")
-    key_pem = kubeconfig.pem(key, where, "client-key-data", "PRIVATE KEY")
     with tempfile.TemporaryDirectory(prefix="dwd-client-") as private:
         cert_path, key_path = Path(private, "tls.crt"), Path(private, "tls.key")
         cert_path.write_text(cert_pem)

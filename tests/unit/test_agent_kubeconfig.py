@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
 
 from agent.client import LeaseClient
 from agent.kubeconfig import KubeconfigError, read_endpoint
 from agent.settings import Settings
 from core.config import ConfigError
+from core.errors import TransportError
 from testenv.kubelet import write_kubeconfig
 from testenv.pki import CertificateAuthority
 
@@ -177,21 +181,34 @@ def test_a_rotated_ca_is_read_again(tmp_path: Path, ca: CertificateAuthority, ba
     assert subjects(s) == [((("commonName", "kubelet-kubeconfig-ca"),),)]
 
 
+def one(cluster: dict[str, Any]) -> str:
+    """A kubeconfig whose current context names this cluster (and no user)."""
+    context = {"name": "c", "context": {"cluster": "c"}}
+    return json.dumps(
+        {"current-context": "c", "clusters": [{"name": "c", "cluster": cluster}], "contexts": [context]}
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "why"),
     [
         ("a: [", "not valid YAML (line 2, column 1"),
         ("- 1\n- 2\n", "no mapping at the top"),
-        (json.dumps({"clusters": [{"name": "c", "cluster": {}}]}), "the current cluster has no server"),
+        (one({}), "the current cluster has no server"),
         (
             json.dumps({"current-context": "x", "contexts": []}),
             "current-context 'x' is not among its contexts",
         ),
-        (
-            json.dumps({"clusters": [{"name": "a", "cluster": {}}, {"name": "b", "cluster": {}}]}),
-            "no current-context, and 2 clusters to choose from",
-        ),
+        # client-go reads no cluster without one, not even the only one there is.
+        (json.dumps({"clusters": [{"name": "a", "cluster": {"server": SERVER}}]}), "no current-context"),
         (json.dumps({"clusters": "c"}), "clusters is not a list"),
+        (one({"server": SERVER, "insecure-skip-tls-verify": True}), "insecure-skip-tls-verify is set"),
+        (one({"server": SERVER, "proxy-url": "http://proxy:3128"}), "proxy-url is set"),
+        (one({"server": SERVER + "/k8s/clusters/c-1"}), f"server '{SERVER}/k8s/clusters/c-1' has a path"),
+        (
+            one({"server": SERVER, "certificate-authority": "ca.crt", "certificate-authority-data": "eA=="}),
+            "both certificate-authority-data and certificate-authority",
+        ),
     ],
 )
 def test_a_broken_kubeconfig_names_itself_and_what_is_wrong(tmp_path: Path, text: str, why: str) -> None:
@@ -220,3 +237,86 @@ def test_a_kubeconfig_server_that_is_not_https_is_named(tmp_path: Path, base: di
         f"DWD_KUBELET_KUBECONFIG: {path}: server 'http://api.internal.example' "
         "is not an https URL with a host name"
     ]
+
+
+def wrapped(pem: bytes, *, newline: str = "\n") -> str:
+    """Base64 as coreutils' ``base64`` writes it: 76 columns a line, a newline at the end."""
+    flat = base64.b64encode(pem).decode()
+    return newline.join(flat[i : i + 76] for i in range(0, len(flat), 76)) + newline
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_ca_data_wrapped_at_76_columns_is_read_as_client_go_reads_it(
+    tmp_path: Path, ca: CertificateAuthority, base: dict[str, str], newline: str
+) -> None:
+    """A CA pasted from ``base64 ca.crt`` into a literal block: Go's base64 skips the line ends
+    (client-go and 0.2.0 read it); a strict decoder refused it and the agent never started."""
+    data = wrapped(ca.cert_path.read_bytes(), newline=newline)
+    assert "\n" in data.strip()
+    path = kubeconfig(tmp_path / "kubeconfig", **{"certificate-authority-data": data})
+    s = Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(path)})
+    assert subjects(s) == [((("commonName", "kubelet-kubeconfig-ca"),),)]
+
+
+TLS_NAME = "api.internal.shoot.example"  # the only name the server's certificate carries
+
+
+@pytest.fixture
+async def kapi_by_name(tmp_path: Path, ca: CertificateAuthority) -> AsyncIterator[tuple[int, list[Any]]]:
+    """A lease endpoint on loopback whose certificate is for TLS_NAME only, not for 127.0.0.1;
+    it records the server name (SNI) and Host header of every request."""
+    served = ca.issue("kapi", TLS_NAME, dns_names=[TLS_NAME], server=True)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(served.cert, served.key)
+    seen: list[Any] = []
+    context.sni_callback = lambda _sock, name, _ctx: seen.append(("sni", name))
+
+    async def lease(request: web.Request) -> web.Response:
+        seen.append(("host", request.headers.get("Host")))
+        return web.json_response({"kind": "Lease", "metadata": {"name": "n1"}})
+
+    app = web.Application()
+    app.router.add_route("PATCH", "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}", lease)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
+    try:
+        yield runner.addresses[0][1], seen
+    finally:
+        await runner.cleanup()
+
+
+async def test_tls_server_name_is_the_name_the_agent_sends_and_verifies(
+    tmp_path: Path, ca: CertificateAuthority, base: dict[str, str], kapi_by_name: tuple[int, list[Any]]
+) -> None:
+    """Kubelet reaches KAPI by an address and checks its certificate against ``tls-server-name``
+    (and sends it as SNI, which an SNI ingress routes by); the agent must too, or every
+    renewal fails the certificate check. The Host header stays the server's, as client-go's."""
+    port, seen = kapi_by_name
+    server = f"https://127.0.0.1:{port}"
+    cluster = {"server": server, "tls-server-name": TLS_NAME}
+    cluster["certificate-authority-data"] = base64.b64encode(ca.cert_path.read_bytes()).decode()
+    path = kubeconfig(tmp_path / "kubeconfig", **cluster)
+    s = Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(path)})
+    client = LeaseClient.for_settings(s)
+    try:
+        lease = await client.patch({"spec": {}}, window_s=5)
+    finally:
+        await client.aclose()
+    assert lease["kind"] == "Lease"
+    assert seen == [("sni", TLS_NAME), ("host", f"127.0.0.1:{port}")]
+
+
+async def test_without_tls_server_name_the_address_is_verified_and_refused(
+    tmp_path: Path, ca: CertificateAuthority, base: dict[str, str], kapi_by_name: tuple[int, list[Any]]
+) -> None:
+    """The check above is real: the certificate does not carry 127.0.0.1."""
+    port, _ = kapi_by_name
+    path = write_kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{port}", ca.cert_path.read_bytes())
+    client = LeaseClient.for_settings(Settings.from_env({**base, "DWD_KUBELET_KUBECONFIG": str(path)}))
+    try:
+        with pytest.raises(TransportError) as refused:
+            await client.patch({"spec": {}}, window_s=5)
+    finally:
+        await client.aclose()
+    assert refused.value.failure_class == "tls", refused.value

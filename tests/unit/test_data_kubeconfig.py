@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes.config
 import pytest
 from aiohttp import web
 
-from aggregator.kube import client as kube_client
 from aggregator.kube.client import Endpoint, KubeClient, load_kubeconfig_dict
 from core import kubeconfig
 from core.errors import KubeconfigError, TransportError
@@ -99,7 +99,7 @@ async def test_a_secrets_client_certificate_reaches_the_server_by_its_tls_server
     def no_loader(**_: Any) -> None:
         raise AssertionError("the kubernetes loader read a Secret's kubeconfig")
 
-    monkeypatch.setattr(kube_client.k8s_config, "load_kube_config_from_dict", no_loader)
+    monkeypatch.setattr(kubernetes.config, "load_kube_config_from_dict", no_loader)
     before = set(os.listdir(tempfile.gettempdir()))
     endpoint = load_kubeconfig_dict(config, "secret shoot--p--a/access", data_only=True)
     assert set(os.listdir(tempfile.gettempdir())) == before
@@ -148,14 +148,21 @@ def test_bad_credentials_as_data_name_the_secret_and_the_field(
 @pytest.mark.parametrize(
     ("doc", "says"),
     [
-        ({"clusters": [{"name": "a", "cluster": {}}, {"name": "b", "cluster": {}}]}, "2 clusters to choose"),
+        ({"clusters": [{"name": "a", "cluster": {}}, {"name": "b", "cluster": {}}]}, "no current-context"),
         ({"current-context": "x", "contexts": []}, "current-context 'x' is not among its contexts"),
         (
             {"current-context": "c", "contexts": [{"name": "c", "context": {"cluster": "gone"}}]},
             "cluster 'gone' of the current context is not in the file",
         ),
         ({"clusters": {"name": "k"}}, "clusters is not a list"),
-        ({"clusters": [{"name": "k", "cluster": {}}]}, "the current cluster has no server"),
+        (
+            {
+                "current-context": "c",
+                "contexts": [{"name": "c", "context": {"cluster": "k"}}],
+                "clusters": [{"name": "k", "cluster": {}}],
+            },
+            "the current cluster has no server",
+        ),
     ],
 )
 def test_the_current_context_is_resolved_or_what_is_missing_is_named(doc: dict[str, Any], says: str) -> None:
@@ -163,10 +170,84 @@ def test_the_current_context_is_resolved_or_what_is_missing_is_named(doc: dict[s
         _ = kubeconfig.current(doc, "f").server
 
 
-def test_without_a_current_context_the_one_cluster_and_user_are_the_context() -> None:
+def test_without_a_current_context_not_even_the_one_cluster_is_read() -> None:
+    """As client-go: "no configuration has been provided" (0.2.0 took the only cluster)."""
     doc = {
         "clusters": [{"name": "k", "cluster": {"server": "https://a:1/"}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
     }
+    for current in ({}, {"current-context": ""}):
+        with pytest.raises(KubeconfigError, match="f: no current-context"):
+            kubeconfig.current({**doc, **current}, "f")
+
+
+def test_a_context_whose_user_is_not_in_the_file_has_an_empty_user() -> None:
+    """client-go reads it as no credentials, not as an error."""
+    doc = {
+        "current-context": "c",
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "gone"}}],
+        "clusters": [{"name": "k", "cluster": {"server": "https://a:1/"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+    }
     context = kubeconfig.current(doc, "f")
-    assert (context.server, dict(context.user)) == ("https://a:1", {"token": "t"})
+    assert (context.server, dict(context.user)) == ("https://a:1", {})
+
+
+def wrapped(data: bytes, newline: str = "\n", width: int = 76) -> str:
+    """Base64 as coreutils' ``base64`` writes it (76 columns, a newline at the end)."""
+    flat = base64.b64encode(data).decode()
+    return newline.join(flat[i : i + width] for i in range(0, len(flat), width)) + newline
+
+
+# Its base64 ends in one "=", with b"xy" in two, with b"x" in none.
+PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        wrapped(PEM),
+        wrapped(PEM, "\r\n"),
+        wrapped(PEM + b"xy", width=5),
+        wrapped(PEM + b"x", width=8),
+        "\n" + base64.b64encode(PEM).decode(),
+    ],
+    ids=["76-columns-padded", "crlf", "padded-twice-5-columns", "unpadded-8-columns", "leading-newline"],
+)
+def test_base64_with_line_ends_anywhere_is_read_as_go_reads_it(data: str) -> None:
+    """Go's base64.StdEncoding (which decodes every ``[]byte`` field of a kubeconfig for
+    client-go) skips CR and LF wherever they are; everything else outside the alphabet, a
+    missing padding or data after it is an error there and here."""
+    assert kubeconfig.pem(data, "f", "certificate-authority-data", "CERTIFICATE").startswith(PEM.decode())
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        base64.b64encode(PEM).decode().replace("tL", "tL "),  # a space
+        base64.b64encode(PEM).decode().replace("tL", "tL\t"),
+        base64.b64encode(PEM + b"xy").decode().rstrip("="),  # padding missing
+        base64.b64encode(PEM + b"xy").decode() + "AAAA",  # data after the padding
+    ],
+    ids=["space", "tab", "unpadded", "after-padding"],
+)
+def test_base64_that_go_refuses_is_refused(data: str) -> None:
+    with pytest.raises(KubeconfigError, match="certificate-authority-data is not base64 of a PEM"):
+        kubeconfig.pem(data, "f", "certificate-authority-data", "CERTIFICATE")
+
+
+async def test_a_secrets_credentials_wrapped_at_76_columns_reach_the_server(
+    kapi: tuple[int, dict[str, Any]],
+) -> None:
+    """A Secret whose kubeconfig was written with ``base64`` (wrapped): 0.2.0 and client-go read
+    it, a strict decoder left the shoot without a target after an upgrade."""
+    _, config = kapi
+    user, cluster = config["users"][0]["user"], config["clusters"][0]["cluster"]
+    for fields, key in (
+        (user, "client-certificate-data"),
+        (user, "client-key-data"),
+        (cluster, "certificate-authority-data"),
+    ):
+        fields[key] = wrapped(base64.b64decode(fields[key]))
+    endpoint = load_kubeconfig_dict(config, "secret shoot--p--a/access", data_only=True)
+    assert await answer(endpoint) == {"cn": "dwd-lease-aggregator"}
