@@ -62,10 +62,11 @@ def settings(draw: Any) -> dict[str, Any]:
         "min_candidates": draw(st.sampled_from([1, 2, 3])),
         "node_grace_s": draw(st.sampled_from([0.0, 20.0])),
         "blind_limit_s": draw(st.sampled_from([max(lease, 10.0), 30.0, 120.0])),
+        "roll_allowance_s": draw(st.sampled_from([lease, 15.0, 30.0]).filter(lambda x: x >= lease)),
     }
 
 
-SOME = st.sampled_from(["all", "quorum", "minority", "one"])
+SOME = st.sampled_from(["all", "quorum", "sub-quorum", "minority", "one"])
 # Each event lets time pass after it (none, a few ticks, a lease duration and a confirm period,
 # a kubelet's interval and more): an event undone before it could matter finds nothing.
 THEN = st.sampled_from([0, 3, 13, 30])
@@ -113,6 +114,8 @@ class Model(RuleBasedStateMachine):
         k = {
             "all": len(names),
             "quorum": math.ceil(f * len(names)),
+            # The largest cut below the quorum (a zone): KCM should fail over, nothing lowered.
+            "sub-quorum": max(0, math.ceil(f * len(names) - 1e-9) - 1),
             "minority": max(0, math.floor((1 - f) * len(names) - 1e-9)),
             "one": 1,
         }[which]
@@ -154,6 +157,45 @@ class Model(RuleBasedStateMachine):
     def kubelets_start(self) -> None:
         for node in self.world.nodes.values():
             node.kubelet = True
+
+    @event(which=SOME, offset=st.integers(0, 7))
+    def machines_break(self, which: str, offset: int) -> None:
+        """Machines fail (NotReady, not yet replaced by MCM): agent and kubelet silent at once."""
+        for n in self.pick(which, offset):
+            self.world.nodes[n].agent, self.world.nodes[n].kubelet = "killed", False
+
+    # -- the agents' DaemonSet
+    @event(
+        which=st.sampled_from(["all", "all", "quorum", "minority"]),
+        offset=st.integers(0, 7),
+        max_unavailable=st.sampled_from([0.1, 0.25, 0.5, 1.0]),
+        slow=st.sampled_from(["quick", "lease", "allowance"]),
+        release_both=st.booleans(),
+    )
+    def roll(self, which: str, offset: int, max_unavailable: float, slow: str, release_both: bool) -> None:
+        """The agents rolled at ``max_unavailable``, each successor starting within half a lease
+        duration, after two, or past the roll allowance (an image pulled over a slow registry);
+        the agents rolled away release the old layout's lease too, or (0.2.0's) only ours."""
+        w, p = self.world, self.world.p
+        names = self.pick(which, offset)
+        batch = max(1, math.ceil(max_unavailable * len(w.nodes)))
+        delay = {
+            "quick": p.lease_duration_s / 2,
+            "lease": 2 * p.lease_duration_s,
+            "allowance": p.roll_allowance_s + 10,
+        }
+        w.roll(names, batch, delay[slow], release_both=release_both)
+
+    @event(on=st.booleans())
+    def witness_refused(self, on: bool) -> None:
+        """The shoot refuses the kubelets' leases (403): no second witness, the agents' verdict
+        stands."""
+        self.world.witness_refused = on
+
+    @event(on=st.booleans())
+    def move(self, on: bool) -> None:
+        """A move from the first layout (dwd-node-lease) begins or ends."""
+        self.world.move(on)
 
     @event(
         which=SOME,
@@ -354,7 +396,7 @@ class Model(RuleBasedStateMachine):
         """I2, I3: everything healthy and handed back; every controller back at what its owners
         want, without our marks, in time, and still there at the end."""
         w = self.world
-        w.kapi_up, w.kapi_ready, w.token_ok = True, True, True
+        w.kapi_up, w.kapi_ready, w.token_ok, w.witness_refused = True, True, True, False
         for node in w.nodes.values():
             node.path, node.agent, node.kubelet = True, "ok", True
         for i, r in enumerate(w.replicas):

@@ -34,6 +34,26 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
         "silent = stale",
         "1: pending nodes counted silent",
     ),
+    "release_leaves_verdict": (
+        "aggregator/decide/decider.py",
+        '        return "its agent has not renewed yet"\n',
+        '        return "its agent has not renewed yet"\n'
+        "    if lease.view.released and now - lease.seen_renewed_mono >= params.lease_duration_s:\n"
+        '        return "released by its agent"\n',
+        "56.1: a release shrinks the denominator",
+    ),
+    "release_counts_unwitnessed": (
+        "aggregator/decide/decider.py",
+        "if is_stale(lease, now, params) and (witnessed or not lease.view.released)",
+        "if is_stale(lease, now, params)",
+        "56.1: a release alone counted stale",
+    ),
+    "release_of_ours_only": (
+        "aggregator/observe/watcher.py",
+        "            chosen = _released_by_either(chosen, own if chosen is legacy else legacy)\n",
+        "",
+        "56.1: the old layout's lease judged unreleased",
+    ),
     "blind_never_restores": (
         "aggregator/decide/decider.py",
         "if now - blind_since >= params.blind_limit_s:",
@@ -123,7 +143,7 @@ def run(name: str, examples: int, tree: Path) -> tuple[str, float]:
     took = time.monotonic() - started
     if out.returncode == 0:
         return "not caught", took
-    broke = re.findall(r"\b(I[1-6])\b[^\n]{0,100}", out.stdout)
+    broke = re.findall(r"\b(I[1-7])\b[^\n]{0,100}", out.stdout)
     return (f"caught: {broke[0]}" if broke else "caught: " + out.stdout.strip().splitlines()[-1]), took
 
 

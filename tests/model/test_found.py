@@ -6,18 +6,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from aggregator.model.settings import Decider
 from tests.model.machine import Model
 from tests.model.mutants import MUTANTS, ROOT
 
 KCM = "kube-controller-manager"
-# The shipped defaults (aggregator/model/settings.py), as the model's drawn settings.
+# The shipped defaults (aggregator/model/settings.py), as the model's drawn settings, with one
+# candidate enough for a verdict, no node grace and a short blind limit.
+_SHIPPED = Decider()
 DEFAULTS: dict[str, Any] = {
-    "fast_interval_s": 2.0,
-    "lease_duration_s": 8.0,
-    "failure_fraction": 0.6,
-    "recovery_fraction": 0.4,
-    "confirm_period_s": 4.0,
-    "recovery_period_s": 10.0,
+    **{
+        name: getattr(_SHIPPED, name)
+        for name in (
+            "fast_interval_s",
+            "lease_duration_s",
+            "failure_fraction",
+            "recovery_fraction",
+            "confirm_period_s",
+            "recovery_period_s",
+            "roll_allowance_s",
+        )
+    },
     "min_candidates": 1,
     "node_grace_s": 0.0,
     "blind_limit_s": 30.0,
@@ -95,6 +104,49 @@ def test_a_clock_step_hidden_in_a_gap_of_the_kubelet_reads_makes_no_kubelet_sile
     m.clock_step(then=0, dt=-30.0, offset=0, which="all")
     m.token(then=30, ok=False)
     m.token(then=13, ok=True)
+    m.teardown()
+
+
+def test_broken_machines_and_a_slow_roll_of_every_other_agent_lower_nothing() -> None:
+    """Issue 56: 2 of 10 machines broken (agent and kubelet silent), the other agents rolled at
+    once with successors two lease durations slow. A release that left the verdict after a
+    lease duration read 2/2 stale, and KCM, MCM and CA went to 0 while 8 kubelets renewed (I1);
+    without the second witness the same."""
+    for refused in (False, True):
+        m = Model()
+        m.start(drawn=DEFAULTS, nodes=10, seed=1)
+        m.witness_refused(then=13, on=refused)
+        m.machines_break(then=0, which="one", offset=0)
+        m.machines_break(then=13, which="one", offset=1)
+        m.roll(then=30, which="all", offset=2, max_unavailable=1.0, slow="lease", release_both=True)
+        assert all(m.world.replicas_now().values()), m.world.replicas_now()
+        m.teardown()
+
+
+def test_a_sub_quorum_zone_cut_during_a_roll_lowers_nothing() -> None:
+    """Issue 56: half the nodes cut (a zone, below the quorum by design), the other half's
+    agents rolled a quarter at a time with slow successors: 5/7 once the released leases left,
+    scaled down and then held by the recovery fraction (I1)."""
+    m = Model()
+    m.start(drawn=DEFAULTS, nodes=10, seed=1)
+    m.cut(then=13, which="sub-quorum", offset=0)
+    m.roll(then=30, which="all", offset=5, max_unavailable=0.25, slow="lease", release_both=True)
+    m.wait(seconds=40)
+    assert all(m.world.replicas_now().values()), m.world.replicas_now()
+    m.teardown()
+
+
+def test_a_roll_of_old_agents_during_the_move_lowers_nothing_without_the_second_witness() -> None:
+    """Issue 56: during a move from the first layout, agents of 0.2.0 release only their lease of
+    ours; the old layout's, renewed just after it, is the one judged. With the kubelets' leases
+    refused, a slow roll read as every node stale (I1)."""
+    m = Model()
+    m.start(drawn=DEFAULTS, nodes=6, seed=1)
+    m.move(then=13, on=True)
+    m.witness_refused(then=13, on=True)
+    m.roll(then=30, which="all", offset=0, max_unavailable=1.0, slow="allowance", release_both=False)
+    m.wait(seconds=21)
+    assert all(m.world.replicas_now().values()), m.world.replicas_now()
     m.teardown()
 
 

@@ -41,6 +41,8 @@ from aggregator.target import Target
 from core.errors import Conflict, KubeError, TransportError, api_error
 from core.lease import (
     DEFAULT_LEASE_NAMESPACE,
+    LEGACY_LEASE_NAMESPACE,
+    RELEASED,
     RENEW_INTERVAL,
     format_micro_time,
     lease_metadata,
@@ -113,6 +115,13 @@ class Node:
     kubelet_due: float = 0.0
     # Since when the kubelet has been able to renew without a break (inf: it cannot now).
     kubelet_ok_since: float = 0.0
+    # Rolled: its agent stopped (released its lease) and its successor starts renewing then.
+    successor_at: float = -math.inf
+    # Since when its agent has worked on a working path without a break, rolled or not.
+    agent_ok_since: float = 0.0
+    # During a move, the renewal of the old layout's lease that follows ours (its stamp): it
+    # lands a tick later, as the aggregator sees it land after ours.
+    legacy_stamp: float | None = None
 
 
 @dataclass
@@ -144,6 +153,8 @@ class Link:
     ) -> Any:
         if self.cut:
             raise TransportError("connect", f"{method} {path}: connection refused")
+        if self.world.witness_refused and not self.seed and f"/namespaces/{NODE_LEASE_NAMESPACE}/" in path:
+            raise api_error(403, '{"reason":"Forbidden","message":"kubelet leases: not allowed"}')
         if method == "GET" or not self.seed:
             return await self.kube.request(method, path, body=body, params=params, **kw)
         self.world.sent.append(Sent(self.world.clock(), self.replica, method, path, copy.deepcopy(body)))
@@ -269,7 +280,9 @@ class Replica:
         if self.target is None:
             self.target = self.new_target()
         t = self.target
-        for informer in (t.parts.nodes, t.parts.leases):
+        for informer in (t.parts.nodes, t.parts.leases, t.parts.legacy):
+            if informer is None:
+                continue
             try:
                 await informer.list_now()
                 informer.synced.set()
@@ -318,6 +331,17 @@ class World:
         # started at, or what an operator (or dependency-watchdog's scale-up) set since.
         self.wanted = dict(CONTROLLERS)
         self.dwd_lowered: set[str] = set()
+        # The agent DaemonSet's roll: nodes still to roll, how many at once (maxUnavailable), how
+        # long a successor takes to start, and whether the agents rolled away release the old
+        # layout's lease too (0.2.0's release only ours).
+        self.rolling: list[str] = []
+        self.roll_batch = 1
+        self.roll_delay_s = 0.0
+        self.release_both = True
+        # A move from the first layout: every agent renews its lease there too, after ours.
+        self.moving = False
+        # The shoot refuses the aggregator the kubelets' leases (its RBAC not updated yet).
+        self.witness_refused = False
         self.generations = [0] * replicas
         self.replicas = [Replica(self, i, 0) for i in range(replicas)]
         self.down = [False] * replicas  # a replica that is not running (crashed, not restarted)
@@ -369,19 +393,28 @@ class World:
         judged are not renewing their kubelets."""
         now = self.clock()
         p = target.params
+        # The nodes eligible before any roll: a release takes no node out of the denominator.
+        unreleased = {
+            n: replace(lease, view=replace(lease.view, released=False))
+            for n, lease in target.parts.observed.leases.items()
+        }
         counted = candidates(
             target.parts.observed.nodes,
-            target.parts.observed.leases,
+            unreleased,
             now,
             p,
             target.parts.pacer.last().fast,
             machines=target.parts.evidence.machines.phases(),
         )
-        alive = self.renewing(now) & set(counted)
+        # Without the second witness (its leases refused) the agents' verdict stands: judged
+        # against the agents' truth, a roll (or a release) counting as no failure.
+        witnessed = target.parts.evidence.kubelets.readings() is not None
+        alive = (self.renewing(now) if witnessed else self.reaching(now)) & set(counted)
         if counted and len(alive) > (1 - p.failure_fraction) * len(counted) + 1e-9:
+            what = "kubelets renewing" if witnessed else "agents reaching KAPI (no second witness)"
             self.violations.append(
                 f"I1 at {now:.1f}: replica {replica.index} scaled down with {len(alive)} of "
-                f"{len(counted)} candidates' kubelets renewing ({sorted(alive)}): {target.status.reason}"
+                f"{len(counted)} candidates' {what} ({sorted(alive)}): {target.status.reason}"
             )
 
     def on_write(self, sent: Sent) -> None:
@@ -406,7 +439,7 @@ class World:
         )
         node.agent_due = now + self.rng.uniform(0, self.p.fast_interval_s)
         node.kubelet_due = now + node.kubelet_phase_s
-        node.kubelet_ok_since = now - 3600 if old else now
+        node.kubelet_ok_since = node.agent_ok_since = now - 3600 if old else now
         self.nodes[name] = node
         self.shoot.put(
             f"/api/v1/nodes/{name}",
@@ -447,20 +480,91 @@ class World:
     def can_reach(self, node: Node) -> bool:
         return node.path and self.kapi_up and self.kapi_ready and node.name in self.nodes
 
+    def agent_leases(self, name: str) -> list[dict[str, Any]]:
+        """The leases a node's agent writes: ours, and the first layout's during a move."""
+        paths = [node_lease_path(DEFAULT_LEASE_NAMESPACE, name)]
+        if self.moving:
+            paths.append(lease_path(LEGACY_LEASE_NAMESPACE, name))
+        return [lease for path in paths if (lease := self.shoot.objects.get(path)) is not None]
+
+    def _renew(self, node: Node, lease: dict[str, Any], stamp: float) -> None:
+        lease["spec"]["renewTime"] = self.node_time(node, stamp)
+        lease["spec"]["holderIdentity"] = node.name
+        (lease["metadata"].get("annotations") or {}).pop(RELEASED, None)
+        lease["metadata"]["resourceVersion"] = self.shoot._next_rv()
+        managed(lease, "dwd-lease-agent", _iso(at(stamp)), RENEW_FIELDS)
+
+    def _renew_legacy(self, node: Node) -> None:
+        """The old layout's lease, renewed after ours (the tick before)."""
+        if node.legacy_stamp is not None:
+            for lease in self.agent_leases(node.name)[1:]:
+                self._renew(node, lease, node.legacy_stamp)
+            node.legacy_stamp = None
+
+    def reaching(self, now: float) -> set[str]:
+        """The nodes whose agent has worked on a working path (or rolled) for a lease duration
+        and more: what the agents alone, with no second witness, must not call cut off."""
+        window = self.p.lease_duration_s + 2 * self.p.tick_s
+        return {n for n, node in self.nodes.items() if node.agent_ok_since <= now - window}
+
     def _renew_agents(self, now: float) -> None:
         for node in self.nodes.values():
+            if not (node.agent == "ok" and self.can_reach(node)):
+                node.agent_ok_since = math.inf
+            elif node.agent_ok_since == math.inf:
+                node.agent_ok_since = now
+            self._renew_legacy(node)
             while node.agent_due <= now:
                 due = node.agent_due
-                lease = self.shoot.objects.get(node_lease_path(DEFAULT_LEASE_NAMESPACE, node.name))
+                if due < node.successor_at:  # rolled: nothing renews until the successor runs
+                    node.agent_due = node.successor_at
+                    continue
                 interval = self.p.fast_interval_s
-                if lease is not None and node.agent == "ok" and self.can_reach(node):
-                    lease["spec"]["renewTime"] = self.node_time(node, due)
-                    lease["spec"]["holderIdentity"] = node.name
-                    lease["metadata"]["resourceVersion"] = self.shoot._next_rv()
-                    managed(lease, "dwd-lease-agent", _iso(at(due)), RENEW_FIELDS)
+                own = self.agent_leases(node.name)[:1] if node.agent == "ok" and self.can_reach(node) else []
+                for lease in own:
+                    self._renew(node, lease, due)
                     text = (lease["metadata"].get("annotations") or {}).get(RENEW_INTERVAL, "")
                     interval = _seconds(text) or interval
+                    node.legacy_stamp = due if self.moving else None
                 node.agent_due = due + interval
+
+    # -- the agents' DaemonSet
+    def roll(self, names: list[str], batch: int, delay_s: float, *, release_both: bool) -> None:
+        """The DaemonSet rolls ``names``, ``batch`` at a time: each agent stops (marking its
+        lease released, where it can reach KAPI) and its successor starts ``delay_s`` later; the
+        next batch starts once the last one's successors run."""
+        self.rolling = [n for n in names if n in self.nodes]
+        self.roll_batch, self.roll_delay_s, self.release_both = batch, delay_s, release_both
+
+    def _roll_on(self, now: float) -> None:
+        self.rolling = [n for n in self.rolling if n in self.nodes]
+        if not self.rolling or any(node.successor_at > now for node in self.nodes.values()):
+            return
+        batch, self.rolling = self.rolling[: self.roll_batch], self.rolling[self.roll_batch :]
+        for name in batch:
+            node = self.nodes[name]
+            if node.agent == "ok" and self.can_reach(node):
+                self._renew_legacy(node)  # the renewal under way ends before the agent stops
+                leases = self.agent_leases(name)
+                for lease in leases if self.release_both else leases[:1]:
+                    lease["metadata"].setdefault("annotations", {})[RELEASED] = "true"
+                    lease["metadata"]["resourceVersion"] = self.shoot._next_rv()
+            node.successor_at = now + self.roll_delay_s
+
+    def move(self, on: bool) -> None:
+        """A move from the first layout begins (each node's lease there, as the old aggregator
+        kept it, renewed by the agents after ours) or ends (the old namespace deleted)."""
+        self.moving = on
+        for name in self.nodes:
+            path = lease_path(LEGACY_LEASE_NAMESPACE, name)
+            own = self.shoot.objects.get(node_lease_path(DEFAULT_LEASE_NAMESPACE, name))
+            if not on:
+                self.shoot.objects.pop(path, None)
+            elif own is not None and path not in self.shoot.objects:
+                old = copy.deepcopy(own)
+                old["metadata"] = {k: v for k, v in old["metadata"].items() if k not in ("labels", "name")}
+                old["metadata"]["name"] = name
+                self.shoot.put(path, old)
 
     def _renew_kubelets(self, now: float) -> None:
         for node in self.nodes.values():
@@ -489,6 +593,7 @@ class World:
     async def step(self) -> None:
         self.clock.now += self.p.tick_s
         now = self.clock()
+        self._roll_on(now)
         self._renew_agents(now)
         self._renew_kubelets(now)
         self.shoot.down = not self.kapi_up
