@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from aggregator.model.settings import Decider
 from tests.model.machine import Model
 from tests.model.mutants import MUTANTS, ROOT
@@ -147,6 +149,34 @@ def test_a_roll_of_old_agents_during_the_move_lowers_nothing_without_the_second_
     m.roll(then=30, which="all", offset=0, max_unavailable=1.0, slow="allowance", release_both=False)
     m.wait(seconds=21)
     assert all(m.world.replicas_now().values()), m.world.replicas_now()
+    m.teardown()
+
+
+@pytest.mark.parametrize("max_unavailable", [1.0, 0.5, 0.25, 0.1])
+def test_a_cut_as_the_agents_roll_is_scaled_down_at_worst_past_the_roll_allowance(
+    max_unavailable: float,
+) -> None:
+    """The worst case of a release never counted (docs/decision.md, "A lease its agent
+    released"): every node cut as the roll begins, no successor able to renew. Where no more
+    than 1 - the failure fraction roll at once, the rest make the quorum as outside a roll;
+    above, the released wait the roll allowance for their silent kubelets."""
+    m = Model()
+    m.start(drawn=DEFAULTS | {"min_candidates": 2}, nodes=10, seed=1)
+    w, p = m.world, m.world.p
+    m.roll(
+        then=0, which="all", offset=0, max_unavailable=max_unavailable, slow="allowance", release_both=True
+    )
+    m.run(w.step())  # the first batch stops, releasing its leases
+    for node in w.nodes.values():
+        node.path = False
+    start = w.clock()
+    while w.clock() - start < 120 and w.replicas_now()[KCM] > 0:
+        m.run(w.step())
+    took = w.clock() - start
+    print(f"maxUnavailable {max_unavailable:g}: cut as the roll began, KCM at 0 after {took:.1f}s")
+    quick = p.lease_duration_s + p.confirm_period_s + p.witness_margin_s + 10.4 + p.witness_slack_s + 5
+    bound = p.roll_allowance_s + p.confirm_period_s + 4 * p.tick_s if max_unavailable > 0.4 else quick
+    assert w.replicas_now()[KCM] == 0 and took <= bound, f"{took:.1f}s, bound {bound:.1f}s"
     m.teardown()
 
 
