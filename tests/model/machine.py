@@ -7,11 +7,15 @@ a replica restarted (cleanly or killed) or cut off from the seed, writes held by
 and landing later, seed faults (409, 429, 500, time-outs), a seed watch that falls behind,
 dependency-watchdog's scale-down and scale-up, an operator's scale and ``ignore-scaling``, our
 annotation or label removed, the Cluster hibernated, migrated and back, the shoot's token
-revoked, its API server down, node clocks stepped; the settings drawn from their allowed ranges.
+revoked, its API server down, node clocks stepped; the agent DaemonSet rolled (any
+maxUnavailable, successors quick or slower than the roll allowance, releasing the old layout's
+lease too or ours only), a move from the first layout, machines breaking, the kubelets' leases
+refused; the settings drawn from their allowed ranges.
 
 Invariants, after every step (``World.violations``) and at the quiet end (``teardown``):
-  I1  no scale-down while more than (1 - failure fraction) of the judged candidates' kubelets
-      renew;
+  I1  no scale-down while more than (1 - failure fraction) of the candidates' kubelets renew,
+      counted over the nodes eligible before any roll (without the second witness, of their
+      agents reaching KAPI, a rolling one counting as reaching);
   I2  once path, credentials and leadership are healthy, every controller is back within the
       recovery period, the blind limit, a leader's lease duration and MCM's scale-up delay, and
       nothing is at 0 at the quiet end;
