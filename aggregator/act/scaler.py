@@ -151,7 +151,7 @@ class Scaler:
                 state = await self.replicas.get(d)
                 if state.newer_format:
                     self._note_newer(d, state)
-                elif state.exists and state.record is not None and (state.written or state.label is not None):
+                if state.exists and state.record is not None and (state.written or state.label is not None):
                     await self._write(d, Write(CLEARED), state, reason)
                     self.events.send(d, state, "HandedBack", f"{reason}", "Normal")
             except KubeError as e:
@@ -253,15 +253,19 @@ class Scaler:
             if s.replicas > 0 and s.replicas != s.record.replicas:
                 # Raised by someone else while held down: what they set is what comes back.
                 return Write(record_marks(replace(s.record, replicas=s.replicas)), zero)
+            if (restore := s.restore_to()) is None:
+                return None  # a later release's record without a count: held as it was found
             if not s.marks_complete():
                 # dependency-watchdog's scale-up removes its protection mark: gardenlet needs it.
-                return Write(record_marks(replace(s.record, replicas=s.restore_to())), zero)
+                # A later release's record rewritten is this release's: that release reads it.
+                return Write(record_marks(replace(s.record, replicas=restore)), zero)
             return Write(replicas=0) if s.replicas != 0 else None
         if s.record is None or s.replicas != 0:
             # Not ours, or running: up only from 0, any other count is somebody's choice.
             return None
-        restore = s.restore_to()
-        if s.record.replicas is None:
+        if (restore := s.restore_to()) is None:
+            return None  # nothing this release can restore: handed back (``_settled``)
+        if s.record.replicas is None and not s.newer_format:
             self.events.once(s.name, "invalid", "record_invalid", restoring=restore)
         return Write(replicas=restore) if may_start else None
 
@@ -282,13 +286,16 @@ class Scaler:
         self.events.send(d, s, "RaisedWhileProtected", message, "Warning")
 
     def _note_newer(self, d: Dependent, s: DependentState) -> None:
-        """A record a later release wrote (a rollback while it held the shoot down): never
-        written or cleared here, told once an episode, as an Event and on the status page."""
+        """A record a later release wrote (a rollback while it held the shoot down): read as far
+        as this release knows it and acted on as ours; told once an episode, as an Event and on
+        the status page."""
         if not self.events.first(d.name, "newer"):
             return
+        restore = s.restore_to()
+        then = f"{restore} to restore" if restore is not None else "no count to restore: handed back"
         message = (
             f"{d.name} carries a dwd-lease record of format {s.newer_format}, newer than this release "
-            f"reads ({FORMAT}): left as it is; the release that wrote it restores it"
+            f"writes ({FORMAT}): read as far as this release knows it, {then}"
         )
         self.log.warning("record_from_a_newer_release", resource=d.name, format=s.newer_format)
         self.events.send(d, s, "RecordFromNewerRelease", message, "Warning")
@@ -311,10 +318,11 @@ class Scaler:
         """At the wanted spec, and the controller has followed (or its timeout is spent)."""
         if s.ignored or (s.record is None and (direction is Direction.UP or s.replicas == 0)):
             return True  # left alone: ignored, not ours, or not running
-        if direction is Direction.DOWN and (s.replicas != 0 or not s.marks_complete()):
+        countless = s.restore_to() is None  # a later release's record: held, or handed back
+        if direction is Direction.DOWN and (s.replicas != 0 or not (s.marks_complete() or countless)):
             return False  # waiting for its initial delay
         if direction is Direction.UP and s.replicas == 0:
-            return False
+            return countless
         if direction is Direction.DOWN:
             self._held.add(d.name)
         followed = s.current == 0 if direction is Direction.DOWN else s.ready >= s.replicas
@@ -361,8 +369,24 @@ class Scaler:
         if self.desired is Desired.SCALED_DOWN:
             replicas = None if s.record is None else s.record.replicas
             self.events.once(d.name, "done", "resource_scaled_down", replicas_before=replicas, reason=reason)
+        elif s.replicas == 0:
+            self._handed_back(d, s, reason)
         else:
             self.events.once(d.name, "done", "resource_scaled_up", replicas=s.replicas, reason=reason)
+
+    def _handed_back(self, d: Dependent, s: DependentState, reason: str) -> None:
+        """A later release's record that says no count this release can read, nor does
+        dependency-watchdog's key beside it: our marks removed, the replicas left to the
+        dependent's owner (gardenlet raises what no longer carries the protection mark)."""
+        if not self.events.first(d.name, "done"):
+            return
+        message = (
+            f"{d.name} carried a dwd-lease record of format {s.newer_format} with no count this "
+            f"release reads, nor a dependency-watchdog replicas: our marks removed, its replicas "
+            f"left to its owner ({reason})"
+        )
+        self.log.warning("resource_handed_back", resource=d.name, format=s.newer_format, reason=reason)
+        self.events.send(d, s, "HandedBack", message, "Warning")
 
     async def close(self) -> None:
         """Drop the Events still in flight: the target is stopping."""

@@ -30,7 +30,8 @@ IGNORE_SCALING = PREFIX + "ignore-scaling"
 RECORD = "dwd-lease.gardener.cloud/scaled-down"
 # The record's format, written into it. 1: 0.2.0's (no ``format`` key), read as ever; 2: this
 # release's, the same keys and ``format`` (0.2.0 reads it, a rollback keeps what was lowered).
-# A newer one is a later release's: read for its count, never written or cleared here.
+# Formats are additive: a later release keeps these keys and their meaning and only adds its
+# own, so a newer record is read as far as the keys this release knows (a rollback restores it).
 FORMAT = 2
 
 
@@ -45,21 +46,20 @@ class Record:
 
     @classmethod
     def parse(cls, text: str) -> Record:
-        """Never fails: an unreadable record is still ours (it is our key), its count unknown."""
+        """Never fails: an unreadable record is still ours (it is our key), its count unknown.
+        A later release's is read as far as the keys this release knows; what it added is extra."""
         try:
             raw = json.loads(text)
             fmt = raw.get("format", 1)
             if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
                 raise ValueError(fmt)
-            if fmt > FORMAT:
-                return cls(None, format=fmt)  # a later release's: its keys are not ours to read
-            replicas = raw["replicas"]
-            # A count of 0 would restore nothing: a running dependent is never recorded at 0.
-            if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
-                raise ValueError(replicas)
-            return cls(replicas, str(raw.get("target") or ""), str(raw.get("at") or ""), fmt)
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, AttributeError):
             return cls(None)
+        replicas = raw.get("replicas")
+        # A count of 0 would restore nothing: a running dependent is never recorded at 0.
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+            return cls(None, format=max(fmt, FORMAT))  # unreadable, or a later release's elsewhere
+        return cls(replicas, str(raw.get("target") or ""), str(raw.get("at") or ""), fmt)
 
     @property
     def newer(self) -> bool:

@@ -69,8 +69,7 @@ class DependentState:
             record=parsed if parsed is not None else (from_label(str(label)) if label is not None else None),
             dwd_replicas=None if ann.get(REPLICAS) is None else str(ann[REPLICAS]),
             protected=MELTDOWN in ann,
-            # A later release's record is left as it is, as an ignored dependent is.
-            ignored=ann.get(IGNORE_SCALING) == "true" or (parsed is not None and parsed.newer),
+            ignored=ann.get(IGNORE_SCALING) == "true",
             resource_version=resource_version(obj),
             written=record is not None,
             label=None if label is None else str(label),
@@ -86,18 +85,21 @@ class DependentState:
         """dependency-watchdog's marks without our record: somebody else's, never acted on."""
         return self.record is None and (self.dwd_replicas is not None or self.protected)
 
-    def restore_to(self) -> int:
+    def restore_to(self) -> int | None:
         """The replicas to bring back: our record's count, unless dependency-watchdog's key
         beside it says otherwise while the dependent is at 0. We write that key with our count,
         so a different one was written after ours by whoever lowered it last, recording what it
         took (dependency-watchdog lowering a count an operator raised it to before we looked):
         what was there last comes back. An unreadable record falls back to that key, then to 1
-        (dependency-watchdog's rule)."""
+        (dependency-watchdog's rule); a later release's without a count this release can read
+        to None: nothing to restore, it is handed back (aggregator/act/scaler.py)."""
         dwd = _as_int(self.dwd_replicas)
         later = dwd if dwd is not None and dwd > 0 and self.replicas == 0 else None
         if self.record is not None and self.record.replicas is not None:
             return later or self.record.replicas
-        return dwd if dwd is not None and dwd > 0 else 1
+        if dwd is not None and dwd > 0:
+            return dwd
+        return None if self.newer_format else 1
 
     def marks_complete(self) -> bool:
         """Our record with its label, and dependency-watchdog's keys beside it saying the same."""

@@ -102,8 +102,8 @@ def _dependents(t: dict[str, Any]) -> str:
         if d.get("foreign"):
             mark = f" (somebody else's record: replicas {d.get('dwd_replicas')}, left alone)"
         if d.get("newer_format"):
-            mark = f" (a later release's record, format {d['newer_format']}: left alone)"
-        elif d.get("ignored"):
+            mark += f" (a later release's record, format {d['newer_format']}: read as far as known)"
+        if d.get("ignored"):
             mark += " (ignore-scaling)"
         error = f" error: {d['error']}" if d.get("error") else ""
         parts.append(f"{name} {d.get('ready', 0)}/{d.get('replicas', 0)}{mark}{error}")

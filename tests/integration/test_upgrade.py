@@ -4,6 +4,9 @@ run as its own process) lowers the controllers on a cut; this release starts bes
 standby, the previous one is stopped (SIGTERM) and this one takes over while the cut lasts.
 The shoot must stay held until the heal, and every controller come back with exactly its
 replicas. The same the other way: this release holds, the previous one takes over (a rollback).
+And this release as the older one: the next release's records (this release's, their format
+bumped and a key added, as a later release writes them: formats only add keys) found by this
+release taking over, as on a rollback from the next release.
 
 Each release reads the other's record: 0.2.0's has no format (1), this one's is format 2.
 In the aggregators' hand-over the agents are the harness's lease driver (what the agent
@@ -22,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.model.records import FORMAT, RECORD
+from aggregator.model.records import FORMAT, MELTDOWN, RECORD, REPLICAS
 from core.lease import parse_micro_time
 from testenv import releases
 from testenv.apply import apply, kustomize_build
@@ -30,6 +33,7 @@ from testenv.controllers import CONTROLLERS, DOWN, KCM
 from testenv.controlplane import free_port
 from testenv.process import Process, stop_all
 from testenv.shoot import Sample, Shoot
+from testenv.standins import DEPLOYMENTS
 from testenv.wait import wait_for
 from tests.integration.test_move import Candidates, candidates, new_agent
 
@@ -51,12 +55,36 @@ def held(sample: Sample) -> bool:
 
 
 def restored(shoot: Shoot) -> bool:
-    return shoot.replicas() == CONTROLLERS and not any(shoot.annotation(n, RECORD) for n in CONTROLLERS)
+    """Every controller at its replicas, and no mark left: our record (annotation and label),
+    dependency-watchdog's ``replicas`` and ``meltdown-protection-active`` beside it."""
+    metas = [d["metadata"] for d in shoot.deployments().values()]
+    marked = [
+        m["name"]
+        for m in metas
+        if {RECORD, REPLICAS, MELTDOWN} & set(m.get("annotations") or {}) or RECORD in (m.get("labels") or {})
+    ]
+    return shoot.replicas() == CONTROLLERS and not marked
 
 
-def hand_over(shoot: Shoot, first: Callable[[], Process], second: Callable[[], Process]) -> dict[str, float]:
-    """``first`` leads and holds the shoot down on a cut; ``second`` takes over while the cut
-    lasts; the heal. Returns when each step happened (time.monotonic())."""
+def as_next_release(shoot: Shoot) -> None:
+    """Every record rewritten as a hypothetical next release writes it: this release's, its
+    format bumped and a key this release does not know added."""
+    for name in CONTROLLERS:
+        record = {**json.loads(shoot.annotation(name, RECORD) or "{}"), "format": FORMAT + 1}
+        record["episode"] = {"id": "next-1", "witnesses": ["agent", "kubelet"]}
+        path = f"{DEPLOYMENTS.format(ns=shoot.namespace)}/{name}"
+        shoot.seed_admin.merge_patch(path, {"metadata": {"annotations": {RECORD: json.dumps(record)}}})
+
+
+def hand_over(
+    shoot: Shoot,
+    first: Callable[[], Process],
+    second: Callable[[], Process],
+    lowered_as: Callable[[Shoot], None] = lambda _shoot: None,
+) -> dict[str, float]:
+    """``first`` leads and holds the shoot down on a cut (its records then rewritten by
+    ``lowered_as``); ``second`` takes over while the cut lasts; the heal. Returns when each step
+    happened (time.monotonic())."""
     sampler = shoot.sampler()
     old = first()
     shoot.wait_leases_renewed()  # the aggregator creates them
@@ -67,6 +95,7 @@ def hand_over(shoot: Shoot, first: Callable[[], Process], second: Callable[[], P
     shoot.driver.alive.clear()
     wait_for(lambda: shoot.replicas() == DOWN, 30, f"the first release lowering ({old.log_path})")
     at["lowered"] = time.monotonic()
+    lowered_as(shoot)
     # Which release lowered, by the record it wrote: 0.2.0's has no format (1), this one's 2.
     records = {n: shoot.annotation(n, RECORD) for n in CONTROLLERS}
     at["format"] = json.loads(records[KCM] or "{}").get("format", 1)
@@ -106,21 +135,26 @@ def report(what: str, at: dict[str, float]) -> None:
     )
 
 
-@pytest.mark.parametrize("direction", ["upgrade", "rollback"])
+@pytest.mark.parametrize("direction", ["upgrade", "rollback", "rollback-from-next"])
 def test_a_release_change_while_held_down_keeps_every_replica(
     shoot: Shoot, previous_release: tuple[str, Path], direction: str
 ) -> None:
-    """upgrade: the previous release holds, this one takes over; rollback: the other way."""
+    """upgrade: the previous release holds, this one takes over; rollback: the other way;
+    rollback-from-next: the next release holds (its records of a format this release does not
+    know), this one takes over."""
     version, tree = previous_release
     shoot.setup(nodes=NODES)
     election = shoot.election_env()
-    releases_in_order = [tree, None] if direction == "upgrade" else [None, tree]
+    releases_in_order = {"upgrade": [tree, None], "rollback": [None, tree]}.get(direction, [None, None])
     first, second = (
-        functools.partial(shoot.start_aggregator, source=t, **election) for t in releases_in_order
+        functools.partial(shoot.start_aggregator, source=t, seed=None, **election) for t in releases_in_order
     )
-    at = hand_over(shoot, first, second)
-    assert at["format"] == (1 if direction == "upgrade" else FORMAT), "the other release lowered"
-    report(f"{direction} {'from' if direction == 'upgrade' else 'to'} {version}", at)
+    from_next = direction == "rollback-from-next"
+    at = hand_over(shoot, first, second, as_next_release if from_next else lambda _shoot: None)
+    lowered_by = {"upgrade": 1, "rollback": FORMAT}.get(direction, FORMAT + 1)
+    assert at["format"] == lowered_by, "another release lowered"
+    said = {"upgrade": f"upgrade from {version}", "rollback": f"rollback to {version}"}
+    report(said.get(direction, f"rollback from the next release (format {FORMAT + 1})"), at)
 
 
 def renewed_since(shoot: Shoot, since: datetime) -> bool:
