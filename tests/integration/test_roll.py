@@ -131,7 +131,11 @@ class Watch:
     def of(cls, w: NodesWorld) -> Watch:
         sampler, looks = w.shoot.sampler(), Looks(w.metrics_port)
         looks.start()
-        wait_for(lambda: sampler.latest() and looks.latest(), 10, "a first sample and a first look")
+        wait_for(
+            lambda: sampler.latest() and (x := looks.latest()) and x.judging and x.stale == 0,
+            10,
+            "a first sample, and a look at the aggregator judging every node fresh",
+        )
         return cls(w, sampler, looks)
 
     def mark(self, what: str) -> None:
