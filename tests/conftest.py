@@ -40,6 +40,7 @@ LONG_FIRST = (
     "tests/e2e/test_images.py",  # 180
     "tests/integration/test_kcm_loop.py",  # 170
     "tests/integration/test_agents_fail.py",  # 110
+    "tests/integration/test_roll.py",  # 100: ten real kubelets, twice
     "tests/integration/test_grm.py",  # 60: gardener-resource-manager and its ManagedResource
     "tests/soak/test_faults.py",  # 70
 )

@@ -62,11 +62,15 @@ class NodesWorld:
         # The aggregator first: it creates the agents' leases, and an agent that finds none backs off.
         self.metrics_port = free_port()
         self.aggregator = self.shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{self.metrics_port}")
-        url = f"https://localhost:{self.lb.port}"
-        self.procs = [self.agents.start(self.agents.env(n, DWD_APISERVER_URL=url)) for n in NODES]
+        self.procs = [self.start_agent(n) for n in NODES]
         wait_for(lambda: self.lease_ages_s() and max(self.lease_ages_s()) < 1, 60, "every agent renewing")
         wait_for(lambda: self.phases()[-1:] == ["healthy"], 30, "a healthy verdict", every_s=0.2)
         return self
+
+    def start_agent(self, node: str) -> Process:
+        """``node``'s agent, reaching KAPI through the load balancer as its kubelet does (a
+        DaemonSet's successor pod is started the same way)."""
+        return self.agents.start(self.agents.env(node, DWD_APISERVER_URL=f"https://localhost:{self.lb.port}"))
 
     # --- what is observed ---------------------------------------------------------------------
 
