@@ -1,10 +1,14 @@
-"""Gardener's objects in a test seed: the Cluster and Machine CRDs (schemaless) and Cluster
-objects of a realistic size. A Cluster embeds its Shoot, Seed and CloudProfile; in a real seed one is
-about 25 KB, most of it the CloudProfile's machine images and types."""
+"""Gardener's objects in a test seed: its CRDs (``module_crds``: from Gardener's release;
+schemaless ones where a test needs no GRM build), Extensions, and Cluster objects of a realistic
+size. A Cluster embeds its Shoot, Seed and CloudProfile; in a real seed one is about 25 KB, most
+of it the CloudProfile's machine images and types."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from testenv import grm
+from testenv.apply import load_docs
 
 
 def _approval(group: str) -> dict[str, str]:
@@ -44,13 +48,6 @@ def schemaless_crd(
 CLUSTER_CRD = schemaless_crd("extensions.gardener.cloud", "Cluster", namespaced=False)
 # MCM's Machine, as far as a reader of its phase needs it.
 MACHINE_CRD = schemaless_crd("machine.sapcloud.io", "Machine", namespaced=True, status=True)
-# What the Gardener manifests (manifests/gardener) are made of beside core kinds: applied as
-# the API server would store them, not checked against the real schemas.
-GARDENER_MANIFEST_CRDS = [
-    schemaless_crd("resources.gardener.cloud", "ManagedResource", namespaced=True),
-    schemaless_crd("autoscaling.k8s.io", "VerticalPodAutoscaler", namespaced=True, version_name="v1"),
-    schemaless_crd("monitoring.coreos.com", "PrometheusRule", namespaced=True, version_name="v1"),
-]
 
 
 # The operations and states of a Shoot's ``status.lastOperation``, as Gardener names them
@@ -91,13 +88,7 @@ def shoot(
     status: dict[str, Any] = {"hibernated": hibernated}
     if last_operation is not None:
         kind, state = last_operation
-        status["lastOperation"] = {
-            "type": kind,
-            "state": state,
-            "progress": 100 if state == "Succeeded" else 50,
-            "description": f"{kind} {state.lower()}",
-            "lastUpdateTime": "2026-01-01T00:00:00Z",
-        }
+        status["lastOperation"] = recorded_operation(kind, state, "2026-01-01T00:00:00Z")
     meta: dict[str, Any] = {"name": name, "namespace": f"garden-{project}"}
     if deleting:
         meta["deletionTimestamp"] = DELETED_AT
@@ -156,4 +147,56 @@ def cluster(name: str, *, machine_types: int = 0, **shoot_fields: Any) -> dict[s
             },
             "shoot": shoot(shoot_name, project=project, **shoot_fields),
         },
+    }
+
+
+def module_crds(*kinds: str) -> list[dict[str, Any]]:
+    """The CRDs of ``kinds`` as Gardener's release ships them for a seed (testenv/grm.py
+    ``SEED_CRDS``: Cluster, Extension, ManagedResource, Machine, VerticalPodAutoscaler,
+    PrometheusRule), read from its module tree, not written here: their schemas prune and
+    reject what Gardener's would. Needs GRM's build (``pytest.mark.builds(grm.NAME)``)."""
+    unknown = [kind for kind in kinds if kind not in grm.SEED_CRDS]
+    if unknown:
+        raise KeyError(f"no CRD of kind {unknown} taken from gardener's tree: one of {sorted(grm.SEED_CRDS)}")
+    return [doc for kind in kinds for doc in load_docs(grm.find_crd(kind).read_text())]
+
+
+# gardenlet's annotations on an extension object (pkg/apis/core/v1beta1/constants).
+OPERATION = "gardener.cloud/operation"
+TIMESTAMP = "gardener.cloud/timestamp"
+
+
+def extension(
+    namespace: str,
+    extension_type: str,
+    *,
+    generation: int = 1,
+    annotations: dict[str, str] | None = None,
+    status: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """An ``extensions.gardener.cloud/v1alpha1`` Extension as gardenlet creates it in a shoot's
+    control-plane namespace, named after its type, with the ``status`` a controller wrote
+    (None: none yet). ``generation``: as the API server would have counted it."""
+    return {
+        "apiVersion": "extensions.gardener.cloud/v1alpha1",
+        "kind": "Extension",
+        "metadata": {
+            "name": extension_type,
+            "namespace": namespace,
+            "generation": generation,
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {"type": extension_type},
+        **({"status": status} if status is not None else {}),
+    }
+
+
+def recorded_operation(kind: str, state: str, updated: str) -> dict[str, Any]:
+    """A ``status.lastOperation`` as an extension controller writes it (``updated``: RFC 3339)."""
+    return {
+        "type": kind,
+        "state": state,
+        "progress": 100 if state == "Succeeded" else 50,
+        "description": f"{kind} {state.lower()}",
+        "lastUpdateTime": updated,
     }

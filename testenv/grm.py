@@ -31,11 +31,19 @@ from testenv.controlplane import ControlPlane, free_port
 from testenv.process import Process, spawn
 from testenv.wait import wait_for
 
-VERSION = "v1.136.2"
+VERSION = "v1.149.3"
 MODULE = "github.com/gardener/gardener"
 NAME = "gardener-resource-manager"
-# The one CRD the source (seed) side needs.
-CRD = "example/seed-crds/10-crd-resources.gardener.cloud_managedresources.yaml"
+# The seed's CRDs taken from the release's tree (testenv/gardener.py ``module_crds``), by kind:
+# the ManagedResource one GRM's source side needs, and those the tests' objects are made of.
+SEED_CRDS = {
+    "Cluster": "example/seed-crds/10-crd-extensions.gardener.cloud_clusters.yaml",
+    "Extension": "example/seed-crds/10-crd-extensions.gardener.cloud_extensions.yaml",
+    "ManagedResource": "example/seed-crds/10-crd-resources.gardener.cloud_managedresources.yaml",
+    "Machine": "example/seed-crds/10-crd-machine.sapcloud.io_machines.yaml",
+    "VerticalPodAutoscaler": "example/seed-crds/10-crd-autoscaling.k8s.io_verticalpodautoscalers.yaml",
+    "PrometheusRule": "example/seed-crds/10-crd-monitoring.coreos.com_prometheusrules.yaml",
+}
 # gardenlet's target namespaces for a shoot (pkg/gardenlet/operation/botanist/resource_manager.go).
 # A pod or namespace with this label set to "disable" is left out by the kubernetes-service-host
 # webhook (gardener's resourcesv1alpha1.KubernetesServiceHostInject).
@@ -78,20 +86,20 @@ def binary_path() -> Path:
     return GRM.binary_path()
 
 
-def crd_path() -> Path:
-    return cache_dir() / "managedresources-crd.yaml"
+def crd_path(kind: str) -> Path:
+    return cache_dir() / "crds" / f"{kind}.yaml"
 
 
-def find_crd() -> Path:
-    """The ManagedResource CRD of GRM's release, once any build of GRM under way has ended (it
-    is taken from the tree GRM is built from)."""
+def find_crd(kind: str) -> Path:
+    """The CRD of ``kind`` (one of ``SEED_CRDS``) in GRM's release, once any build of GRM under
+    way has ended (it is taken from the tree GRM is built from)."""
     find(GRM)
-    return crd_path()
+    return crd_path(kind)
 
 
 def missing(b: TreeBinary) -> bool:
-    """Whether ``b`` is not built (GRM: nor the CRD its tests apply)."""
-    return not b.binary_path().exists() or (b is GRM and not crd_path().exists())
+    """Whether ``b`` is not built (GRM: nor the CRDs taken from its tree)."""
+    return not b.binary_path().exists() or (b is GRM and not all(crd_path(k).exists() for k in SEED_CRDS))
 
 
 def build(
@@ -118,21 +126,34 @@ def _build(*, force: bool, log: TextIO, only: tuple[TreeBinary, ...]) -> dict[st
             if b.source is not None:
                 (src / b.package).mkdir(parents=True)
                 shutil.copyfile(b.source, src / b.package / "main.go")
-        pkg = "k8s.io/component-base/version"
-        ldflags = f"-s -w -X {pkg}.gitVersion={VERSION} -X {pkg}.gitTreeState=clean"
-        subprocess.run(
-            ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", tmp + "/", *(b.package for b in todo)],
-            cwd=src,
-            env=binaries.go_build_env(),
-            check=True,
-        )
+        # A GRM built before a CRD joined SEED_CRDS gets it without a compile.
+        compile_ = [b for b in todo if force or not b.binary_path().exists()]
+        if compile_:
+            _go_build(src, compile_, Path(tmp))
         for b in todo:
             if b is GRM:
-                crd_path().parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src / CRD, crd_path())
-            binaries.install(Path(tmp) / Path(b.package).name, b.binary_path())
+                _copy_crds(src)
+            if b in compile_:
+                binaries.install(Path(tmp) / Path(b.package).name, b.binary_path())
     print(f"testenv: built {names} in {time.monotonic() - started:.0f}s", file=log, flush=True)
     return out
+
+
+def _go_build(src: Path, todo: list[TreeBinary], out: Path) -> None:
+    pkg = "k8s.io/component-base/version"
+    ldflags = f"-s -w -X {pkg}.gitVersion={VERSION} -X {pkg}.gitTreeState=clean"
+    subprocess.run(
+        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", f"{out}/", *(b.package for b in todo)],
+        cwd=src,
+        env=binaries.go_build_env(),
+        check=True,
+    )
+
+
+def _copy_crds(src: Path) -> None:
+    for kind, path in SEED_CRDS.items():
+        crd_path(kind).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / path, crd_path(kind))
 
 
 def find(binary: TreeBinary = GRM) -> Path:

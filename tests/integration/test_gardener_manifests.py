@@ -1,5 +1,5 @@
 """manifests/gardener and manifests/monitoring rendered by kustomize and applied to a real API
-server (Gardener's kinds as schemaless CRDs): the seed component labelled as gardenlet's are,
+server (Gardener's kinds under the CRDs of its release): the seed component labelled as gardenlet's are,
 the shoot part as a ManagedResource whose objects are what their kustomization renders, and
 the agent under kubelet's own priority level once those objects are applied."""
 
@@ -14,15 +14,16 @@ from typing import Any
 import pytest
 
 from core.lease import lease_metadata, leases_path, node_lease_path
+from testenv import grm
 from testenv.agents import pod_env
 from testenv.apply import GENERATED, RESOURCES, apply, generated, kustomize_build, load_docs
 from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
-from testenv.gardener import GARDENER_MANIFEST_CRDS
+from testenv.gardener import module_crds
 from testenv.process import spawn_python
 from testenv.wait import wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOOT_NS = "shoot--p--s"
@@ -53,7 +54,7 @@ def installed(plane: ControlPlane) -> dict[str, list[dict[str, Any]]]:
         ],
     }
     with plane.admin_client() as admin:
-        apply(admin, GARDENER_MANIFEST_CRDS)
+        apply(admin, module_crds("ManagedResource", "VerticalPodAutoscaler", "PrometheusRule"))
         wait_for(lambda: _served(admin), 20, "the CRDs")
         for ns in ("garden", "kube-system", SHOOT_NS):
             ensure_namespace(admin, ns)

@@ -1,6 +1,7 @@
-"""Our Gardener fixtures and manifests, decoded strictly with Gardener's own Go types (v1.136.2,
-the release GRM and dependency-watchdog v1.7.0 are built on): the seed's schemaless CRDs take any
-field, Go's decoder drops the ones it does not know, and a misspelt one would read as unset."""
+"""Our Gardener fixtures and manifests, decoded strictly with Gardener's own Go types (the release
+GRM is built from, testenv/grm.py ``VERSION``): a schemaless CRD, or a field Gardener's own CRD
+keeps unknown, takes anything, Go's decoder drops the ones it does not know, and a misspelt one
+would read as unset."""
 
 from __future__ import annotations
 

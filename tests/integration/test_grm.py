@@ -31,7 +31,7 @@ from testenv import grm
 from testenv.apply import RESOURCES, apply, kustomize_build, load_docs, object_path
 from testenv.client import Client, denial, node_leases
 from testenv.controlplane import ControlPlane, free_port
-from testenv.gardener import CLUSTER_CRD, cluster
+from testenv.gardener import cluster, module_crds
 from testenv.kcm import KcmReplicas
 from testenv.process import Process, json_log, spawn, spawn_python
 from testenv.shoot import Shoot
@@ -71,7 +71,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GrmWorld]:
         try:
             shoot.setup(nodes=0)
             with seed.admin_client() as admin:
-                apply(admin, [*load_docs(grm.find_crd().read_text()), CLUSTER_CRD])
+                apply(admin, module_crds("ManagedResource", "Cluster"))
                 wait_for(lambda: _established(admin), 30, "the ManagedResource and Cluster CRDs")
                 rendered = kustomize_build(ROOT / "manifests" / "gardener" / "shoot")
                 apply(admin, [{**d, "metadata": {**d["metadata"], "namespace": NS}} for d in rendered])

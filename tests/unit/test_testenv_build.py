@@ -108,6 +108,7 @@ def test_a_binary_being_built_is_waited_for_not_missing(
 REST = {
     "from testenv import grm": "grm.NAME",
     "gardener_types": "grm.NAME",
+    "module_crds(": "grm.NAME",
     "from testenv.dependency_watchdog import DependencyWatchdog": "dependency_watchdog.NAME",
     "containers.images(": '"images"',
 }
