@@ -1,28 +1,48 @@
-// dwd-lease-gardener-types: checks test fixtures against Gardener's own Go types.
+// dwd-lease-gardener-types: test fixtures checked against Gardener's own Go code.
 //
 // Ours, not Gardener's: testenv/grm.py copies it into a copy of Gardener's module tree and
-// builds it in the same `go build` as gardener-resource-manager, so it decodes with the very
-// types (and the very release) the seed's components decode with.
+// builds it in the same `go build` as gardener-resource-manager, so it decodes, judges and
+// renders with the very code (and the very release) the seed's components run.
 //
-// stdin: a JSON array of objects. stdout: a JSON array of error strings, one per object, ""
-// for one that decodes. "Strictly": sigs.k8s.io/json's UnmarshalStrict, case-sensitive, an
-// unknown or a duplicate field is an error naming its path. A schemaless CRD stores whatever
-// it is given and Go's decoder drops what it does not know, so without this a misspelt field
-// (status.isHibernated for status.hibernated) reads as its zero value, silently.
+// Three verbs (argv[1]; none: check), each reading JSON on stdin and writing JSON on stdout:
+//
+//	check            an array of objects -> an array of error strings, one per object, "" for
+//	                 one that decodes. "Strictly": sigs.k8s.io/json's UnmarshalStrict,
+//	                 case-sensitive, an unknown or a duplicate field is an error naming its path.
+//	                 A schemaless CRD stores whatever it is given and Go's decoder drops what it
+//	                 does not know, so without this a misspelt field (status.isHibernated for
+//	                 status.hibernated) reads as its zero value, silently.
+//	check-extension  an array of Extension objects -> an array of gardenlet's verdicts, "" for
+//	                 ready, else the error text of health.CheckExtensionObject.
+//	render-chart     a renderRequest -> a renderResponse: a ControllerDeployment's chart archive
+//	                 rendered by pkg/chartrenderer as gardenlet's ControllerInstallation
+//	                 reconciler renders it.
 package main
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
+	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
+	gardencorev1 "github.com/gardener/gardener/pkg/apis/core/v1"
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
+	"github.com/gardener/gardener/pkg/chartrenderer"
 	"github.com/gardener/gardener/pkg/extensions"
+	"github.com/gardener/gardener/pkg/features"
+	gardenletfeatures "github.com/gardener/gardener/pkg/gardenlet/features"
+	"github.com/gardener/gardener/pkg/utils"
+	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/version"
+	apimachineryversion "k8s.io/apimachinery/pkg/version"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/utils/ptr"
 	kjson "sigs.k8s.io/json"
 )
 
@@ -34,10 +54,43 @@ type typeMeta struct {
 }
 
 func main() {
-	var objects []json.RawMessage
-	if err := json.NewDecoder(os.Stdin).Decode(&objects); err != nil {
-		fmt.Fprintf(os.Stderr, "stdin: not a JSON array of objects: %v\n", err)
+	verb := "check"
+	if len(os.Args) > 1 {
+		verb = os.Args[1]
+	}
+	verbs := map[string]func(io.Reader) (any, error){
+		"check":           checkAll,
+		"check-extension": checkExtensions,
+		"render-chart":    renderChart,
+	}
+	run, ok := verbs[verb]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "unknown verb %q: want check, check-extension or render-chart\n", verb)
 		os.Exit(2)
+	}
+	out, err := run(os.Stdin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", verb, err)
+		os.Exit(2)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
+		fmt.Fprintf(os.Stderr, "stdout: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func readArray(in io.Reader) ([]json.RawMessage, error) {
+	var objects []json.RawMessage
+	if err := json.NewDecoder(in).Decode(&objects); err != nil {
+		return nil, fmt.Errorf("stdin: not a JSON array of objects: %w", err)
+	}
+	return objects, nil
+}
+
+func checkAll(in io.Reader) (any, error) {
+	objects, err := readArray(in)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]string, len(objects))
 	for i, raw := range objects {
@@ -45,10 +98,28 @@ func main() {
 			out[i] = err.Error()
 		}
 	}
-	if err := json.NewEncoder(os.Stdout).Encode(out); err != nil {
-		fmt.Fprintf(os.Stderr, "stdout: %v\n", err)
-		os.Exit(1)
+	return out, nil
+}
+
+// checkExtensions: gardenlet's verdict on each Extension (an object that does not decode
+// strictly as one is an error of the whole run, naming its index: a verdict on a misread
+// object would prove nothing).
+func checkExtensions(in io.Reader) (any, error) {
+	objects, err := readArray(in)
+	if err != nil {
+		return nil, err
 	}
+	out := make([]string, len(objects))
+	for i, raw := range objects {
+		ext := &extensionsv1alpha1.Extension{}
+		if err := checkTyped(raw, extensionsv1alpha1.SchemeGroupVersion.String(), "Extension", ext); err != nil {
+			return nil, fmt.Errorf("object %d: %w", i, err)
+		}
+		if err := health.CheckExtensionObject(ext); err != nil {
+			out[i] = err.Error()
+		}
+	}
+	return out, nil
 }
 
 func check(raw []byte) error {
@@ -67,6 +138,12 @@ func check(raw []byte) error {
 		return checkTyped(raw, coreAPIVersion, "CloudProfile", &gardencorev1beta1.CloudProfile{})
 	case "ManagedResource":
 		return checkTyped(raw, resourcesv1alpha1.SchemeGroupVersion.String(), "ManagedResource", &resourcesv1alpha1.ManagedResource{})
+	case "Extension":
+		return checkTyped(raw, extensionsv1alpha1.SchemeGroupVersion.String(), "Extension", &extensionsv1alpha1.Extension{})
+	case "ControllerRegistration":
+		return checkTyped(raw, coreAPIVersion, "ControllerRegistration", &gardencorev1beta1.ControllerRegistration{})
+	case "ControllerDeployment":
+		return checkControllerDeployment(raw, meta.APIVersion)
 	}
 	return fmt.Errorf("kind %q (apiVersion %q): not a kind this checker knows", meta.Kind, meta.APIVersion)
 }
@@ -110,7 +187,8 @@ func checkCluster(raw []byte) error {
 		into        any
 	}{
 		{"spec.shoot", "Shoot", cluster.Spec.Shoot, &gardencorev1beta1.Shoot{}},
-		{"spec.seed", "Seed", cluster.Spec.Seed, &gardencorev1beta1.Seed{}},
+		// Optional in Gardener's type since self-hosted shoots; a seed's Cluster has it.
+		{"spec.seed", "Seed", ptr.Deref(cluster.Spec.Seed, runtime.RawExtension{}), &gardencorev1beta1.Seed{}},
 		{"spec.cloudProfile", "CloudProfile", cluster.Spec.CloudProfile, &gardencorev1beta1.CloudProfile{}},
 	}
 	var errs []string
@@ -148,4 +226,158 @@ func joined(errs []string) error {
 		return nil
 	}
 	return errors.New(strings.Join(errs, "; "))
+}
+
+// checkControllerDeployment: both versions Gardener v1.14x serves, each into its own type
+// (core.gardener.cloud/v1: helm; v1beta1: type and providerConfig).
+func checkControllerDeployment(raw []byte, apiVersion string) error {
+	if apiVersion == gardencorev1.SchemeGroupVersion.String() {
+		return checkTyped(raw, apiVersion, "ControllerDeployment", &gardencorev1.ControllerDeployment{})
+	}
+	return checkTyped(raw, coreAPIVersion, "ControllerDeployment", &gardencorev1beta1.ControllerDeployment{})
+}
+
+// renderRequest: what gardenlet's ControllerInstallation reconciler renders a chart from.
+type renderRequest struct {
+	// Archive: the chart as a ControllerDeployment's helm.rawChart carries it (a .tgz).
+	Archive []byte `json:"archive"`
+	// ReleaseName: gardenlet uses the ControllerRegistration's name.
+	ReleaseName string `json:"releaseName"`
+	// Namespace: gardenlet's extension-<ControllerInstallation name>.
+	Namespace string `json:"namespace"`
+	// KubeVersion: the seed's kube-apiserver's, which gardenlet's renderer asks for.
+	KubeVersion string `json:"kubeVersion"`
+	// Values: the ControllerDeployment's helm.values.
+	Values map[string]any `json:"values"`
+	// Gardenlet: what gardenlet's own values are made of; nil: the chart gets Values alone.
+	Gardenlet *gardenletInputs `json:"gardenlet"`
+}
+
+type gardenletInputs struct {
+	Seed                  json.RawMessage `json:"seed"`
+	GardenerVersion       string          `json:"gardenerVersion"`
+	GardenClusterIdentity string          `json:"gardenClusterIdentity"`
+}
+
+type renderResponse struct {
+	// Files: the rendered chart as gardenlet stores it in the ControllerInstallation's
+	// ManagedResource Secret (RenderedChart.AsSecretData).
+	Files map[string]string `json:"files"`
+	// Values: what the chart was rendered with (Values merged with gardenlet's).
+	Values map[string]any `json:"values"`
+}
+
+func renderChart(in io.Reader) (any, error) {
+	req := renderRequest{}
+	body, err := io.ReadAll(in)
+	if err != nil {
+		return nil, err
+	}
+	if err := strict(body, &req); err != nil {
+		return nil, fmt.Errorf("stdin: %w", err)
+	}
+	values := req.Values
+	if req.Gardenlet != nil {
+		injected, err := gardenletValues(req.Gardenlet)
+		if err != nil {
+			return nil, err
+		}
+		values = utils.MergeMaps(values, injected)
+	}
+	renderer, err := newRenderer(req.KubeVersion)
+	if err != nil {
+		return nil, err
+	}
+	release, err := renderer.RenderArchive(req.Archive, req.ReleaseName, req.Namespace, values)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]string{}
+	for name, content := range release.AsSecretData() {
+		files[name] = string(content)
+	}
+	return renderResponse{Files: files, Values: values}, nil
+}
+
+func newRenderer(kubeVersion string) (chartrenderer.Interface, error) {
+	v, err := version.ParseSemantic(kubeVersion)
+	if err != nil {
+		return nil, fmt.Errorf("kubeVersion: %w", err)
+	}
+	return chartrenderer.NewWithServerVersion(&apimachineryversion.Info{
+		GitVersion: kubeVersion,
+		Major:      fmt.Sprint(v.Major()),
+		Minor:      fmt.Sprint(v.Minor()),
+	}), nil
+}
+
+// gardenletValues: the "gardener" values gardenlet mixes into every chart it renders for a
+// seed, built as pkg/gardenlet/controller/controllerinstallation/controllerinstallation/
+// reconciler.go builds them (a copy of its map: the reconciler builds it inline). Its feature
+// gates are gardenlet's, registered as gardenlet registers them, at their defaults.
+func gardenletValues(in *gardenletInputs) (map[string]any, error) {
+	seed := &gardencorev1beta1.Seed{}
+	if err := checkTyped(in.Seed, coreAPIVersion, "Seed", seed); err != nil {
+		return nil, fmt.Errorf("gardenlet.seed: %w", err)
+	}
+	// gardenlet reads the Seed as gardener-apiserver stores it: defaulted.
+	gardencorev1beta1.SetObjectDefaults_Seed(seed)
+	if seed.Status.ClusterIdentity == nil {
+		return nil, fmt.Errorf("gardenlet.seed: status.clusterIdentity not set (gardenlet refuses to render for it)")
+	}
+	gardenerMap := map[string]any{
+		"version":   in.GardenerVersion,
+		"garden":    map[string]any{"clusterIdentity": in.GardenClusterIdentity},
+		"gardenlet": map[string]any{"featureGates": gardenletFeatureGates()},
+		"seed":      seedValues(seed),
+	}
+	// Through JSON, as the renderer reads them: the test sees what the chart sees.
+	raw, err := json.Marshal(map[string]any{"gardener": gardenerMap})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	return out, json.Unmarshal(raw, &out)
+}
+
+func gardenletFeatureGates() map[featuregate.Feature]bool {
+	gardenletfeatures.RegisterFeatureGates() // once: a run renders once
+	out := map[featuregate.Feature]bool{}
+	for feature := range features.DefaultFeatureGate.GetAll() {
+		out[feature] = features.DefaultFeatureGate.Enabled(feature)
+	}
+	return out
+}
+
+func seedValues(seed *gardencorev1beta1.Seed) map[string]any {
+	var (
+		volumeProvider  string
+		volumeProviders []gardencorev1beta1.SeedVolumeProvider
+	)
+	if seed.Spec.Volume != nil {
+		volumeProviders = seed.Spec.Volume.Providers
+		if len(seed.Spec.Volume.Providers) > 0 {
+			volumeProvider = seed.Spec.Volume.Providers[0].Name
+		}
+	}
+	values := map[string]any{
+		"name":            seed.Name,
+		"clusterIdentity": *seed.Status.ClusterIdentity,
+		"annotations":     seed.Annotations,
+		"labels":          seed.Labels,
+		"provider":        seed.Spec.Provider.Type,
+		"region":          seed.Spec.Provider.Region,
+		"volumeProvider":  volumeProvider,
+		"volumeProviders": volumeProviders,
+		"protected":       v1beta1helper.TaintsHave(seed.Spec.Taints, gardencorev1beta1.SeedTaintProtected),
+		"visible":         seed.Spec.Settings.Scheduling.Visible,
+		"taints":          seed.Spec.Taints,
+		"networks":        seed.Spec.Networks,
+		"blockCIDRs":      seed.Spec.Networks.BlockCIDRs,
+		"spec":            seed.Spec,
+	}
+	if seed.Spec.Ingress != nil {
+		values["ingressDomain"] = &seed.Spec.Ingress.Domain
+	}
+	return values
 }

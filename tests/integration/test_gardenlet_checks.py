@@ -1,0 +1,237 @@
+"""gardenlet's own code run on our objects, through our checker built from Gardener's release
+(testenv/gardener_types.py): its verdict on an Extension (``health.CheckExtensionObject``, one
+case per condition it checks), the extension registration kinds decoded strictly, and a chart
+rendered by its ``chartrenderer`` with the values gardenlet mixes in, then applied to a real
+kube-apiserver."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testenv import binaries, gardener_types, grm
+from testenv.apply import apply
+from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.gardener import OPERATION, TIMESTAMP, extension, recorded_operation
+
+pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
+
+NS = "shoot--p--s"
+UPDATED = "2026-03-01T10:00:00Z"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _checker() -> None:
+    try:
+        gardener_types.find()
+    except FileNotFoundError as e:
+        pytest.fail(str(e))  # never a silent skip
+
+
+def _ext(
+    *, generation: int = 1, observed: int = 1, state: str | None = "Succeeded", **extra: Any
+) -> dict[str, Any]:
+    status: dict[str, Any] = {"observedGeneration": observed}
+    if state is not None:
+        status["lastOperation"] = recorded_operation("Reconcile", state, UPDATED)
+    status.update(extra.pop("status", {}))
+    return extension(NS, "dwd-lease", generation=generation, status=status, **extra)
+
+
+# Each condition gardenlet checks, and what its verdict says (pkg/utils/kubernetes/health/extensions.go).
+CASES: list[tuple[str, dict[str, Any], str]] = [
+    ("reconciled", _ext(), ""),
+    ("reconciled, asked at the same second", _ext(annotations={TIMESTAMP: "2026-03-01T10:00:00.9Z"}), ""),
+    (
+        "a lastError",
+        _ext(status={"lastError": {"description": "providerConfig.failureFraction: 2 > 1"}}),
+        "error during reconciliation: providerConfig.failureFraction: 2 > 1",
+    ),
+    ("a spec change not yet observed", _ext(generation=2), "observed generation outdated (1/2)"),
+    (
+        "the operation annotation still there",
+        _ext(annotations={OPERATION: "reconcile"}),
+        'gardener operation "reconcile" is not yet picked up by controller',
+    ),
+    ("no lastOperation yet", _ext(state=None), "extension did not record a last operation yet"),
+    ("still processing", _ext(state="Processing"), "extension state is not succeeded but Processing"),
+    ("failed", _ext(state="Error"), "extension state is not succeeded but Error"),
+    (
+        "asked again after its last update",
+        _ext(annotations={TIMESTAMP: "2026-03-01T10:00:01Z"}),
+        "extension is not reconciled yet - reconciliation requested at 2026-03-01T10:00:01Z",
+    ),
+]
+
+
+def test_gardenlet_judges_an_extension_by_each_of_its_conditions() -> None:
+    verdicts = gardener_types.extension_verdicts([obj for _, obj, _ in CASES])
+    for (why, _, expected), verdict in zip(CASES, verdicts, strict=True):
+        print(f"{why}: {verdict or 'ready'}")
+        assert (verdict == "") if not expected else verdict.startswith(expected), f"{why}: {verdict!r}"
+
+
+def test_an_object_that_is_not_an_extension_gets_no_verdict() -> None:
+    misspelt = _ext()
+    misspelt["status"]["observedgeneration"] = misspelt["status"].pop("observedGeneration")
+    with pytest.raises(RuntimeError, match=r"object 1: .*status\.observedgeneration"):
+        gardener_types.extension_verdicts([_ext(), misspelt])
+
+
+def _registration(**resource: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "core.gardener.cloud/v1beta1",
+        "kind": "ControllerRegistration",
+        "metadata": {"name": "dwd-lease"},
+        "spec": {
+            "resources": [
+                {
+                    "kind": "Extension",
+                    "type": "dwd-lease",
+                    "lifecycle": {"reconcile": "AfterKubeAPIServer"},
+                    **resource,
+                }
+            ],
+            "deployment": {"deploymentRefs": [{"name": "dwd-lease"}]},
+        },
+    }
+
+
+def _deployment(api_version: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": "ControllerDeployment",
+        "metadata": {"name": "dwd-lease"},
+        **body,
+    }
+
+
+RAW_CHART = base64.b64encode(b"not read by the decoder").decode()
+
+
+def test_the_registration_kinds_decode_strictly_in_the_versions_gardener_serves() -> None:
+    good = [
+        _registration(autoEnable=["shoot"], workerlessSupported=True),
+        _deployment("core.gardener.cloud/v1", {"helm": {"rawChart": RAW_CHART, "values": {"replicas": 1}}}),
+        _deployment("core.gardener.cloud/v1beta1", {"type": "helm", "providerConfig": {"chart": RAW_CHART}}),
+        _ext(),
+    ]
+    assert gardener_types.strict_errors(good) == ["", "", "", ""]
+    planted = [
+        (_registration(autoEnable="shoot"), "autoEnable"),  # a list in Gardener's type
+        (_registration(workerless=True), "workerless"),
+        (_deployment("core.gardener.cloud/v1", {"helm": {"rawchart": RAW_CHART}}), "helm.rawchart"),
+        (_deployment("core.gardener.cloud/v1", {"type": "helm"}), "type"),  # v1beta1's shape in v1
+    ]
+    errors = gardener_types.strict_errors([obj for obj, _ in planted])
+    for (_, name), error in zip(planted, errors, strict=True):
+        assert name in error, f"{error!r} should name {name}"
+        print(f"{name}: {error}")
+
+
+TEMPLATE = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ include "name" . }}
+  namespace: {{ .Release.Namespace }}
+  labels:
+    seed: {{ .Values.gardener.seed.name }}
+    gardener-version: {{ .Values.gardener.version }}
+    kube-minor: {{ .Capabilities.KubeVersion.Minor | quote }}
+spec:
+  replicas: {{ .Values.replicas }}
+  selector: {matchLabels: {app: {{ include "name" . }}}}
+  template:
+    metadata: {labels: {app: {{ include "name" . }}}}
+    spec:
+      containers:
+      - name: c
+        image: {{ .Values.image }}
+"""
+
+
+@pytest.fixture
+def chart(tmp_path: Path) -> Path:
+    root = tmp_path / "dwd-lease"
+    (root / "templates").mkdir(parents=True)
+    (root / "Chart.yaml").write_text("apiVersion: v2\nname: dwd-lease\nversion: 0.1.0\n")
+    (root / "values.yaml").write_text("replicas: 1\nimage: example.org/dwd-lease:v0\n")
+    (root / "templates" / "_helpers.tpl").write_text(
+        '{{- define "name" -}}{{ .Release.Name }}-ctl{{- end -}}\n'
+    )
+    (root / "templates" / "deployment.yaml").write_text(TEMPLATE)
+    (root / "templates" / "NOTES.txt").write_text("installed\n")
+    return root
+
+
+SEED = {
+    "apiVersion": "core.gardener.cloud/v1beta1",
+    "kind": "Seed",
+    "metadata": {"name": "seed-a", "labels": {"region": "local"}},
+    "spec": {
+        "provider": {"type": "local", "region": "local"},
+        "networks": {"pods": "10.1.0.0/16", "services": "10.2.0.0/16"},
+        "ingress": {"domain": "ingress.seed-a.example.org", "controller": {"kind": "nginx"}},
+    },
+    "status": {"clusterIdentity": "seed-a-identity"},
+}
+
+
+@pytest.fixture(scope="module")
+def seed_plane() -> Iterator[ControlPlane]:
+    with ControlPlane().running() as cp:
+        yield cp
+
+
+def test_a_chart_renders_as_gardenlet_renders_it_and_applies(chart: Path, seed_plane: ControlPlane) -> None:
+    namespace = "extension-dwd-lease-x1y2z"
+    rendered = gardener_types.render_chart(
+        gardener_types.chart_archive(chart),
+        release_name="dwd-lease",
+        namespace=namespace,
+        kube_version=binaries.KUBE_APISERVER.version(),
+        values={"replicas": 2},
+        gardenlet=gardener_types.GardenletValues(SEED),
+    )
+    print(f"\nfiles: {sorted(rendered.files)}")
+    assert sorted(rendered.files) == ["dwd-lease_templates_deployment.yaml"]  # no NOTES, no partials
+    (deployment,) = rendered.objects()
+    labels = deployment["metadata"]["labels"]
+    assert (deployment["metadata"]["name"], deployment["metadata"]["namespace"]) == (
+        "dwd-lease-ctl",
+        namespace,
+    )
+    assert labels == {"seed": "seed-a", "gardener-version": grm.VERSION, "kube-minor": "35"}
+    assert (
+        deployment["spec"]["replicas"],
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+    ) == (
+        2,
+        "example.org/dwd-lease:v0",
+    )
+    gardener = rendered.values["gardener"]
+    assert gardener["seed"]["ingressDomain"] == "ingress.seed-a.example.org"
+    assert gardener["seed"]["clusterIdentity"] == "seed-a-identity"
+    gates = gardener["gardenlet"]["featureGates"]
+    assert gates and all(isinstance(v, bool) for v in gates.values()), gates
+    with seed_plane.admin_client() as admin:
+        ensure_namespace(admin, namespace)
+        applied = apply(admin, rendered.objects())
+    assert applied[0]["metadata"]["uid"]
+
+
+def test_gardenlet_refuses_a_seed_without_its_cluster_identity(chart: Path) -> None:
+    seed = {**SEED, "status": {}}
+    with pytest.raises(RuntimeError, match=r"status\.clusterIdentity not set"):
+        gardener_types.render_chart(
+            gardener_types.chart_archive(chart),
+            release_name="dwd-lease",
+            namespace="extension-x",
+            kube_version=binaries.KUBE_APISERVER.version(),
+            gardenlet=gardener_types.GardenletValues(seed),
+        )
