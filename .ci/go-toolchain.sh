@@ -1,5 +1,5 @@
 # Sourced by .ci/run: puts a Go >= GO_MIN on PATH, from the Go module proxy if needed.
-GO_MIN=1.26
+GO_MIN=1.26.5
 GO_FALLBACK=1.26.8
 go_ok() {
   command -v go >/dev/null || return 1
