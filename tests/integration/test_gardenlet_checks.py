@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 
+from core.errors import NotFound, TooManyRequests
 from testenv import binaries, gardener_types, grm
-from testenv.apply import apply
+from testenv.apply import RESOURCES, apply
+from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.gardener import OPERATION, TIMESTAMP, extension, recorded_operation
+from testenv.gardener import OPERATION, TIMESTAMP, extension, module_crds, recorded_operation
+from testenv.wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
 
@@ -235,3 +238,46 @@ def test_gardenlet_refuses_a_seed_without_its_cluster_identity(chart: Path) -> N
             kube_version=binaries.KUBE_APISERVER.version(),
             gardenlet=gardener_types.GardenletValues(seed),
         )
+
+
+EXTENSIONS = f"/apis/extensions.gardener.cloud/v1alpha1/namespaces/{NS}/extensions"
+
+
+def _served(admin: Client, path: str) -> bool:
+    try:
+        admin.get(path)
+    except (NotFound, TooManyRequests):  # 429: a new CRD's storage is still initialising
+        return False
+    return True
+
+
+def test_an_extension_under_gardeners_crd_is_judged_as_the_server_stores_it(seed_plane: ControlPlane) -> None:
+    """gardenlet's request, then a controller's answer, each read back from a kube-apiserver
+    serving the release's own Extension CRD: its schema drops what Gardener's type has not."""
+    RESOURCES.setdefault("Extension", ("extensions", True))
+    asked = extension(
+        NS, "dwd-lease", annotations={OPERATION: "reconcile", TIMESTAMP: "2026-03-01T10:00:00.5Z"}
+    )
+    with seed_plane.admin_client() as admin:
+        apply(admin, module_crds("Extension"))
+        wait_for(lambda: _served(admin, EXTENSIONS), 30, "the Extension CRD")
+        ensure_namespace(admin, NS)
+        stored = admin.create(EXTENSIONS, asked)
+        path = f"{EXTENSIONS}/dwd-lease"
+        status = {
+            "observedGeneration": stored["metadata"]["generation"],
+            "lastOperation": recorded_operation("Reconcile", "Succeeded", UPDATED),
+            "healthy": True,  # no such field in Gardener's type
+        }
+        admin.merge_patch(f"{path}/status", {"status": status})
+        answered = admin.get(path)
+        admin.merge_patch(path, {"metadata": {"annotations": {OPERATION: None}}})
+        done = admin.get(path)
+    verdicts = gardener_types.extension_verdicts([stored, answered, done])
+    # gardenlet checks the generation before the annotation: a new object is not yet observed.
+    assert verdicts[:2] == [
+        "observed generation outdated (0/1)",
+        'gardener operation "reconcile" is not yet picked up by controller',
+    ]
+    assert "healthy" not in answered["status"], answered["status"]
+    assert verdicts[2] == "", done
