@@ -186,12 +186,14 @@ SEED = {
 
 
 @pytest.fixture(scope="module")
-def seed_plane() -> Iterator[ControlPlane]:
+def own_seed() -> Iterator[ControlPlane]:
+    """A seed of this module's own: the release's Extension CRD must not replace the one
+    another module installs in the session's seed."""
     with ControlPlane().running() as cp:
         yield cp
 
 
-def test_a_chart_renders_as_gardenlet_renders_it_and_applies(chart: Path, seed_plane: ControlPlane) -> None:
+def test_a_chart_renders_as_gardenlet_renders_it_and_applies(chart: Path, own_seed: ControlPlane) -> None:
     namespace = "extension-dwd-lease-x1y2z"
     rendered = gardener_types.render_chart(
         gardener_types.chart_archive(chart),
@@ -222,7 +224,7 @@ def test_a_chart_renders_as_gardenlet_renders_it_and_applies(chart: Path, seed_p
     assert gardener["seed"]["clusterIdentity"] == "seed-a-identity"
     gates = gardener["gardenlet"]["featureGates"]
     assert gates and all(isinstance(v, bool) for v in gates.values()), gates
-    with seed_plane.admin_client() as admin:
+    with own_seed.admin_client() as admin:
         ensure_namespace(admin, namespace)
         applied = apply(admin, rendered.objects())
     assert applied[0]["metadata"]["uid"]
@@ -251,14 +253,14 @@ def _served(admin: Client, path: str) -> bool:
     return True
 
 
-def test_an_extension_under_gardeners_crd_is_judged_as_the_server_stores_it(seed_plane: ControlPlane) -> None:
+def test_an_extension_under_gardeners_crd_is_judged_as_the_server_stores_it(own_seed: ControlPlane) -> None:
     """gardenlet's request, then a controller's answer, each read back from a kube-apiserver
     serving the release's own Extension CRD: its schema drops what Gardener's type has not."""
     RESOURCES.setdefault("Extension", ("extensions", True))
     asked = extension(
         NS, "dwd-lease", annotations={OPERATION: "reconcile", TIMESTAMP: "2026-03-01T10:00:00.5Z"}
     )
-    with seed_plane.admin_client() as admin:
+    with own_seed.admin_client() as admin:
         apply(admin, module_crds("Extension"))
         wait_for(lambda: _served(admin, EXTENSIONS), 30, "the Extension CRD")
         ensure_namespace(admin, NS)
