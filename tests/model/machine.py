@@ -175,12 +175,25 @@ class Model(RuleBasedStateMachine):
         max_unavailable=st.sampled_from([0.1, 0.25, 0.5, 1.0]),
         slow=st.sampled_from(["quick", "lease", "allowance"]),
         release_both=st.booleans(),
+        broken=st.sampled_from(["none", "one", "minority"]),
     )
-    def roll(self, which: str, offset: int, max_unavailable: float, slow: str, release_both: bool) -> None:
+    def roll(
+        self,
+        *,
+        which: str,
+        offset: int,
+        max_unavailable: float,
+        slow: str,
+        release_both: bool,
+        broken: str = "none",
+    ) -> None:
         """The agents rolled at ``max_unavailable``, each successor starting within half a lease
         duration, after two, or past the roll allowance (an image pulled over a slow registry);
-        the agents rolled away release the old layout's lease too, or (0.2.0's) only ours."""
+        the agents rolled away release the old layout's lease too, or (0.2.0's) only ours. A fleet
+        rolls with some machines broken (``broken``, the ones after the rolled ones)."""
         w, p = self.world, self.world.p
+        if broken != "none":
+            self.machines_break(then=0, which=broken, offset=offset + len(w.nodes) // 2)
         names = self.pick(which, offset)
         batch = max(1, math.ceil(max_unavailable * len(w.nodes)))
         delay = {
