@@ -157,3 +157,34 @@ def cluster(name: str, *, machine_types: int = 0, **shoot_fields: Any) -> dict[s
             "shoot": shoot(shoot_name, project=project, **shoot_fields),
         },
     }
+
+
+# Gardener's Extension (extensions.gardener.cloud/v1alpha1), with the status subresource its
+# controller writes through; schemaless for now, as the Cluster CRD above.
+EXTENSION_CRD = schemaless_crd("extensions.gardener.cloud", "Extension", namespaced=True, status=True)
+EXTENSION_TYPE = "dwd-lease"
+
+
+def extension(
+    namespace: str,
+    *,
+    type_: str = EXTENSION_TYPE,
+    provider_config: dict[str, Any] | None = None,
+    timestamp: str = "2026-01-01T00:00:00Z",
+) -> dict[str, Any]:
+    """An Extension as gardenlet creates it in a shoot's control-plane namespace
+    (``pkg/component/extensions/extension/extension.go``): named after its type, the Shoot's
+    ``providerConfig`` copied in, annotated to be reconciled."""
+    spec: dict[str, Any] = {"type": type_}
+    if provider_config is not None:
+        spec["providerConfig"] = provider_config
+    return {
+        "apiVersion": "extensions.gardener.cloud/v1alpha1",
+        "kind": "Extension",
+        "metadata": {
+            "name": type_,
+            "namespace": namespace,
+            "annotations": {"gardener.cloud/operation": "reconcile", "gardener.cloud/timestamp": timestamp},
+        },
+        "spec": spec,
+    }

@@ -65,6 +65,8 @@ func check(raw []byte) error {
 		return checkTyped(raw, coreAPIVersion, "Seed", &gardencorev1beta1.Seed{})
 	case "CloudProfile":
 		return checkTyped(raw, coreAPIVersion, "CloudProfile", &gardencorev1beta1.CloudProfile{})
+	case "Extension":
+		return checkTyped(raw, extensionsv1alpha1.SchemeGroupVersion.String(), "Extension", &extensionsv1alpha1.Extension{})
 	case "ManagedResource":
 		return checkTyped(raw, resourcesv1alpha1.SchemeGroupVersion.String(), "ManagedResource", &resourcesv1alpha1.ManagedResource{})
 	}
