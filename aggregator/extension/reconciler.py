@@ -5,9 +5,12 @@ missing, or a status that no longer says what the spec amounts to): our finalize
 annotation off in one conditional write, ``lastOperation`` Reconcile Processing, then Succeeded,
 or Error with the providerConfig's problems as ``lastError``, with ``observedGeneration``.
 Delete (a deletionTimestamp while our finalizer is on): once the fleet has stopped the shoot's
-target, Delete Processing, our marks handed back on every dependent (the owner decides the
-controllers now: aggregator/act/scaler.py ``hand_back``), Delete Succeeded, then our finalizer
-dropped; a hand-back that fails is Delete Error and is tried again, the finalizer kept.
+target, Delete Processing; what we hold down is given back (where the Cluster says gardenlet
+decides the controllers, a shoot deleted, hibernated or migrated: our marks handed back,
+aggregator/act/scaler.py ``hand_back``; else restored to its recorded replicas, since nobody
+else would raise them: an Extension removed in an outage never strands its shoot), Delete
+Succeeded, then our finalizer dropped; one under way stays Processing, one that failed is Delete
+Error, each tried again, the finalizer kept.
 
 Every step is read from the Extension as it is now, so a controller stopped in the middle
 (a restart, a new leader) finishes the operation. Only the leader writes (aggregator/lead/).
@@ -23,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.act.scaler import Scaler
+from aggregator.decide.decider import Desired
 from aggregator.extension.contract import (
     FINALIZER,
     ExtensionView,
@@ -128,7 +132,9 @@ class Reconciler:
             return  # its target still runs (the fleet stops it on the source's next answer)
         if view.last_operation[:2] != ("Delete", "Processing"):
             view = await self._status(view, processing("Delete", self.wall()))
-        problems = await self._hand_back(view.namespace)
+        done, problems = await self._give_back(view.namespace)
+        if not done and not problems:
+            return  # under way (MCM's scale-up delay, a controller to follow): Processing still
         outcome = Outcome("Delete", problems)
         # Each write answers with the object as written: the finalizers' write is conditional
         # on the resourceVersion the status write gave it.
@@ -139,8 +145,9 @@ class Reconciler:
         await self._patch(view, release(view))
         log.info("extension_deleted", namespace=view.namespace)
 
-    async def _hand_back(self, namespace: str) -> tuple[str, ...]:
-        """Our marks off every dependent, the shoot's own and the seed's; what failed."""
+    async def _give_back(self, namespace: str) -> tuple[bool, tuple[str, ...]]:
+        """Every dependent of the shoot's and the seed's handed back to its owner, or restored
+        where it has none deciding: whether that has finished, and what failed."""
         own = self.source.config(namespace)
         names = {d.name for d in self.dependents}
         extra = [d for d in (own.dependents or ()) if d.name not in names] if own is not None else []
@@ -154,14 +161,17 @@ class Reconciler:
             clock=self.clock,
         )
         try:
-            done = await scaler.hand_back("its Extension is being deleted: our marks go")
+            if owner := self.source.skipped.get(namespace, ""):
+                done = await scaler.hand_back(f"its Extension is being deleted ({owner}): our marks go")
+            else:
+                done = await scaler.converge(
+                    Desired.RUNNING, "its Extension is being deleted: restoring what was scaled down"
+                )
         finally:
             await scaler.close()
         if done or self.settings.scaling.dry_run:
-            return ()  # a dry run wrote no mark, and writes none
-        return tuple(f"{name}: {error}" for name, error in sorted(scaler.errors.items())) or (
-            "the hand-back did not finish",
-        )
+            return True, ()  # a dry run wrote no mark, and writes none
+        return False, tuple(f"{name}: {error}" for name, error in sorted(scaler.errors.items()))
 
     async def _patch(self, view: ExtensionView, body: dict[str, Any]) -> ExtensionView:
         return ExtensionView.from_object(await self._write(view, view.path, body))

@@ -37,7 +37,11 @@ class ExtensionSource:
         # Namespace -> its providerConfig as parsed now, or the problems with it.
         self.configs: dict[str, ProtectionConfig | ConfigError] = {}
         self.last_good: dict[str, ProtectionConfig] = {}
+        # Why gardenlet decides a namespace's controllers now (its Cluster's lifecycle): what the
+        # fleet hands our marks back for. An Extension gone, disabled or invalid is not that:
+        # nobody else would raise what we hold down, so it is restored (``unserved``, told only).
         self.skipped: dict[str, str] = {}
+        self.unserved: dict[str, str] = {}
         self._changed = asyncio.Event()
         # Set on every change of an Extension: the reconciler's wake-up.
         self.extensions_changed = asyncio.Event()
@@ -122,11 +126,11 @@ class ExtensionSource:
             raise KubeError(f"extensions: {informer.last_error or 'not listed yet'}")
         by_clusters = await self.clusters.desired()
         out: dict[str, TargetSpec] = {}
-        skipped = dict(self.clusters.skipped)
+        unserved: dict[str, str] = {}
         for name, spec in by_clusters.items():
             if (why := self._why_not(spec.namespace)) is not None:
                 if why:
-                    skipped[name] = why
+                    unserved[name] = why
                 continue
             out[name] = TargetSpec(
                 name=spec.name,
@@ -135,16 +139,16 @@ class ExtensionSource:
                 node_conditions=spec.node_conditions,
                 protection=self.config(spec.namespace),
             )
-        if skipped != self.skipped:
-            log.info("shoots_skipped", skipped=skipped)
+        if unserved != self.unserved:
+            log.info("shoots_unserved", unserved=unserved)
         # Only what is served keeps serving through the states in which none would start.
         self.clusters.serving = set(out)
-        self.skipped = skipped
+        self.skipped, self.unserved = dict(self.clusters.skipped), unserved
         return out
 
     def _why_not(self, namespace: str) -> str | None:
-        """Why the namespace is not served: a reason its records are handed back for, "" when it
-        simply has no Extension of ours; None when it is served."""
+        """Why the namespace is not served by its Extension ("" when it simply has none of ours);
+        None when it is served."""
         view = self.extensions.get(namespace)
         if view is None:
             return ""

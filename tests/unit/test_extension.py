@@ -23,7 +23,7 @@ from aggregator.model.protection import API_VERSION, KIND
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.model.settings import Settings, Shoots
 from aggregator.observe.sources import CLUSTERS
-from testenv.controllers import KCM
+from testenv.controllers import CA, KCM, MCM
 from testenv.gardener import DELETED_AT, cluster, extension
 from tests.unit.fakekube import FakeKube
 from tests.unit.test_scaler import seed
@@ -110,7 +110,7 @@ async def test_a_bad_provider_config_is_a_last_error_naming_the_field_and_serves
     source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
     await listed(source)
     assert await source.desired() == {}
-    assert source.skipped[NS].startswith("its providerConfig is invalid")
+    assert source.unserved[NS].startswith("its providerConfig is invalid") and source.skipped == {}
     await reconciler(kube, source).reconcile_all()
     got = status(kube)
     assert got["lastOperation"]["state"] == "Error"
@@ -135,13 +135,16 @@ async def test_a_provider_config_that_turns_bad_keeps_the_last_good_one_in_force
 
 
 async def test_an_owners_opt_out_and_the_clusters_lifecycle_each_serve_nothing() -> None:
-    for kube, why in (
-        (world(good(disabled=True)), "its providerConfig says disabled"),
-        (world(hibernation=True), "hibernated"),
+    """Only the Cluster's lifecycle says gardenlet decides the controllers (``skipped``: what is
+    held is handed back); an opt-out leaves nobody to raise them (``unserved``: restored)."""
+    for kube, skipped, unserved in (
+        (world(good(disabled=True)), {}, {NS: "its providerConfig says disabled"}),
+        (world(hibernation=True), {NS: "hibernated"}, {}),
     ):
         source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
         await listed(source)
-        assert await source.desired() == {} and source.skipped == {NS: why}
+        assert await source.desired() == {}
+        assert (source.skipped, source.unserved) == (skipped, unserved)
     # No Extension of ours: not served, and nothing to hand back for (the sweep's to restore).
     kube = world()
     kube.objects[PATH]["spec"]["type"] = "shoot-dns-service"
@@ -158,25 +161,56 @@ def held_down(kube: FakeKube) -> None:
     )
 
 
-async def test_an_extension_deleted_while_the_shoot_is_held_down_hands_back_then_lets_go() -> None:
-    kube = world()
+def controllers_follow(kube: FakeKube) -> None:
+    """The deployment controller: each Deployment's pods as its spec asks."""
+    for name in (KCM, MCM, CA):
+        obj = kube.objects[deployment_path(name)]
+        replicas = obj["spec"]["replicas"]
+        obj["status"] = {"replicas": replicas, "readyReplicas": replicas, "updatedReplicas": replicas}
+
+
+async def delete_held_down(kube: FakeKube) -> list[tuple[str, str]]:
+    """The Extension deleted while KCM is held down by a record of ours; the reconciler's passes
+    until it has let go. Its status writes."""
     source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
     await listed(source)
     await reconciler(kube, source).reconcile_all()
     held_down(kube)
     kube.objects[PATH]["metadata"]["deletionTimestamp"] = DELETED_AT
     await listed(source)
-    assert await source.desired() == {} and source.skipped == {NS: "its Extension is being deleted"}
-    # Its target still runs: nothing is handed back under it.
+    assert await source.desired() == {}
+    # Its target still runs: nothing is given back under it.
     writes = len(kube.writes)
     await reconciler(kube, source, served={NS}).reconcile_all()
     assert len(kube.writes) == writes and PATH in kube.objects
-    await reconciler(kube, source).reconcile_all()
+    for _ in range(5):
+        await reconciler(kube, source).reconcile_all()
+        controllers_follow(kube)
+        if PATH not in kube.objects:  # our finalizer, the last, dropped: the server deleted it
+            break
+        await listed(source)
+    assert PATH not in kube.objects
+    return status_writes(kube)
+
+
+async def test_an_extension_deleted_while_the_shoot_is_held_down_restores_then_lets_go() -> None:
+    """The owner removed the extension in an outage: nobody else would raise what we hold down
+    (gardenlet deployed KCM while our marks were on), so it comes back at its recorded count."""
+    kube = world()
+    writes = await delete_held_down(kube)
     kcm = kube.objects[deployment_path(KCM)]
-    assert kcm["spec"]["replicas"] == 0  # the owner decides it now
-    assert not {RECORD, MELTDOWN} & set(kcm["metadata"]["annotations"])
-    assert status_writes(kube)[-2:] == [("Delete", "Processing"), ("Delete", "Succeeded")]
-    assert PATH not in kube.objects  # our finalizer, the last, dropped: the server deleted it
+    assert kcm["spec"]["replicas"] == 1
+    assert not {RECORD, MELTDOWN, REPLICAS} & set(kcm["metadata"].get("annotations") or {})
+    assert [w for w in writes if w[0] == "Delete"] == [("Delete", "Processing"), ("Delete", "Succeeded")]
+
+
+async def test_an_extension_deleted_with_its_hibernated_shoot_hands_back_then_lets_go() -> None:
+    kube = world(hibernation=True, hibernated=True)
+    writes = await delete_held_down(kube)
+    kcm = kube.objects[deployment_path(KCM)]
+    assert kcm["spec"]["replicas"] == 0  # gardenlet decides it now
+    assert not {RECORD, MELTDOWN} & set(kcm["metadata"].get("annotations") or {})
+    assert writes[-2:] == [("Delete", "Processing"), ("Delete", "Succeeded")]
 
 
 async def test_a_hand_back_that_fails_keeps_the_finalizer_and_says_why() -> None:
