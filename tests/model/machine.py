@@ -77,7 +77,8 @@ THEN = st.sampled_from([0, 3, 13, 30])
 
 
 def event(**strategies: Any) -> Callable[[Callable[..., None]], Any]:
-    """A rule that does something to the world, then lets ``then`` seconds pass."""
+    """A rule that does something to the world, then lets ``then`` seconds pass; drawn only
+    where the machine's ``focus`` names it (every rule where it has none)."""
 
     def wrap(fn: Callable[..., None]) -> Any:
         @functools.wraps(fn)
@@ -86,13 +87,16 @@ def event(**strategies: Any) -> Callable[[Callable[..., None]], Any]:
             if then:
                 self.run(self.world.run(then))
 
-        return rule(then=THEN, **strategies)(run)
+        in_focus = precondition(lambda self: self.focus is None or fn.__name__ in self.focus)
+        return in_focus(rule(then=THEN, **strategies)(run))
 
     return wrap
 
 
 class Model(RuleBasedStateMachine):
     dry_run = False
+    # The events drawn (None: all of them).
+    focus: frozenset[str] | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -501,3 +505,26 @@ class Model(RuleBasedStateMachine):
 
 class DryRunModel(Model):
     dry_run = True
+
+
+class RollModel(Model):
+    """The fleet changing under the verdict and nothing else: rolls (at every pace, during a
+    move, with or without the second witness) among cuts, broken machines and failing agents
+    and kubelets, so that each sequence is dense with their interleavings."""
+
+    focus = frozenset(
+        {
+            "cut",
+            "heal",
+            "agents_fail",
+            "agents_recover",
+            "kubelets_stop",
+            "kubelets_start",
+            "machines_break",
+            "roll",
+            "move",
+            "witness_refused",
+            "add_node",
+            "delete_node",
+        }
+    )
