@@ -194,10 +194,11 @@ class Model(RuleBasedStateMachine):
         """The agents rolled at ``max_unavailable``, each successor starting within half a lease
         duration, after two, or past the roll allowance (an image pulled over a slow registry);
         the agents rolled away release the old layout's lease too, or (0.2.0's) only ours. A fleet
-        rolls with some machines broken (``broken``, the ones after the rolled ones)."""
+        rolls with some machines broken a while (``broken``, NotReady and not replaced yet: for
+        long enough that the kubelets' leases say so)."""
         w, p = self.world, self.world.p
         if broken != "none":
-            self.machines_break(then=0, which=broken, offset=offset + len(w.nodes) // 2)
+            self.machines_break(then=30, which=broken, offset=offset + len(w.nodes) // 2)
         names = self.pick(which, offset)
         batch = max(1, math.ceil(max_unavailable * len(w.nodes)))
         delay = {
