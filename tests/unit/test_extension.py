@@ -169,15 +169,21 @@ def controllers_follow(kube: FakeKube) -> None:
         obj["status"] = {"replicas": replicas, "readyReplicas": replicas, "updatedReplicas": replicas}
 
 
-async def delete_held_down(kube: FakeKube) -> list[tuple[str, str]]:
-    """The Extension deleted while KCM is held down by a record of ours; the reconciler's passes
-    until it has let go. Its status writes."""
+async def deleted_while_held_down(kube: FakeKube) -> ExtensionSource:
+    """The Extension answered, then deleted while KCM is held down by a record of ours."""
     source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
     await listed(source)
     await reconciler(kube, source).reconcile_all()
     held_down(kube)
     kube.objects[PATH]["metadata"]["deletionTimestamp"] = DELETED_AT
     await listed(source)
+    return source
+
+
+async def delete_held_down(kube: FakeKube) -> list[tuple[str, str]]:
+    """The reconciler's passes over an Extension deleted while held down, until it has let go.
+    Its status writes."""
+    source = await deleted_while_held_down(kube)
     assert await source.desired() == {}
     # Its target still runs: nothing is given back under it.
     writes = len(kube.writes)
@@ -215,12 +221,7 @@ async def test_an_extension_deleted_with_its_hibernated_shoot_hands_back_then_le
 
 async def test_a_hand_back_that_fails_keeps_the_finalizer_and_says_why() -> None:
     kube = world()
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
-    await listed(source)
-    await reconciler(kube, source).reconcile_all()
-    held_down(kube)
-    kube.objects[PATH]["metadata"]["deletionTimestamp"] = DELETED_AT
-    await listed(source)
+    source = await deleted_while_held_down(kube)
     kube.fail("PATCH", f"deployments/{KCM}$")
     await reconciler(kube, source).reconcile_all()
     assert kube.objects[PATH]["metadata"]["finalizers"] == [FINALIZER]
