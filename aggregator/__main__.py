@@ -21,6 +21,8 @@ from typing import Any
 
 import uvloop
 
+from aggregator.extension.reconciler import Reconciler
+from aggregator.extension.source import ExtensionSource
 from aggregator.fleet import Fleet
 from aggregator.kube.client import Endpoint, KubeClient, KubeconfigSource, in_cluster
 from aggregator.kube.ratelimit import RateLimit
@@ -28,7 +30,7 @@ from aggregator.lead.leader import LeaderElector
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.lead.shards import Shards
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent, load_dependents
-from aggregator.model.settings import MAX_SHARDS, Settings, Shoots, Watching
+from aggregator.model.settings import MAX_SHARDS, Settings
 from aggregator.observe.seeddependents import SeedDependents
 from aggregator.observe.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
 from aggregator.ops.heap import Heap
@@ -42,14 +44,15 @@ from core.errors import ConfigError, KubeconfigError, KubeError
 log = logs.get("aggregator")
 
 
-def source_for(settings: Shoots, seed: KubeClient, watching: Watching) -> TargetSource:
-    if settings.mode == "file":
-        return FileSource(settings.file, settings.kubeconfig_secret)
-    if settings.mode == "gardener":
-        return GardenerSource(seed, settings.kubeconfig_secret, watching)
-    return EnvSource(
-        TargetSpec(settings.namespace, settings.namespace, kubeconfig_path=settings.shoot_kubeconfig)
-    )
+def source_for(settings: Settings, seed: KubeClient) -> TargetSource:
+    shoots = settings.shoots
+    if shoots.mode == "extension":
+        return ExtensionSource(seed, settings)
+    if shoots.mode == "file":
+        return FileSource(shoots.file, shoots.kubeconfig_secret)
+    if shoots.mode == "gardener":
+        return GardenerSource(seed, shoots.kubeconfig_secret, settings.watching)
+    return EnvSource(TargetSpec(shoots.namespace, shoots.namespace, kubeconfig_path=shoots.shoot_kubeconfig))
 
 
 # The Events' own pace, in the spirit of client-go's event broadcaster, which sends from a
@@ -188,7 +191,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         lag_since=lag.worst_since,
     )
     fleet = Fleet(shared, leadership=election.leadership, watches=clients.watches, on_change=heap.changed)
-    source = source_for(shoots, clients.watches, settings.watching)
+    source = source_for(settings, clients.watches)
     if isinstance(source, FileSource):
         try:  # a file that is bad at start stops it; one that breaks later keeps the last good set
             await source.desired()
@@ -206,12 +209,26 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         asyncio.create_task(lag.run(), name="loop-lag"),
         asyncio.create_task(heap.run(), name="heap"),
     ]
+    if isinstance(source, ExtensionSource):  # the Extension contract, by the same leader
+        tasks.append(asyncio.create_task(_reconciler(shared, fleet, source).run(), name="extensions"))
     try:
         await _until_stopped(tasks, election)
     finally:
         if runner is not None:
             await runner.cleanup()
         await clients.close()
+
+
+def _reconciler(shared: Shared, fleet: Fleet, source: ExtensionSource) -> Reconciler:
+    """The Extension contract's writer: the fleet's seed client, dependents and leadership."""
+    return Reconciler(
+        shared.seed,
+        source,
+        shared.settings,
+        shared.dependents,
+        served=fleet.served,
+        leadership=fleet.leadership,
+    )
 
 
 async def _until_stopped(tasks: list[asyncio.Task[None]], election: Election) -> None:

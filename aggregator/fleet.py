@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aggregator.act.orphans import Orphans
 from aggregator.kube.client import KubeClient, KubeconfigSource
 from aggregator.lead.scope import Alone, Leadership
+from aggregator.model.dependents import Dependent
 from aggregator.observe.sources import KubeconfigSecrets, TargetSource, TargetSpec
 from aggregator.shoot import Shared
 from aggregator.target import Target
@@ -80,6 +81,7 @@ class Fleet:
             self.shared.metrics,
             served=self.served,
             skipped_because=self.skipped_because,
+            dependents_of=self.dependents_of,
             leadership=self.leadership,
         )
 
@@ -99,6 +101,28 @@ class Fleet:
         if self.source_error:
             return f"the targets are unavailable: {self.source_error}"
         return ""
+
+    def dependents_of(self, namespace: str) -> Sequence[Dependent]:
+        """The dependents the target serving ``namespace`` acts on: its shoot's own, or the seed's."""
+        protection = next(
+            (r.spec.protection for r in self.running.values() if r.spec.namespace == namespace), None
+        )
+        return (
+            self.shared.dependents
+            if protection is None or protection.dependents is None
+            else protection.dependents
+        )
+
+    def shared_for(self, spec: TargetSpec) -> Shared:
+        """What the target of ``spec`` is built with: its shoot's providerConfig over the seed's."""
+        protection = spec.protection
+        if protection is None:
+            return self.shared
+        return replace(
+            self.shared,
+            settings=protection.over(self.settings),
+            dependents=self.dependents_of(spec.namespace),
+        )
 
     def skipped_because(self, namespace: str) -> str:
         """Why the namespace's owner decides its controllers now: the source skips its Cluster
@@ -184,7 +208,7 @@ class Fleet:
                 spec.name,
                 spec.namespace,
                 shoot,
-                self.shared,
+                self.shared_for(spec),
                 scope=self.leadership.scope(spec.namespace),
                 node_conditions=dict(spec.node_conditions),
             )

@@ -18,7 +18,7 @@ from core.errors import ConfigError
 from core.logs import LEVELS, LogFormat
 
 # ConfigError lives with the other errors; the agent still catches it from here.
-__all__ = ["ConfigError", "EnvReader", "Var", "read_vars", "settings_help", "var", "variables"]
+__all__ = ["ConfigError", "EnvReader", "Var", "read_var", "read_vars", "settings_help", "var", "variables"]
 
 T = TypeVar("T", bound=str)
 
@@ -250,25 +250,26 @@ def variables(cls: type) -> list[tuple[dataclasses.Field[Any], Var]]:
 def read_vars(r: EnvReader, cls: type) -> dict[str, Any]:
     """Every ``var`` field of ``cls`` from the environment, by field name, each defaulting to
     its field's default."""
-    out: dict[str, Any] = {}
-    for f, v in variables(cls):
-        if f.default is dataclasses.MISSING:
-            raise TypeError(f"{cls.__name__}.{f.name}: a variable's field needs its default")
-        default: Any = f.default
-        b = v.bounds
-        if v.kind == "duration":
-            out[f.name] = r.duration(
-                v.name, format_duration(default), min_s=b.get("min_s", 0.0), max_s=b.get("max_s")
-            )
-        elif v.kind == "fraction":
-            out[f.name] = r.fraction(v.name, default)
-        elif v.kind == "number":
-            out[f.name] = r.number(v.name, default, min_value=b.get("min_value", 0.0))
-        elif v.kind == "integer":
-            low = b.get("min_value")
-            out[f.name] = r.integer(v.name, default, min_value=None if low is None else int(low))
-        elif v.kind == "boolean":
-            out[f.name] = r.boolean(v.name, default)
-        else:
-            out[f.name] = r.string(v.name, default)
-    return out
+    return {f.name: read_var(r, f, v) for f, v in variables(cls)}
+
+
+def read_var(r: EnvReader, f: dataclasses.Field[Any], v: Var, name: str = "") -> Any:
+    """One ``var`` field read as its kind says, from ``name`` (its variable's by default: a
+    shoot's providerConfig reads the same field under its own key, aggregator/model/protection.py),
+    defaulting to the field's default; a bad value is a problem of ``r`` that names ``name``."""
+    if f.default is dataclasses.MISSING:
+        raise TypeError(f"{f.name}: a variable's field needs its default")
+    default: Any = f.default
+    b, name = v.bounds, name or v.name
+    if v.kind == "duration":
+        return r.duration(name, format_duration(default), min_s=b.get("min_s", 0.0), max_s=b.get("max_s"))
+    if v.kind == "fraction":
+        return r.fraction(name, default)
+    if v.kind == "number":
+        return r.number(name, default, min_value=b.get("min_value", 0.0))
+    if v.kind == "integer":
+        low = b.get("min_value")
+        return r.integer(name, default, min_value=None if low is None else int(low))
+    if v.kind == "boolean":
+        return r.boolean(name, default)
+    return r.string(name, default)

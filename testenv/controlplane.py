@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import random
 import shutil
 import socket
 import ssl
@@ -30,10 +31,31 @@ from testenv.wait import wait_for
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port nothing listens on, below the kernel's ephemeral range: one from that range (what
+    binding port 0 gives) can be taken by any outgoing connection between this check and the
+    bind of the program it is for; a hollow kubelet lost its port so while the tests ran."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(EPHEMERAL_FLOOR, low)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port on {host} in {EPHEMERAL_FLOOR}-{low - 1}")
+
+
+# Below the ports that services of this machine are likely to hold.
+EPHEMERAL_FLOOR = 20000
+
+
+def _ephemeral_low() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+    except OSError:
+        return 32768  # Linux's default
+    return max(int(text.split()[0]), EPHEMERAL_FLOOR + 1000)
 
 
 @dataclass

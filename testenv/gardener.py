@@ -161,6 +161,10 @@ def module_crds(*kinds: str) -> list[dict[str, Any]]:
     return [doc for kind in kinds for doc in load_docs(grm.find_crd(kind).read_text())]
 
 
+# Gardener's Extension (extensions.gardener.cloud/v1alpha1), with the status subresource its
+# controller writes through; schemaless for now, as the Cluster CRD above.
+EXTENSION_CRD = schemaless_crd("extensions.gardener.cloud", "Extension", namespaced=True, status=True)
+EXTENSION_TYPE = "dwd-lease"
 # gardenlet's annotations on an extension object (pkg/apis/core/v1beta1/constants).
 OPERATION = "gardener.cloud/operation"
 TIMESTAMP = "gardener.cloud/timestamp"
@@ -168,26 +172,26 @@ TIMESTAMP = "gardener.cloud/timestamp"
 
 def extension(
     namespace: str,
-    extension_type: str,
     *,
-    generation: int = 1,
-    annotations: dict[str, str] | None = None,
-    status: dict[str, Any] | None = None,
+    type_: str = EXTENSION_TYPE,
+    provider_config: dict[str, Any] | None = None,
+    timestamp: str = "2026-01-01T00:00:00Z",
 ) -> dict[str, Any]:
-    """An ``extensions.gardener.cloud/v1alpha1`` Extension as gardenlet creates it in a shoot's
-    control-plane namespace, named after its type, with the ``status`` a controller wrote
-    (None: none yet). ``generation``: as the API server would have counted it."""
+    """An Extension as gardenlet creates it in a shoot's control-plane namespace
+    (``pkg/component/extensions/extension/extension.go``): named after its type, the Shoot's
+    ``providerConfig`` copied in, annotated to be reconciled."""
+    spec: dict[str, Any] = {"type": type_}
+    if provider_config is not None:
+        spec["providerConfig"] = provider_config
     return {
         "apiVersion": "extensions.gardener.cloud/v1alpha1",
         "kind": "Extension",
         "metadata": {
-            "name": extension_type,
+            "name": type_,
             "namespace": namespace,
-            "generation": generation,
-            "annotations": dict(annotations or {}),
+            "annotations": {OPERATION: "reconcile", TIMESTAMP: timestamp},
         },
-        "spec": {"type": extension_type},
-        **({"status": status} if status is not None else {}),
+        "spec": spec,
     }
 
 

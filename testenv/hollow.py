@@ -122,7 +122,7 @@ class HollowKubelet:
             "--use-host-image-service=false",
             f"--cert-dir={self.workdir / f'certs-{self.node}'}",
             # Its server listens on all addresses: a port of its own, and no read-only one.
-            f"--kubelet-port={free_port()}",
+            f"--kubelet-port={free_port('0.0.0.0')}",
             "--kubelet-read-only-port=0",
             *self.extra_args,
         ]

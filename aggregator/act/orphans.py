@@ -61,6 +61,7 @@ class Orphans:
         *,
         served: Served,
         skipped_because: Callable[[str], str] = lambda _namespace: "",
+        dependents_of: Callable[[str], Sequence[Dependent]] | None = None,
         leadership: Leadership | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -75,6 +76,9 @@ class Orphans:
         # a Cluster gardenlet hibernates, deletes or migrates. Its records are handed back, not
         # restored: raising a hibernated shoot's controllers would fight the owner's 0.
         self.skipped_because = skipped_because
+        # The dependents a served namespace's target acts on (a shoot's providerConfig may name
+        # its own): a record on another is no target's.
+        self.dependents_of = dependents_of or (lambda _namespace: self.dependents)
         # Whether this replica sweeps at all, and (sharded) which namespaces and in which scope:
         # a namespace's records are restored by the one replica that would act for its target.
         self.leadership = leadership or Alone()
@@ -140,9 +144,9 @@ class Orphans:
         """Namespace -> the records found there that no target acts on: all of them where no
         target serves the namespace, else those on names no longer configured. One target from
         the environment judges no other namespace: another aggregator may serve it."""
-        configured = {d.name for d in self.dependents}
         out = {}
         for ns, names in self.found.items():
+            configured = {d.name for d in self.dependents_of(ns)}
             if ns not in served and not self._env:
                 out[ns] = names
             elif ns in served and (dropped := {n: k for n, k in names.items() if n not in configured}):
@@ -198,7 +202,7 @@ class Orphans:
             )
             log.info("orphan_restoring", namespace=namespace, resources=sorted(self.orphaned[namespace]))
         if skipped := self.skipped_because(namespace):
-            reason = f"its Cluster is {skipped}: the controllers are gardenlet's to run, our marks go"
+            reason = f"not served ({skipped}): the controllers are gardenlet's to run, our marks go"
             done = await scaler.hand_back(reason)
         else:
             reason = (

@@ -92,19 +92,24 @@ def load_dependents(path: str) -> tuple[Dependent, ...]:
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise ConfigError([f"DWD_DEPENDENTS_FILE: {path}: {unreadable(e)}"]) from e
     items = raw.get("dependentResourceInfos") if isinstance(raw, dict) else raw
+    return parse_dependents(items, f"DWD_DEPENDENTS_FILE: {path}")
+
+
+def parse_dependents(items: Any, where: str) -> tuple[Dependent, ...]:
+    """``dependentResourceInfos`` (a file's, or a shoot's providerConfig's); every problem is
+    named with ``where`` and the entry it belongs to."""
     if not isinstance(items, list) or not items:
-        raise ConfigError([f"DWD_DEPENDENTS_FILE: {path}: expected a non-empty list dependentResourceInfos"])
+        raise ConfigError([f"{where}: expected a non-empty list dependentResourceInfos"])
     problems: list[str] = []
     out: list[Dependent] = []
     for i, item in enumerate(items):
-        where = f"DWD_DEPENDENTS_FILE: {path}: entry {i}"
         try:
             out.append(_parse_item(item))
         except (KeyError, TypeError, ValueError) as e:
-            problems.append(f"{where}: {e}")
+            problems.append(f"{where}: entry {i}: {e}")
     names = [d.name for d in out]
     if len(set(names)) != len(names):
-        problems.append(f"DWD_DEPENDENTS_FILE: {path}: a resource is listed twice")
+        problems.append(f"{where}: a resource is listed twice")
     if problems:
         raise ConfigError(problems)
     return tuple(out)

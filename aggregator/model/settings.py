@@ -24,10 +24,10 @@ from aggregator.model.candidates import NodeConditions
 from core.config import EnvReader, read_vars, var
 from core.durations import format_duration
 from core.errors import ConfigError
-from core.lease import DEFAULT_LEASE_NAMESPACE, LEGACY_LEASE_NAMESPACE, is_dns_label
+from core.lease import DEFAULT_LEASE_NAMESPACE, LEGACY_LEASE_NAMESPACE, is_dns_label, is_dns_subdomain
 from core.logs import LogFormat
 
-TargetsMode = Literal["env", "file", "gardener"]
+TargetsMode = Literal["env", "file", "gardener", "extension"]
 
 # Settings of earlier releases (core/config.py EnvReader): a renamed one is still read under its
 # old name and a retired one accepted, each with a warning, for one release after the one that
@@ -359,6 +359,9 @@ class Shoots:
     shoot_server: str = var("DWD_SHOOT_SERVER", "https://kube-apiserver.{namespace}.svc", "string")
     """Where a shoot's API server is reached, for a Secret with only Gardener's token requestor's
     ``token`` and ``bundle.crt``; ``{namespace}`` is its control-plane namespace."""
+    extension_type: str = var("DWD_EXTENSION_TYPE", "dwd-lease", "string")
+    """With ``DWD_TARGETS=extension``: the ``spec.type`` of the Extensions that turn a shoot on,
+    the type our ControllerRegistration names (one registration, one type per landscape)."""
     # A targets file is read again this often; a watched source is looked at this often
     # besides its changes (a change itself is acted on at once).
     poll_s: float = 5.0
@@ -377,11 +380,13 @@ class Shoots:
         file = ""
         if raw == "gardener":
             mode = "gardener"
+        elif raw == "extension":
+            mode = "extension"
         elif raw.startswith("file:"):
             mode, file = "file", raw.removeprefix("file:")
             _readable(r, "DWD_TARGETS", file)
         elif raw != "env":
-            r.problem("DWD_TARGETS", f"{raw!r} is not env, file:PATH or gardener")
+            r.problem("DWD_TARGETS", f"{raw!r} is not env, file:PATH, gardener or extension")
         shoot_kubeconfig = r.string("DWD_SHOOT_KUBECONFIG", required=mode == "env")
         _readable(r, "DWD_SHOOT_KUBECONFIG", shoot_kubeconfig)
         seed_kubeconfig = r.string("DWD_SEED_KUBECONFIG", "")
@@ -394,6 +399,8 @@ class Shoots:
             r.problem(
                 "DWD_SHOOT_SERVER", f"{server!r} is not https://HOST[:PORT] (with {{namespace}} at most)"
             )
+        if not is_dns_subdomain(values["extension_type"]):
+            r.problem("DWD_EXTENSION_TYPE", f"{values['extension_type']!r} is not a valid extension type")
         return cls(mode, file, shoot_kubeconfig, seed_kubeconfig, namespace, **values)
 
 

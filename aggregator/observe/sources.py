@@ -27,6 +27,7 @@ import yaml
 from aggregator.decide.lifecycle import ClusterView
 from aggregator.kube.client import Endpoint, KubeClient, load_kubeconfig_dict
 from aggregator.model.objects import metadata, section
+from aggregator.model.protection import ProtectionConfig
 from aggregator.model.settings import Watching
 from aggregator.observe.watcher import Informer
 from core import logs
@@ -47,6 +48,8 @@ class TargetSpec:
     kubeconfig_secret: str = ""
     # The shoot's own unhealthy conditions per worker pool (from its Cluster), over the setting's.
     node_conditions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The shoot's own settings over the seed's (its Extension's providerConfig); None: the seed's.
+    protection: ProtectionConfig | None = None
 
 
 class TargetSource(Protocol):

@@ -36,13 +36,21 @@ def _checker() -> None:
 
 
 def _ext(
-    *, generation: int = 1, observed: int = 1, state: str | None = "Succeeded", **extra: Any
+    *,
+    generation: int = 1,
+    observed: int = 1,
+    state: str | None = "Succeeded",
+    annotations: dict[str, str] | None = None,
+    status: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    status: dict[str, Any] = {"observedGeneration": observed}
+    """gardenlet's Extension as a controller has answered it: its annotations gone (unless
+    ``annotations``), ``generation`` counted, ``state`` written at UPDATED (None: nothing yet)."""
+    obj = extension(NS)
+    obj["metadata"].update(generation=generation, annotations=dict(annotations or {}))
+    answered: dict[str, Any] = {"observedGeneration": observed, **(status or {})}
     if state is not None:
-        status["lastOperation"] = recorded_operation("Reconcile", state, UPDATED)
-    status.update(extra.pop("status", {}))
-    return extension(NS, "dwd-lease", generation=generation, status=status, **extra)
+        answered["lastOperation"] = recorded_operation("Reconcile", state, UPDATED)
+    return {**obj, "status": answered}
 
 
 # Each condition gardenlet checks, and what its verdict says (pkg/utils/kubernetes/health/extensions.go).
@@ -257,9 +265,7 @@ def test_an_extension_under_gardeners_crd_is_judged_as_the_server_stores_it(own_
     """gardenlet's request, then a controller's answer, each read back from a kube-apiserver
     serving the release's own Extension CRD: its schema drops what Gardener's type has not."""
     RESOURCES.setdefault("Extension", ("extensions", True))
-    asked = extension(
-        NS, "dwd-lease", annotations={OPERATION: "reconcile", TIMESTAMP: "2026-03-01T10:00:00.5Z"}
-    )
+    asked = extension(NS, timestamp="2026-03-01T10:00:00.5Z")
     with own_seed.admin_client() as admin:
         apply(admin, module_crds("Extension"))
         wait_for(lambda: _served(admin, EXTENSIONS), 30, "the Extension CRD")

@@ -77,7 +77,8 @@ THEN = st.sampled_from([0, 3, 13, 30])
 
 
 def event(**strategies: Any) -> Callable[[Callable[..., None]], Any]:
-    """A rule that does something to the world, then lets ``then`` seconds pass."""
+    """A rule that does something to the world, then lets ``then`` seconds pass; drawn only
+    where the machine's ``focus`` names it (every rule where it has none)."""
 
     def wrap(fn: Callable[..., None]) -> Any:
         @functools.wraps(fn)
@@ -86,13 +87,16 @@ def event(**strategies: Any) -> Callable[[Callable[..., None]], Any]:
             if then:
                 self.run(self.world.run(then))
 
-        return rule(then=THEN, **strategies)(run)
+        in_focus = precondition(lambda self: self.focus is None or fn.__name__ in self.focus)
+        return in_focus(rule(then=THEN, **strategies)(run))
 
     return wrap
 
 
 class Model(RuleBasedStateMachine):
     dry_run = False
+    # The events drawn (None: all of them).
+    focus: frozenset[str] | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -175,12 +179,26 @@ class Model(RuleBasedStateMachine):
         max_unavailable=st.sampled_from([0.1, 0.25, 0.5, 1.0]),
         slow=st.sampled_from(["quick", "lease", "allowance"]),
         release_both=st.booleans(),
+        broken=st.sampled_from(["none", "one", "minority"]),
     )
-    def roll(self, which: str, offset: int, max_unavailable: float, slow: str, release_both: bool) -> None:
+    def roll(
+        self,
+        *,
+        which: str,
+        offset: int,
+        max_unavailable: float,
+        slow: str,
+        release_both: bool,
+        broken: str = "none",
+    ) -> None:
         """The agents rolled at ``max_unavailable``, each successor starting within half a lease
         duration, after two, or past the roll allowance (an image pulled over a slow registry);
-        the agents rolled away release the old layout's lease too, or (0.2.0's) only ours."""
+        the agents rolled away release the old layout's lease too, or (0.2.0's) only ours. A fleet
+        rolls with some machines broken a while (``broken``, NotReady and not replaced yet: for
+        long enough that the kubelets' leases say so)."""
         w, p = self.world, self.world.p
+        if broken != "none":
+            self.machines_break(then=30, which=broken, offset=offset + len(w.nodes) // 2)
         names = self.pick(which, offset)
         batch = max(1, math.ceil(max_unavailable * len(w.nodes)))
         delay = {
@@ -488,3 +506,26 @@ class Model(RuleBasedStateMachine):
 
 class DryRunModel(Model):
     dry_run = True
+
+
+class RollModel(Model):
+    """The fleet changing under the verdict and nothing else: rolls (at every pace, during a
+    move, with or without the second witness) among cuts, broken machines and failing agents
+    and kubelets, so that each sequence is dense with their interleavings."""
+
+    focus = frozenset(
+        {
+            "cut",
+            "heal",
+            "agents_fail",
+            "agents_recover",
+            "kubelets_stop",
+            "kubelets_start",
+            "machines_break",
+            "roll",
+            "move",
+            "witness_refused",
+            "add_node",
+            "delete_node",
+        }
+    )

@@ -247,6 +247,13 @@ class FakeKube:
         return self.put(path, body)
 
     def _patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        if path.endswith("/status") and path[:-7] in self.objects:
+            # The status subresource: only the status changes, whatever else the body says.
+            self.writes.append(("PATCH", path, copy.deepcopy(body)))
+            subject = self.objects[path[:-7]]
+            _merge(subject.setdefault("status", {}), body.get("status") or {})
+            subject["metadata"]["resourceVersion"] = self._next_rv()
+            return copy.deepcopy(subject)
         scale = path.endswith("/scale")
         target = path[:-6] if scale else path
         obj = self.objects.get(target)
@@ -266,6 +273,8 @@ class FakeKube:
             if self.controller and "replicas" in (body.get("spec") or {}):
                 self.follow(target)
         obj["metadata"]["resourceVersion"] = self._next_rv()
+        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
+            del self.objects[target]  # the last finalizer gone: the server deletes it
         return copy.deepcopy(obj)
 
     def _manage(self, obj: dict[str, Any], body: dict[str, Any]) -> None:
@@ -288,7 +297,9 @@ class FakeKube:
         obj["metadata"]["resourceVersion"] = self._next_rv()
 
 
-_ACROSS_NAMESPACES = re.compile(r"^(/apis/[^/]+/[^/]+|/api/v1)/(deployments|statefulsets|secrets)$")
+_ACROSS_NAMESPACES = re.compile(
+    r"^(/apis/[^/]+/[^/]+|/api/v1)/(deployments|statefulsets|secrets|extensions)$"
+)
 
 
 def _page(result: dict[str, Any], params: dict[str, str]) -> dict[str, Any]:

@@ -101,6 +101,7 @@ WINGS: dict[str, frozenset[str]] = {
     "ops": frozenset({"model", "decide"}),
     "observe": frozenset({"model", "kube", "decide", "ops"}),
     "act": frozenset({"model", "kube", "decide", "observe", "lead", "ops"}),
+    "extension": frozenset({"model", "kube", "decide", "observe", "lead", "act"}),
 }
 ROOT_WING = "root"
 

@@ -1,0 +1,10 @@
+"""The aggregator as Gardener's extension controller for its seed (docs/design.md, "The extension
+controller"): the Extension objects of our type read into views and what they ask for (contract),
+the shoots they turn on, with their providerConfig over the seed's settings (source), and the
+contract's writes on them: finalizer, operation annotation, status, and on deletion our marks
+handed back (reconciler).
+
+Writes only under the leader's scope (lead), as every write of the aggregator.
+
+May import: core, model, kube, decide, observe, lead, act.
+"""

@@ -1,0 +1,151 @@
+"""Gardener's Extension contract, as gardenlet and Gardener's controller library state it
+(gardener/gardener ``extensions/pkg/controller/extension/reconciler.go``,
+``pkg/utils/kubernetes/health/extensions.go``): the Extension read into a view, what it asks of
+its controller now, and the status bodies that answer.
+
+gardenlet creates one Extension of our type in each shoot's control-plane namespace, annotated
+``gardener.cloud/operation: reconcile`` (and ``gardener.cloud/timestamp``) whenever it wants a
+reconcile; it counts the Extension ready when the annotation is gone, ``observedGeneration``
+is the generation, ``lastOperation`` is Succeeded and not older than the timestamp, and there
+is no ``lastError``. The controller holds its finalizer on every Extension it serves and drops
+it only once the deletion is done.
+
+Pure: data in, data out; the reconciler (aggregator/extension/reconciler.py) does the writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aggregator.model.objects import metadata, section
+
+EXTENSIONS = "/apis/extensions.gardener.cloud/v1alpha1/extensions"
+OPERATION = "gardener.cloud/operation"
+TIMESTAMP = "gardener.cloud/timestamp"
+# Gardener's library names its finalizer after the controller: extensions.gardener.cloud/<name>.
+FINALIZER = "extensions.gardener.cloud/dwd-lease"
+
+
+@dataclass(frozen=True)
+class ExtensionView:
+    """One Extension as the controller reads it."""
+
+    namespace: str
+    name: str
+    type: str
+    generation: int
+    resource_version: str
+    deleting: bool
+    finalizers: tuple[str, ...]
+    operation: str
+    observed_generation: int | None
+    last_operation: tuple[str, str, str]  # type, state, description ("" where absent)
+    last_error: str
+    provider_config: Any = field(default=None, hash=False)
+
+    @property
+    def path(self) -> str:
+        return f"{EXTENSIONS.rsplit('/', 1)[0]}/namespaces/{self.namespace}/extensions/{self.name}"
+
+    @classmethod
+    def from_object(cls, obj: Mapping[str, Any]) -> ExtensionView:
+        meta, spec, status = metadata(obj), section(obj, "spec"), section(obj, "status")
+        if not meta.get("namespace") or not meta.get("name"):
+            raise ValueError("extension without metadata.namespace or metadata.name")
+        last = section(status, "lastOperation")
+        observed = status.get("observedGeneration")
+        return cls(
+            namespace=str(meta["namespace"]),
+            name=str(meta["name"]),
+            type=str(spec.get("type") or ""),
+            generation=int(meta.get("generation") or 0),
+            resource_version=str(meta.get("resourceVersion") or ""),
+            deleting=bool(meta.get("deletionTimestamp")),
+            finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+            operation=str((meta.get("annotations") or {}).get(OPERATION) or ""),
+            observed_generation=None if observed is None else int(observed),
+            last_operation=(
+                str(last.get("type") or ""),
+                str(last.get("state") or ""),
+                str(last.get("description") or ""),
+            ),
+            last_error=str(section(status, "lastError").get("description") or ""),
+            provider_config=spec.get("providerConfig"),
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a finished operation says: Succeeded, or Error with the problems as its lastError."""
+
+    kind: str  # Reconcile or Delete
+    problems: tuple[str, ...] = ()
+
+    @property
+    def state(self) -> str:
+        return "Error" if self.problems else "Succeeded"
+
+    @property
+    def description(self) -> str:
+        if self.problems:
+            return "; ".join(self.problems)
+        return "protection configured" if self.kind == "Reconcile" else "marks handed back"
+
+
+def wants_reconcile(view: ExtensionView, outcome: Outcome) -> bool:
+    """Whether the Extension asks for a reconcile now: gardenlet's annotation, a new generation,
+    our finalizer missing, an operation left Processing (a controller stopped in the middle),
+    or a status that does not say what the spec amounts to now."""
+    return (
+        view.operation == "reconcile"
+        or view.observed_generation != view.generation
+        or FINALIZER not in view.finalizers
+        or view.last_operation != (outcome.kind, outcome.state, outcome.description)
+    )
+
+
+def claim(view: ExtensionView) -> dict[str, Any]:
+    """The metadata patch that takes an operation on: our finalizer on, the operation annotation
+    off, conditional on the resourceVersion read (the finalizers are a list: a merge patch
+    replaces it whole, so it must be the list as it is now)."""
+    finalizers = list(view.finalizers) if FINALIZER in view.finalizers else [*view.finalizers, FINALIZER]
+    body: dict[str, Any] = {"resourceVersion": view.resource_version, "finalizers": finalizers}
+    if view.operation == "reconcile":
+        body["annotations"] = {OPERATION: None}
+    return {"metadata": body}
+
+
+def release(view: ExtensionView) -> dict[str, Any]:
+    """The metadata patch that drops our finalizer, conditional on the resourceVersion read."""
+    rest = [f for f in view.finalizers if f != FINALIZER]
+    return {"metadata": {"resourceVersion": view.resource_version, "finalizers": rest}}
+
+
+def processing(kind: str, now: str) -> dict[str, Any]:
+    """The status body of an operation begun."""
+    return {"status": {"lastOperation": _last(kind, "Processing", f"{kind} in progress", now, 0)}}
+
+
+def finished(view: ExtensionView, outcome: Outcome, now: str) -> dict[str, Any]:
+    """The status body of an operation finished: its lastOperation, its lastError (or none), and
+    the generation it answers."""
+    error = {"description": outcome.description, "lastUpdateTime": now} if outcome.problems else None
+    return {
+        "status": {
+            "lastOperation": _last(outcome.kind, outcome.state, outcome.description, now, 100),
+            "lastError": error,
+            "observedGeneration": view.generation,
+        }
+    }
+
+
+def _last(kind: str, state: str, description: str, now: str, progress: int) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "state": state,
+        "description": description,
+        "lastUpdateTime": now,
+        "progress": progress,
+    }

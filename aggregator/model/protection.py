@@ -1,0 +1,145 @@
+"""A shoot's own settings: the ``providerConfig`` of its Extension, typed, versioned, checked.
+
+    providerConfig:
+      apiVersion: dwd-lease.extensions.gardener.cloud/v1alpha1
+      kind: ProtectionConfig
+      dryRun: true                 # each field overrides the seed's setting of the same meaning
+      failureFraction: 0.7
+      recoveryFraction: 0.3
+      dependents: [...]            # dependency-watchdog's dependentResourceInfos
+      disabled: false              # the shoot owner's opt-out: no target, our marks handed back
+
+The kind is ``ProtectionConfig``, not ``ProviderConfig``: every Extension's ``providerConfig`` is
+a provider config, so that name says nothing; this one configures the shoot's meltdown
+protection, and reads as Gardener's own extensions name theirs (``CertConfig``, ``DNSConfig``).
+
+Each value is checked by the seed's own setting (``core.config.read_var`` on the settings field,
+and the groups' relations), so a bad one reads as a bad variable does, named by its field:
+``providerConfig.failureFraction: 1.5 is not a fraction in (0, 1]``. Unknown fields, another
+apiVersion or kind, and wrong types are refused; every problem is listed at once.
+
+Pure: tests/unit/test_layers.py keeps the model free of I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aggregator.model.dependents import Dependent, parse_dependents
+from aggregator.model.settings import Decider, Scaling, Settings
+from core.config import EnvReader, Var, read_var, variables
+from core.errors import ConfigError
+
+API_VERSION = "dwd-lease.extensions.gardener.cloud/v1alpha1"
+KIND = "ProtectionConfig"
+WHERE = "providerConfig"
+
+# The fields that override a seed setting: the key, the settings group and its field.
+OVERRIDES: dict[str, tuple[type, str]] = {
+    "dryRun": (Scaling, "dry_run"),
+    "failureFraction": (Decider, "failure_fraction"),
+    "recoveryFraction": (Decider, "recovery_fraction"),
+}
+KNOWN = frozenset({"apiVersion", "kind", "dependents", "disabled", *OVERRIDES})
+# A JSON value of the right type for a variable's kind (a bool is an int to Python: not a number).
+JSON_TYPES: dict[str, tuple[type, ...]] = {"boolean": (bool,), "fraction": (int, float)}
+
+
+@dataclass(frozen=True)
+class ProtectionConfig:
+    """What a shoot sets over the seed's settings (``None``: the seed's)."""
+
+    dry_run: bool | None = None
+    failure_fraction: float | None = None
+    recovery_fraction: float | None = None
+    dependents: tuple[Dependent, ...] | None = None
+    disabled: bool = False
+
+    def over(self, settings: Settings) -> Settings:
+        """``settings`` with this shoot's values in place of the seed's."""
+        decider = {
+            k: v for k in ("failure_fraction", "recovery_fraction") if (v := getattr(self, k)) is not None
+        }
+        if not decider and self.dry_run is None:
+            return settings
+        scaling = (
+            settings.scaling if self.dry_run is None else replace(settings.scaling, dry_run=self.dry_run)
+        )
+        return replace(settings, decider=replace(settings.decider, **decider), scaling=scaling)
+
+
+def parse(raw: Any, settings: Settings) -> ProtectionConfig:
+    """An Extension's ``providerConfig`` (None: none given, the seed's settings), checked against
+    the seed's ``settings``; ConfigError lists every problem, each naming its field."""
+    if raw is None:
+        return ProtectionConfig()
+    if not isinstance(raw, Mapping):
+        raise ConfigError([f"{WHERE}: expected an object with apiVersion {API_VERSION} and kind {KIND}"])
+    problems = _header(raw)
+    values = {key: raw[key] for key in OVERRIDES if key in raw}
+    r = EnvReader({f"{WHERE}.{k}": _text(v) for k, v in values.items()})
+    fields: dict[str, Any] = {}
+    for key, value in values.items():
+        group, name = OVERRIDES[key]
+        f, v = _field(group, name)
+        if not isinstance(value, JSON_TYPES[v.kind]) or (v.kind != "boolean" and isinstance(value, bool)):
+            problems.append(f"{WHERE}.{key}: {value!r} is not a {_json_kind(v)}")
+            continue
+        fields[name] = read_var(r, f, v, f"{WHERE}.{key}")
+    problems += r.problems
+    disabled = raw.get("disabled", False)
+    if not isinstance(disabled, bool):
+        problems.append(f"{WHERE}.disabled: {disabled!r} is not a boolean (true or false)")
+    dependents = None
+    if "dependents" in raw:
+        try:
+            dependents = parse_dependents(raw["dependents"], f"{WHERE}.dependents")
+        except ConfigError as e:
+            problems += e.problems
+    if problems:
+        raise ConfigError(problems)
+    config = ProtectionConfig(**fields, dependents=dependents, disabled=disabled is True)
+    _relations(config, settings, set(values))
+    return config
+
+
+def _header(raw: Mapping[str, Any]) -> list[str]:
+    problems = []
+    if raw.get("apiVersion") != API_VERSION:
+        problems.append(f"{WHERE}.apiVersion: {raw.get('apiVersion')!r} is not {API_VERSION}")
+    if raw.get("kind") != KIND:
+        problems.append(f"{WHERE}.kind: {raw.get('kind')!r} is not {KIND}")
+    problems += [f"{WHERE}.{key}: unknown field" for key in sorted(set(raw) - KNOWN, key=str)]
+    return problems
+
+
+def _relations(config: ProtectionConfig, settings: Settings, given: set[str]) -> None:
+    """The seed's rules between settings, on the shoot's values: a message names the shoot's
+    field where the shoot set it, the seed's variable where it did not."""
+    try:
+        config.over(settings)
+    except ConfigError as e:
+        names = {_field(*OVERRIDES[key])[1].name: f"{WHERE}.{key}" for key in given}
+        raise ConfigError([_renamed(problem, names) for problem in e.problems]) from None
+
+
+def _renamed(problem: str, names: Mapping[str, str]) -> str:
+    for variable, key in names.items():
+        problem = problem.replace(variable, key)
+    return problem
+
+
+def _field(group: type, name: str) -> tuple[dataclasses.Field[Any], Var]:
+    return next((f, v) for f, v in variables(group) if f.name == name)
+
+
+def _text(value: Any) -> str:
+    """A JSON value as an environment variable would carry it."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _json_kind(v: Var) -> str:
+    return "boolean (true or false)" if v.kind == "boolean" else "number"
