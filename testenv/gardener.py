@@ -204,3 +204,14 @@ def recorded_operation(kind: str, state: str, updated: str) -> dict[str, Any]:
         "description": f"{kind} {state.lower()}",
         "lastUpdateTime": updated,
     }
+
+
+def extension_status(
+    state: str, updated: str, *, observed_generation: int = 1, kind: str = "Reconcile"
+) -> dict[str, Any]:
+    """An Extension's ``status`` as its controller writes it: the ``observedGeneration`` it
+    answered and its ``lastOperation`` (``kind`` in ``state`` at ``updated``)."""
+    return {
+        "observedGeneration": observed_generation,
+        "lastOperation": recorded_operation(kind, state, updated),
+    }

@@ -18,7 +18,7 @@ from testenv import binaries, gardener_types, grm
 from testenv.apply import RESOURCES, apply
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.gardener import OPERATION, TIMESTAMP, extension, module_crds, recorded_operation
+from testenv.gardener import OPERATION, TIMESTAMP, extension, extension_status, module_crds
 from testenv.wait import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
@@ -47,10 +47,12 @@ def _ext(
     ``annotations``), ``generation`` counted, ``state`` written at UPDATED (None: nothing yet)."""
     obj = extension(NS)
     obj["metadata"].update(generation=generation, annotations=dict(annotations or {}))
-    answered: dict[str, Any] = {"observedGeneration": observed, **(status or {})}
-    if state is not None:
-        answered["lastOperation"] = recorded_operation("Reconcile", state, UPDATED)
-    return {**obj, "status": answered}
+    answered = (
+        extension_status(state, UPDATED, observed_generation=observed)
+        if state is not None
+        else {"observedGeneration": observed}
+    )
+    return {**obj, "status": {**answered, **(status or {})}}
 
 
 # Each condition gardenlet checks, and what its verdict says (pkg/utils/kubernetes/health/extensions.go).
@@ -273,8 +275,7 @@ def test_an_extension_under_gardeners_crd_is_judged_as_the_server_stores_it(own_
         stored = admin.create(EXTENSIONS, asked)
         path = f"{EXTENSIONS}/dwd-lease"
         status = {
-            "observedGeneration": stored["metadata"]["generation"],
-            "lastOperation": recorded_operation("Reconcile", "Succeeded", UPDATED),
+            **extension_status("Succeeded", UPDATED, observed_generation=stored["metadata"]["generation"]),
             "healthy": True,  # no such field in Gardener's type
         }
         admin.merge_patch(f"{path}/status", {"status": status})
