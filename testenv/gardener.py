@@ -161,9 +161,6 @@ def module_crds(*kinds: str) -> list[dict[str, Any]]:
     return [doc for kind in kinds for doc in load_docs(grm.find_crd(kind).read_text())]
 
 
-# Gardener's Extension (extensions.gardener.cloud/v1alpha1), with the status subresource its
-# controller writes through; schemaless for now, as the Cluster CRD above.
-EXTENSION_CRD = schemaless_crd("extensions.gardener.cloud", "Extension", namespaced=True, status=True)
 EXTENSION_TYPE = "dwd-lease"
 # gardenlet's annotations on an extension object (pkg/apis/core/v1beta1/constants).
 OPERATION = "gardener.cloud/operation"

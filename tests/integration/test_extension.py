@@ -17,17 +17,18 @@ from aggregator.extension.contract import FINALIZER, OPERATION
 from aggregator.model.protection import API_VERSION, KIND
 from aggregator.model.records import MELTDOWN, RECORD
 from core.errors import NotFound
+from testenv import grm
 from testenv.apply import RESOURCES, apply
 from testenv.controllers import CONTROLLERS, DOWN, KCM
 from testenv.controlplane import free_port
-from testenv.gardener import CLUSTER_CRD, EXTENSION_CRD, cluster, extension
+from testenv.gardener import cluster, extension, extension_status, module_crds
 from testenv.gardener_types import strict_errors
 from testenv.process import Process
 from testenv.shoot import Shoot
 from testenv.wait import wait_for
 from tests.integration.test_service import FILE_MODE, status, up
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
 
 
 def extension_path(namespace: str) -> str:
@@ -66,7 +67,7 @@ def test_the_extension_contract_from_create_to_delete(shoot: Shoot) -> None:
     ns, path = shoot.namespace, extension_path(shoot.namespace)
     shoot.setup()
     shoot.store_access(shoot.aggregator_access("agg-token"))
-    apply(shoot.seed_admin, [CLUSTER_CRD, EXTENSION_CRD])
+    apply(shoot.seed_admin, module_crds("Cluster", "Extension"))
     wait_for(lambda: _established(shoot, "extensions") and _established(shoot, "clusters"), 20, "the CRDs")
     apply(shoot.seed_admin, [cluster(ns)])
     port = free_port()
@@ -104,9 +105,8 @@ def test_the_extension_contract_from_create_to_delete(shoot: Shoot) -> None:
     # Stopped in the middle of an operation: annotated, and Processing already written.
     agg.kill()
     shoot.seed_admin.merge_patch(path, {"metadata": {"annotations": {OPERATION: "reconcile"}}})
-    processing = {"type": "Reconcile", "state": "Processing", "progress": 0}
-    processing |= {"description": "Reconcile in progress", "lastUpdateTime": "2026-01-01T00:00:00Z"}
-    shoot.seed_admin.merge_patch(path + "/status", {"status": {"lastOperation": processing}})
+    processing = extension_status("Processing", "2026-01-01T00:00:00Z", observed_generation=2)
+    shoot.seed_admin.merge_patch(path + "/status", {"status": processing})
     agg = start(shoot, port)
     obj = wait_for(lambda: finished(shoot), 20, "the operation finished after the restart")
     assert obj["status"]["lastOperation"]["state"] == "Succeeded"

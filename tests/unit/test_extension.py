@@ -24,7 +24,7 @@ from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.model.settings import Settings, Shoots
 from aggregator.observe.sources import CLUSTERS
 from testenv.controllers import CA, KCM, MCM
-from testenv.gardener import DELETED_AT, cluster, extension
+from testenv.gardener import DELETED_AT, cluster, extension, extension_status
 from tests.unit.fakekube import FakeKube
 from tests.unit.test_scaler import seed
 from tests.unit.world import NS, deployment_path
@@ -239,7 +239,7 @@ async def test_a_controller_restarted_mid_operation_finishes_it() -> None:
     kube = world()
     obj = kube.objects[PATH]
     obj["metadata"]["finalizers"] = [FINALIZER]
-    obj["status"] = {"lastOperation": {"type": "Reconcile", "state": "Processing"}}
+    obj["status"] = extension_status("Processing", NOW, observed_generation=0)
     source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
     await listed(source)
     await reconciler(kube, source).reconcile_all()
