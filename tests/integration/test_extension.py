@@ -22,7 +22,7 @@ from testenv.apply import RESOURCES, apply
 from testenv.controllers import CONTROLLERS, DOWN, KCM
 from testenv.controlplane import free_port
 from testenv.gardener import cluster, extension, extension_status, module_crds
-from testenv.gardener_types import strict_errors
+from testenv.gardener_types import extension_verdicts, strict_errors
 from testenv.process import Process
 from testenv.shoot import Shoot
 from testenv.wait import wait_for
@@ -35,11 +35,15 @@ def extension_path(namespace: str) -> str:
     return f"/apis/extensions.gardener.cloud/v1alpha1/namespaces/{namespace}/extensions/dwd-lease"
 
 
-def read(shoot: Shoot) -> dict[str, Any]:
-    """The Extension as the server has it, checked by Gardener's types."""
+def read(shoot: Shoot) -> str:
+    """The Extension as the server has it, checked by Gardener's types: gardenlet's verdict on it
+    (health.CheckExtensionObject, "" where it counts it ready), printed for the record."""
     obj = shoot.seed_admin.get(extension_path(shoot.namespace))
     assert strict_errors([obj]) == [""], json.dumps(obj)
-    return obj
+    (verdict,) = extension_verdicts([obj])
+    last = obj["status"]["lastOperation"]
+    print(f"lastOperation {last['type']} {last['state']}: gardenlet says {verdict or 'ready'}")
+    return verdict
 
 
 def finished(shoot: Shoot) -> dict[str, Any] | None:
@@ -81,7 +85,7 @@ def test_the_extension_contract_from_create_to_delete(shoot: Shoot) -> None:
         "providerConfig.failureFraction: 1.5 is not a fraction in (0, 1]"
     )
     assert obj["metadata"]["finalizers"] == [FINALIZER] and served(port) == set()
-    read(shoot)
+    assert "providerConfig.failureFraction" in read(shoot)  # not ready, and says why
 
     # Fixed, as gardenlet writes it: a new generation and the reconcile annotation.
     good = {"apiVersion": API_VERSION, "kind": KIND, "failureFraction": 0.6}
@@ -95,7 +99,7 @@ def test_the_extension_contract_from_create_to_delete(shoot: Shoot) -> None:
     )
     assert obj["status"].get("lastError") is None and obj["status"]["observedGeneration"] == 2
     wait_for(lambda: served(port) == {ns}, 20, "the shoot served")
-    read(shoot)
+    assert read(shoot) == ""  # ready, by gardenlet's own function
     shoot.wait_leases_renewed()  # a cut before the first renewals would leave nothing to judge
 
     # Every node's path cut: held down.
@@ -110,7 +114,7 @@ def test_the_extension_contract_from_create_to_delete(shoot: Shoot) -> None:
     agg = start(shoot, port)
     obj = wait_for(lambda: finished(shoot), 20, "the operation finished after the restart")
     assert obj["status"]["lastOperation"]["state"] == "Succeeded"
-    read(shoot)
+    assert read(shoot) == ""  # ready, by gardenlet's own function
 
     # Deleted while held down (the owner removed the extension; the shoot lives on): what we
     # hold down is restored, since nobody else would raise it, then the finalizer dropped.
