@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from testenv import gardener_types
 from testenv.agents import Agents, agents_for
 from testenv.controlplane import ControlPlane
 from testenv.shoot import Shoot, shoot_for
@@ -41,3 +42,13 @@ def real_nodes(shoot: Shoot) -> Iterator[NodesWorld]:
     """Ten nodes, each a real agent and a kubelet stand-in behind one load balancer (not started)."""
     with nodes_world(shoot) as w:
         yield w
+
+
+@pytest.fixture(scope="module")
+def gardener_checker() -> None:
+    """Gardener's types checker built (testenv/grm.py builds it beside GRM): a test module that
+    needs it fails without it, never skips."""
+    try:
+        gardener_types.find()
+    except FileNotFoundError as e:
+        pytest.fail(str(e))

@@ -15,17 +15,13 @@ from testenv.apply import kustomize_build, load_docs
 from testenv.dependency_watchdog import shoot_states
 from testenv.gardener import cluster, shoot
 
-pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.builds(grm.NAME),
+    pytest.mark.usefixtures("gardener_checker"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _checker() -> None:
-    try:
-        gardener_types.find()
-    except FileNotFoundError as e:
-        pytest.fail(str(e))  # never a silent skip
 
 
 def _failures(objects: list[dict[str, Any]], labels: list[str]) -> list[str]:

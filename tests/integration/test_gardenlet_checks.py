@@ -21,18 +21,14 @@ from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.gardener import OPERATION, TIMESTAMP, extension, extension_status, module_crds
 from testenv.wait import wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.builds(grm.NAME),
+    pytest.mark.usefixtures("gardener_checker"),
+]
 
 NS = "shoot--p--s"
 UPDATED = "2026-03-01T10:00:00Z"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _checker() -> None:
-    try:
-        gardener_types.find()
-    except FileNotFoundError as e:
-        pytest.fail(str(e))  # never a silent skip
 
 
 def _ext(
