@@ -104,25 +104,22 @@ class Fleet:
 
     def dependents_of(self, namespace: str) -> Sequence[Dependent]:
         """The dependents the target serving ``namespace`` acts on: its shoot's own, or the seed's."""
-        protection = next(
-            (r.spec.protection for r in self.running.values() if r.spec.namespace == namespace), None
-        )
-        return (
-            self.shared.dependents
-            if protection is None or protection.dependents is None
-            else protection.dependents
-        )
+        spec = next((r.spec for r in self.running.values() if r.spec.namespace == namespace), None)
+        return self._dependents(spec)
+
+    def _dependents(self, spec: TargetSpec | None) -> Sequence[Dependent]:
+        protection = None if spec is None else spec.protection
+        if protection is None or protection.dependents is None:
+            return self.shared.dependents
+        return protection.dependents
 
     def shared_for(self, spec: TargetSpec) -> Shared:
         """What the target of ``spec`` is built with: its shoot's providerConfig over the seed's."""
         protection = spec.protection
         if protection is None:
             return self.shared
-        return replace(
-            self.shared,
-            settings=protection.over(self.settings),
-            dependents=self.dependents_of(spec.namespace),
-        )
+        settings = protection.over(self.settings)
+        return replace(self.shared, settings=settings, dependents=self._dependents(spec))
 
     def skipped_because(self, namespace: str) -> str:
         """Why the namespace's owner decides its controllers now: the source skips its Cluster
