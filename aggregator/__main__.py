@@ -21,6 +21,7 @@ from typing import Any
 
 import uvloop
 
+from aggregator.extension.delivery import ShootPart
 from aggregator.extension.reconciler import Reconciler
 from aggregator.extension.source import ExtensionSource
 from aggregator.fleet import Fleet
@@ -30,7 +31,7 @@ from aggregator.lead.leader import LeaderElector
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.lead.shards import Shards
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent, load_dependents
-from aggregator.model.settings import MAX_SHARDS, Settings
+from aggregator.model.settings import MAX_SHARDS, Settings, Shoots
 from aggregator.observe.seeddependents import SeedDependents
 from aggregator.observe.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
 from aggregator.ops.heap import Heap
@@ -210,7 +211,8 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         asyncio.create_task(heap.run(), name="heap"),
     ]
     if isinstance(source, ExtensionSource):  # the Extension contract, by the same leader
-        tasks.append(asyncio.create_task(_reconciler(shared, fleet, source).run(), name="extensions"))
+        reconciler = _reconciler(shared, fleet, source, _shoot_part(shoots))
+        tasks.append(asyncio.create_task(reconciler.run(), name="extensions"))
     try:
         await _until_stopped(tasks, election)
     finally:
@@ -219,7 +221,7 @@ async def run(settings: Settings, dependents: tuple[Dependent, ...]) -> None:
         await clients.close()
 
 
-def _reconciler(shared: Shared, fleet: Fleet, source: ExtensionSource) -> Reconciler:
+def _reconciler(shared: Shared, fleet: Fleet, source: ExtensionSource, part: ShootPart | None) -> Reconciler:
     """The Extension contract's writer: the fleet's seed client, dependents and leadership."""
     return Reconciler(
         shared.seed,
@@ -227,8 +229,17 @@ def _reconciler(shared: Shared, fleet: Fleet, source: ExtensionSource) -> Reconc
         shared.settings,
         shared.dependents,
         served=fleet.served,
+        part=part,
         leadership=fleet.leadership,
     )
+
+
+def _shoot_part(shoots: Shoots) -> ShootPart | None:
+    """What the extension delivers into every shoot; a file that is not that stops start-up."""
+    if not shoots.shoot_objects:
+        log.info("shoot_part_not_delivered", reason="DWD_SHOOT_OBJECTS is empty")
+        return None
+    return ShootPart.load(shoots.shoot_objects, shoots.kubeconfig_secret, shoots.agent_image)
 
 
 async def _until_stopped(tasks: list[asyncio.Task[None]], election: Election) -> None:

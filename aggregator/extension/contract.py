@@ -80,7 +80,7 @@ class ExtensionView:
 class Outcome:
     """What a finished operation says: Succeeded, or Error with the problems as its lastError."""
 
-    kind: str  # Reconcile or Delete
+    kind: str  # Reconcile, Restore, Delete or Migrate
     problems: tuple[str, ...] = ()
 
     @property
@@ -91,7 +91,10 @@ class Outcome:
     def description(self) -> str:
         if self.problems:
             return "; ".join(self.problems)
-        return "protection configured" if self.kind == "Reconcile" else "marks handed back"
+        return DONE.get(self.kind, "protection configured")
+
+
+DONE = {"Delete": "marks handed back", "Migrate": "shoot part left to the next seed"}
 
 
 def wants_reconcile(view: ExtensionView, outcome: Outcome) -> bool:
@@ -99,7 +102,7 @@ def wants_reconcile(view: ExtensionView, outcome: Outcome) -> bool:
     our finalizer missing, an operation left Processing (a controller stopped in the middle),
     or a status that does not say what the spec amounts to now."""
     return (
-        view.operation == "reconcile"
+        view.operation in ("reconcile", "restore")
         or view.observed_generation != view.generation
         or FINALIZER not in view.finalizers
         or view.last_operation != (outcome.kind, outcome.state, outcome.description)
@@ -112,15 +115,19 @@ def claim(view: ExtensionView) -> dict[str, Any]:
     replaces it whole, so it must be the list as it is now)."""
     finalizers = list(view.finalizers) if FINALIZER in view.finalizers else [*view.finalizers, FINALIZER]
     body: dict[str, Any] = {"resourceVersion": view.resource_version, "finalizers": finalizers}
-    if view.operation == "reconcile":
+    if view.operation in ("reconcile", "restore"):
         body["annotations"] = {OPERATION: None}
     return {"metadata": body}
 
 
-def release(view: ExtensionView) -> dict[str, Any]:
-    """The metadata patch that drops our finalizer, conditional on the resourceVersion read."""
-    rest = [f for f in view.finalizers if f != FINALIZER]
-    return {"metadata": {"resourceVersion": view.resource_version, "finalizers": rest}}
+def release(view: ExtensionView, *, every: bool = False) -> dict[str, Any]:
+    """The metadata patch that drops our finalizer (``every`` one, as a migration does, with its
+    ``migrate`` annotation answered), conditional on the resourceVersion read."""
+    rest = [] if every else [f for f in view.finalizers if f != FINALIZER]
+    body: dict[str, Any] = {"resourceVersion": view.resource_version, "finalizers": rest}
+    if view.operation == "migrate":
+        body["annotations"] = {OPERATION: None}
+    return {"metadata": body}
 
 
 def processing(kind: str, now: str) -> dict[str, Any]:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from aggregator.act.scaler import Scaler
@@ -37,17 +38,29 @@ from aggregator.extension.contract import (
     release,
     wants_reconcile,
 )
+from aggregator.extension.delivery import (
+    OBJECTS_SECRET,
+    ShootPart,
+    access_secret,
+    managed_resource,
+    managed_resource_path,
+    objects_secret,
+    secret_path,
+)
 from aggregator.extension.source import ExtensionSource
 from aggregator.kube.client import KubeClient
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.model.dependents import Dependent
 from aggregator.model.settings import Settings
 from core import logs
-from core.errors import KubeError, NotLeading
+from core.errors import Conflict, KubeError, NotFound, NotLeading
 
 log = logs.get("extension")
 
 Served = Callable[[], "set[str] | None"]
+KEEP_OBJECTS = {"spec": {"keepObjects": True}}
+# A migration asked for, or begun and not finished (a controller stopped in the middle).
+MIGRATING = {("Migrate", "Processing"), ("Migrate", "Error")}
 
 
 def _now() -> str:
@@ -63,6 +76,7 @@ class Reconciler:
         dependents: Sequence[Dependent],
         *,
         served: Served,
+        part: ShootPart | None = None,
         leadership: Leadership | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], str] = _now,
@@ -74,6 +88,8 @@ class Reconciler:
         # The namespaces whose targets run now (aggregator/fleet.py): a deletion waits until the
         # shoot's target has stopped, so nothing of ours lowers a controller after the hand-back.
         self.served = served
+        # What every served shoot gets (DWD_SHOOT_OBJECTS); None: nothing delivered.
+        self.part = part
         self.leadership = leadership or Alone()
         self.clock = clock
         self.wall = wall
@@ -110,21 +126,116 @@ class Reconciler:
         self.errors[view.namespace] = error
 
     async def reconcile(self, view: ExtensionView) -> None:
+        migrating = view.operation == "migrate" or view.last_operation[:2] in MIGRATING
+        if migrating:
+            await self._migrate(view)
+            return
+        if view.last_operation[:2] == ("Migrate", "Succeeded") and view.operation != "restore":
+            return  # the shoot is the next seed's now: only a restore makes it ours again
         if view.deleting:
             if FINALIZER in view.finalizers:
                 await self._delete(view)
             return
-        if view.operation not in ("", "reconcile"):
-            return  # migrate and restore: not yet (docs/design.md, "The extension controller")
-        outcome = Outcome("Reconcile", self.source.problems(view.namespace))
+        kind = "Restore" if view.operation == "restore" else "Reconcile"
+        outcome = Outcome(kind, self.source.problems(view.namespace))
         if not wants_reconcile(view, outcome):
             return
         view = await self._patch(view, claim(view))
-        view = await self._status(view, processing("Reconcile", self.wall()))
+        view = await self._status(view, processing(kind, self.wall()))
+        if not outcome.problems:
+            problems = await self._deliver(view.namespace)
+            if problems is None:
+                return  # the shoot part being taken away: Processing until it has gone
+            outcome = Outcome(kind, problems)
         await self._status(view, finished(view, outcome, self.wall()))
         log.info(
-            "extension_reconciled", namespace=view.namespace, state=outcome.state, error=outcome.description
+            "extension_reconciled",
+            namespace=view.namespace,
+            operation=kind,
+            state=outcome.state,
+            error=outcome.description,
         )
+
+    async def _deliver(self, namespace: str) -> tuple[str, ...] | None:
+        """The shoot part delivered, or taken away where nothing may run in the shoot (its
+        owner's ``disabled``, a hibernated shoot): the problems met, for ``lastError``; None
+        while it is being taken away."""
+        if self.part is None:
+            return ()
+        config = self.source.config(namespace)
+        cluster = self.source.clusters.clusters.get(namespace)
+        if (config is not None and config.disabled) or (
+            cluster is not None and cluster.lifecycle.stop == "hibernated"
+        ):
+            gone, problems = await self._removed(namespace, keep_objects=False)
+            return problems if problems or gone else None
+        try:
+            for body in (access_secret(namespace, self.part), objects_secret(namespace, self.part)):
+                await self._apply(namespace, secret_path(namespace, body["metadata"]["name"]), body)
+            await self._apply(namespace, managed_resource_path(namespace), managed_resource(namespace))
+        except NotLeading:
+            raise
+        except KubeError as e:
+            return (f"delivering the shoot part: {e}",)
+        return ()
+
+    async def _removed(self, namespace: str, *, keep_objects: bool) -> tuple[bool, tuple[str, ...]]:
+        """``_remove``: whether all is gone, and the problem met."""
+        if self.part is None:
+            return True, ()
+        try:
+            return await self._remove(namespace, keep_objects=keep_objects), ()
+        except NotLeading:
+            raise
+        except KubeError as e:
+            return False, (f"removing the shoot part: {e}",)
+
+    async def _remove(self, namespace: str, *, keep_objects: bool) -> bool:
+        """The ManagedResource deleted (its objects left in the shoot with ``keep_objects``), then
+        its Secrets once the resource manager has let it go: whether all of it is gone."""
+        assert self.part is not None
+        path = managed_resource_path(namespace)
+        try:
+            if keep_objects:
+                await self._call(namespace, path, partial(self.seed.merge_patch, path, KEEP_OBJECTS))
+            await self._call(namespace, path, partial(self.seed.delete, path))
+            return False  # the resource manager's finalizer: gone on a later pass
+        except NotFound:
+            pass
+        for secret in (
+            secret_path(namespace, OBJECTS_SECRET),
+            secret_path(namespace, self.part.access_secret),
+        ):
+            with contextlib.suppress(NotFound):
+                await self._call(namespace, secret, partial(self.seed.delete, secret))
+        return True
+
+    async def _apply(self, namespace: str, path: str, body: dict[str, Any]) -> None:
+        """Created, or merged over what is there (labels, data and spec are ours to say)."""
+        try:
+            await self._call(namespace, path, partial(self.seed.create, path.rsplit("/", 1)[0], body))
+        except Conflict:
+            await self._call(namespace, path, partial(self.seed.merge_patch, path, body))
+
+    async def _migrate(self, view: ExtensionView) -> None:
+        """gardenlet moves the shoot's control plane to another seed: our target stops (the
+        Cluster says Migrate, what we hold is handed back), the ManagedResource goes with its
+        objects kept in the shoot, for the next seed's controller to take over on ``restore``;
+        then our finalizer and the annotation."""
+        served = self.served()
+        if served is None or view.namespace in served:
+            return
+        if view.last_operation[:2] != ("Migrate", "Processing"):
+            view = await self._status(view, processing("Migrate", self.wall()))
+        gone, problems = await self._removed(view.namespace, keep_objects=True)
+        if problems:
+            await self._status(view, finished(view, Outcome("Migrate", problems), self.wall()))
+            return
+        if not gone:
+            return
+        view = await self._status(view, finished(view, Outcome("Migrate"), self.wall()))
+        await self._patch(view, release(view, every=True))
+        log.info("extension_migrated", namespace=view.namespace)
 
     async def _delete(self, view: ExtensionView) -> None:
         served = self.served()
@@ -132,9 +243,11 @@ class Reconciler:
             return  # its target still runs (the fleet stops it on the source's next answer)
         if view.last_operation[:2] != ("Delete", "Processing"):
             view = await self._status(view, processing("Delete", self.wall()))
+        removed, problem = await self._removed(view.namespace, keep_objects=False)
         done, problems = await self._give_back(view.namespace)
-        if not done and not problems:
-            return  # under way (MCM's scale-up delay, a controller to follow): Processing still
+        problems = problem + problems
+        if not (done and removed) and not problems:
+            return  # under way (the resource manager deleting, MCM's scale-up delay): Processing still
         outcome = Outcome("Delete", problems)
         # Each write answers with the object as written: the finalizers' write is conditional
         # on the resourceVersion the status write gave it.
@@ -180,14 +293,19 @@ class Reconciler:
         return ExtensionView.from_object(await self._write(view, view.path + "/status", body))
 
     async def _write(self, view: ExtensionView, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """One merge patch within the leader's term (aggregator/lead/scope.py)."""
-        scope = self.leadership.scope(view.namespace)
+        return await self._call(view.namespace, path, lambda: self.seed.merge_patch(path, body))
+
+    async def _call(
+        self, namespace: str, path: str, write: Callable[[], Awaitable[dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """One write within the leader's term (aggregator/lead/scope.py)."""
+        scope = self.leadership.scope(namespace)
         remaining = scope.term_end() - self.clock()
         if not scope.leads() or remaining <= 0:
             raise NotLeading("not the leader: no writes")
         with scope.writes.write(path):
             try:
                 async with asyncio.timeout(remaining):
-                    return await self.seed.merge_patch(path, body)
+                    return await write()
             except TimeoutError as e:
                 raise NotLeading(f"leadership ended during a write to {path}") from e

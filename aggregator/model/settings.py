@@ -362,6 +362,13 @@ class Shoots:
     extension_type: str = var("DWD_EXTENSION_TYPE", "dwd-lease", "string")
     """With ``DWD_TARGETS=extension``: the ``spec.type`` of the Extensions that turn a shoot on,
     the type our ControllerRegistration names (one registration, one type per landscape)."""
+    shoot_objects: str = var("DWD_SHOOT_OBJECTS", "", "string")
+    """With ``DWD_TARGETS=extension``: the objects every served shoot gets
+    (manifests/gardener/shoot/objects.yaml), delivered as a ManagedResource; empty: the
+    extension delivers nothing, the shoot part is installed another way."""
+    agent_image: str = var("DWD_AGENT_IMAGE", "", "string")
+    """The agents' image in what the extension delivers (the chart's image vector); empty:
+    the image the objects name."""
     # A targets file is read again this often; a watched source is looked at this often
     # besides its changes (a change itself is acted on at once).
     poll_s: float = 5.0
@@ -399,6 +406,7 @@ class Shoots:
             r.problem(
                 "DWD_SHOOT_SERVER", f"{server!r} is not https://HOST[:PORT] (with {{namespace}} at most)"
             )
+        _readable(r, "DWD_SHOOT_OBJECTS", values["shoot_objects"])
         if not is_dns_subdomain(values["extension_type"]):
             r.problem("DWD_EXTENSION_TYPE", f"{values['extension_type']!r} is not a valid extension type")
         return cls(mode, file, shoot_kubeconfig, seed_kubeconfig, namespace, **values)
