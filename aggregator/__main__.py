@@ -230,6 +230,8 @@ def _reconciler(shared: Shared, fleet: Fleet, source: ExtensionSource, part: Sho
         shared.dependents,
         served=fleet.served,
         part=part,
+        health_of=fleet.health_of,
+        heartbeat_ns=shared.settings.leader.namespace,
         leadership=fleet.leadership,
     )
 

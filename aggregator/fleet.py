@@ -18,6 +18,7 @@ from aggregator.kube.client import KubeClient, KubeconfigSource
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.model.dependents import Dependent
 from aggregator.observe.sources import KubeconfigSecrets, TargetSource, TargetSpec
+from aggregator.report import TargetStatus
 from aggregator.shoot import Shared
 from aggregator.target import Target
 from core import logs
@@ -91,6 +92,15 @@ class Fleet:
         if not self.reconciled.is_set() or self.source_error:
             return None
         return {r.spec.namespace for r in self.running.values()}
+
+    def health_of(self, namespace: str) -> tuple[TargetStatus | None, str]:
+        """The status of the target serving ``namespace`` (None before its first verdict) and
+        the error its last life ended with, while that is still shown ("" for none)."""
+        r = next((r for r in self.running.values() if r.spec.namespace == namespace), None)
+        if r is None:
+            return None, "no target serves this shoot"
+        error = r.error if r.error and not self._recovered(r) else ""
+        return (r.target.status if r.target is not None else None), error
 
     def unready(self) -> str:
         """Why this aggregator is not ready (``/readyz``); "" when it is: the targets' source has

@@ -24,6 +24,8 @@ from aggregator.model.objects import metadata, section
 EXTENSIONS = "/apis/extensions.gardener.cloud/v1alpha1/extensions"
 OPERATION = "gardener.cloud/operation"
 TIMESTAMP = "gardener.cloud/timestamp"
+# The condition gardenlet merges into the Shoot's (aggregator/extension/health.py).
+CONDITION = "SystemComponentsHealthy"
 # Gardener's library names its finalizer after the controller: extensions.gardener.cloud/<name>.
 FINALIZER = "extensions.gardener.cloud/dwd-lease"
 
@@ -44,6 +46,8 @@ class ExtensionView:
     last_operation: tuple[str, str, str]  # type, state, description ("" where absent)
     last_error: str
     provider_config: Any = field(default=None, hash=False)
+    # Our condition as last written (aggregator/extension/health.py), None before the first.
+    health: Any = field(default=None, hash=False)
 
     @property
     def path(self) -> str:
@@ -73,6 +77,14 @@ class ExtensionView:
             ),
             last_error=str(section(status, "lastError").get("description") or ""),
             provider_config=spec.get("providerConfig"),
+            health=next(
+                (
+                    c
+                    for c in status.get("conditions") or ()
+                    if isinstance(c, dict) and c.get("type") == CONDITION
+                ),
+                None,
+            ),
         )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -47,6 +48,7 @@ from aggregator.extension.delivery import (
     objects_secret,
     secret_path,
 )
+from aggregator.extension.health import HEARTBEAT, LEASES, Judged, health, heartbeat
 from aggregator.extension.source import ExtensionSource
 from aggregator.kube.client import KubeClient
 from aggregator.lead.scope import Alone, Leadership
@@ -58,6 +60,9 @@ from core.errors import Conflict, KubeError, NotFound, NotLeading
 log = logs.get("extension")
 
 Served = Callable[[], "set[str] | None"]
+HealthOf = Callable[[str], "tuple[Judged | None, str]"]
+# Gardener's heartbeat controller renews every 30 s by default.
+HEARTBEAT_S = 30.0
 KEEP_OBJECTS = {"spec": {"keepObjects": True}}
 # A migration asked for, or begun and not finished (a controller stopped in the middle).
 MIGRATING = {("Migrate", "Processing"), ("Migrate", "Error")}
@@ -65,6 +70,10 @@ MIGRATING = {("Migrate", "Processing"), ("Migrate", "Error")}
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Reconciler:
@@ -77,6 +86,8 @@ class Reconciler:
         *,
         served: Served,
         part: ShootPart | None = None,
+        health_of: HealthOf | None = None,
+        heartbeat_ns: str | None = None,
         leadership: Leadership | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], str] = _now,
@@ -90,6 +101,11 @@ class Reconciler:
         self.served = served
         # What every served shoot gets (DWD_SHOOT_OBJECTS); None: nothing delivered.
         self.part = part
+        # A served shoot's target status and the error its last life ended with (the fleet's).
+        self.health_of = health_of
+        # Where the heartbeat Lease is (the controller's own namespace); None: no heartbeat.
+        self.heartbeat_ns = heartbeat_ns
+        self._beat_at = -math.inf
         self.leadership = leadership or Alone()
         self.clock = clock
         self.wall = wall
@@ -113,9 +129,43 @@ class Reconciler:
                 continue
             try:
                 await self.reconcile(view)
+                await self.report(self.source.extensions.get(namespace, view))
                 self._settled(view, "")
             except KubeError as e:
                 self._settled(view, str(e))
+        await self.beat()
+
+    async def report(self, view: ExtensionView) -> None:
+        """The served shoot's protection as a condition gardenlet merges into the Shoot's status,
+        written when it says something new."""
+        served = self.served()
+        if self.health_of is None or view.deleting or served is None or view.namespace not in served:
+            return
+        said = health(*self.health_of(view.namespace))
+        if said.said_by(view.health):
+            return
+        await self._status(view, {"status": {"conditions": [said.condition(self.wall(), view.health)]}})
+        log.info("extension_health", namespace=view.namespace, status=said.status, reason=said.reason)
+
+    async def beat(self) -> None:
+        """The heartbeat Lease, every ``HEARTBEAT_S``, by a replica that leads: gardenlet reads an
+        Extension's conditions as outdated once it is older than its threshold."""
+        if self.heartbeat_ns is None or not self.leadership.leading():
+            return
+        if self.clock() - self._beat_at < HEARTBEAT_S:
+            return
+        lease = heartbeat(self.heartbeat_ns, self.source.type, int(HEARTBEAT_S), _micro_now())
+        path = LEASES.format(ns=self.heartbeat_ns) + "/" + HEARTBEAT
+        try:
+            async with asyncio.timeout(HEARTBEAT_S):
+                try:
+                    await self.seed.create(LEASES.format(ns=self.heartbeat_ns), lease)
+                except Conflict:
+                    await self.seed.merge_patch(path, {"spec": lease["spec"]})
+        except (KubeError, TimeoutError) as e:
+            log.warning("extension_heartbeat_failed", error=str(e) or "timed out")
+            return
+        self._beat_at = self.clock()
 
     def _settled(self, view: ExtensionView, error: str) -> None:
         if error != self.errors.get(view.namespace, ""):

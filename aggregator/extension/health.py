@@ -1,0 +1,97 @@
+"""What the Extension tells gardenlet of a served shoot's protection, and the heartbeat that says
+the controller is alive.
+
+gardenlet's shoot care merges each Extension's ``SystemComponentsHealthy`` condition into the
+Shoot's own (``pkg/gardenlet/controller/shoot/care/health.go``, judged by
+``checker.CheckExtensionCondition``): False or Unknown makes the Shoot's condition fail with our
+message, Progressing passes through, and a condition whose controller's heartbeat Lease
+(``gardener-extension-heartbeat`` in the controller's namespace) is older than its threshold
+reads as outdated. So a shoot whose protection is off says so in its own status.
+
+The condition is read from what the target already knows: it judges a quorum of renewing
+agents (True), it is starting (Progressing), or it cannot protect: no view of the shoot, too
+few agents renewing to judge, a target that failed (False, and why).
+
+Pure: the reconciler writes what these return.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aggregator.decide.decider import Phase
+from aggregator.extension.contract import CONDITION
+
+HEARTBEAT = "gardener-extension-heartbeat"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+
+
+class Judged(Protocol):
+    """What a target reports of its last verdict (aggregator/report.py ``TargetStatus``)."""
+
+    @property
+    def phase(self) -> Phase: ...
+    @property
+    def judging(self) -> bool: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def view(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Health:
+    status: str  # True, False, Progressing
+    reason: str
+    message: str
+
+    def condition(self, now: str, before: dict[str, Any] | None) -> dict[str, Any]:
+        """The condition as Gardener writes one: its transition time kept while the status is."""
+        same = before is not None and before.get("status") == self.status
+        return {
+            "type": CONDITION,
+            "status": self.status,
+            "reason": self.reason,
+            "message": self.message,
+            "lastUpdateTime": now,
+            "lastTransitionTime": str(before.get("lastTransitionTime")) if same and before else now,
+        }
+
+    def said_by(self, condition: dict[str, Any] | None) -> bool:
+        return condition is not None and (
+            condition.get("status"),
+            condition.get("reason"),
+            condition.get("message"),
+        ) == (
+            self.status,
+            self.reason,
+            self.message,
+        )
+
+
+def health(status: Judged | None, error: str) -> Health:
+    """A served shoot's protection from its target's ``status`` (None: not started yet) and the
+    error its last life ended with ("" for none)."""
+    if error:
+        return Health("False", "ProtectionOff", f"dwd-lease cannot protect this shoot: {error}")
+    if status is None or status.phase is Phase.STARTING:
+        return Health(
+            "Progressing", "ProtectionStarting", "dwd-lease is starting to judge the agents' leases"
+        )
+    if status.view:
+        return Health("False", "ProtectionOff", f"dwd-lease has no trusted view of the shoot: {status.view}")
+    if not status.judging:
+        return Health("False", "ProtectionOff", f"dwd-lease cannot judge a quorum: {status.reason}")
+    return Health("True", "ProtectionActive", "dwd-lease judges the nodes' agents and protects the shoot")
+
+
+def heartbeat(namespace: str, holder: str, renew_s: int, now: str) -> dict[str, Any]:
+    """The heartbeat Lease as Gardener's heartbeat controller writes it: held by the extension's
+    name, its duration the renew interval, renewed now (MicroTime)."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": HEARTBEAT, "namespace": namespace},
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": renew_s, "renewTime": now},
+    }

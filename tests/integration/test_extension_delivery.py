@@ -1,0 +1,262 @@
+"""The extension delivering the shoot part the Gardener way, against real API servers and the real
+gardener-resource-manager (testenv/grm.py), one per seed as gardenlet runs a shoot's: two seeds'
+kube-apiservers and one shoot's. A shoot turned on after the controller started gets its agents'
+DaemonSet from one reconcile; one whose owner set ``disabled`` gets nothing; the shoot's control
+plane migrated from the first seed to the second keeps its agents (the same DaemonSet, never
+deleted) and its controllers' replicas, and leaves nothing of ours in the first seed.
+
+Every Extension read back is decoded strictly by Gardener's types and judged by gardenlet's own
+function (health.CheckExtensionObject).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aggregator.extension.contract import OPERATION
+from aggregator.extension.delivery import MANAGED_RESOURCES, OBJECTS_SECRET, managed_resource_path
+from aggregator.model.protection import API_VERSION, KIND
+from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
+from aggregator.observe.sources import CLUSTERS
+from core.errors import NotFound, TooManyRequests
+from testenv import grm
+from testenv.apply import RESOURCES, apply
+from testenv.client import Client
+from testenv.controllers import CONTROLLERS
+from testenv.controlplane import ControlPlane, free_port
+from testenv.gardener import cluster, extension, module_crds
+from testenv.gardener_types import extension_verdicts, strict_errors
+from testenv.process import Process
+from testenv.shoot import Shoot
+from testenv.wait import wait_for
+from tests.integration.test_service import up
+
+pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
+
+ROOT = Path(__file__).resolve().parents[2]
+OBJECTS = ROOT / "manifests" / "gardener" / "shoot" / "objects.yaml"
+NS = "shoot--ext--s"
+OFF = "shoot--ext--off"  # its owner set disabled
+ACCESS = "shoot-access-dwd-lease-aggregator"
+AGENTS = "/apis/apps/v1/namespaces/kube-system/daemonsets/dwd-lease-agent"
+
+
+@dataclass
+class Seed:
+    """One seed: its API server as the shoot's namespace sees it, its resource manager for the
+    shoot, and the extension controller running there."""
+
+    shoot: Shoot
+    grm: grm.ResourceManager
+    controller: Process | None = None
+
+    @property
+    def admin(self) -> Client:
+        return self.shoot.seed_admin
+
+
+@pytest.fixture(scope="module")
+def seeds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Seed, Seed]]:
+    tmp = tmp_path_factory.mktemp("extension-delivery")
+    for kind, plural in (
+        ("Cluster", "clusters"),
+        ("Extension", "extensions"),
+        ("ManagedResource", "managedresources"),
+    ):
+        RESOURCES.setdefault(kind, (plural, kind != "Cluster"))
+    with contextlib.ExitStack() as stack:
+        shoot = stack.enter_context(
+            ControlPlane(extra_apiserver_args=["--api-audiences=kubernetes,gardener"]).running()
+        )
+        pair = []
+        for name in ("a", "b"):
+            seed = stack.enter_context(ControlPlane().running())
+            world = Shoot(shoot, seed, NS, tmp / name)
+            stack.callback(world.close)
+            world.setup(nodes=0)
+            apply(world.seed_admin, module_crds("Cluster", "Extension", "ManagedResource"))
+            wait_for(partial(_established, world.seed_admin), 30, "the CRDs")
+            manager = grm.ResourceManager(
+                seed, shoot, NS, workdir=tmp / name / "grm", kubernetes_service_host="localhost"
+            )
+            stack.enter_context(manager.running())
+            pair.append(Seed(world, manager))
+        yield pair[0], pair[1]
+
+
+def start(seed: Seed) -> Process:
+    port = free_port()
+    seed.controller = seed.shoot.start_aggregator(
+        DWD_SHOOT_KUBECONFIG="",
+        DWD_NAMESPACE="",
+        DWD_TARGETS="extension",
+        DWD_SHOOT_OBJECTS=str(OBJECTS),
+        DWD_SHOOT_SERVER=seed.shoot.shoot.url,
+        DWD_METRICS_ADDR=f"127.0.0.1:{port}",
+        DWD_LEADER_ELECTION_NAMESPACE=NS,  # where its heartbeat goes (the chart: its own namespace)
+    )
+    wait_for(lambda: up(port), 30, f"the extension controller ready (log: {seed.controller.log_path})")
+    return seed.controller
+
+
+def verdict(admin: Client, namespace: str) -> tuple[str, str, str]:
+    """The Extension's last operation (type, state) and gardenlet's verdict on it ("" = ready),
+    the object checked by Gardener's types; printed for the record."""
+    obj = admin.get(_extension_path(namespace))
+    assert strict_errors([obj]) == [""], json.dumps(obj)
+    (said,) = extension_verdicts([obj])
+    last = (obj.get("status") or {}).get("lastOperation") or {}
+    return str(last.get("type")), str(last.get("state")), said
+
+
+def answered(admin: Client, namespace: str, kind: str) -> bool:
+    obj = admin.get(_extension_path(namespace))
+    last = (obj.get("status") or {}).get("lastOperation") or {}
+    pending = OPERATION in (obj["metadata"].get("annotations") or {})
+    return not pending and (last.get("type"), last.get("state")) == (kind, "Succeeded")
+
+
+def ours_in(admin: Client, namespace: str) -> list[str]:
+    """What of ours a seed namespace holds: the ManagedResource, its Secrets, records."""
+    left = [p for p in (managed_resource_path(namespace), *_secrets(namespace)) if _exists(admin, p)]
+    for d in admin.get(f"/apis/apps/v1/namespaces/{namespace}/deployments")["items"]:
+        if {RECORD, REPLICAS, MELTDOWN} & set(d["metadata"].get("annotations") or {}):
+            left.append(f"record on {d['metadata']['name']}")
+    return left
+
+
+def test_a_new_shoot_gets_its_agents_from_one_reconcile_and_an_opted_out_one_none(
+    seeds: tuple[Seed, Seed],
+) -> None:
+    a, _ = seeds
+    start(a)
+    apply(a.admin, [cluster(NS), extension(NS)])
+    t0 = time.monotonic()
+    wait_for(lambda: answered(a.admin, NS, "Reconcile"), 30, "the Extension answered")
+    agents = wait_for(lambda: _get(a.shoot.shoot_admin, AGENTS), 60, "the agents' DaemonSet in the shoot")
+    took = time.monotonic() - t0
+    assert verdict(a.admin, NS) == ("Reconcile", "Succeeded", "")
+    writes = [n for n in a.controller.names() if n == "extension_reconciled"] if a.controller else []
+    print(
+        f"\nnew shoot {NS}: agents' DaemonSet in the shoot {took:.1f}s after its Extension, "
+        f"{len(writes)} reconcile; gardenlet says ready"
+    )
+    assert len(writes) == 1
+    assert agents["metadata"]["labels"].get("shoot.gardener.cloud/no-cleanup") == "true"
+    wait_for(
+        lambda: (_get(a.admin, managed_resource_path(NS)) or {}).get("status", {}).get("conditions"),
+        30,
+        "GRM's conditions",
+    )
+    applied = {c["type"]: c["status"] for c in a.admin.get(managed_resource_path(NS))["status"]["conditions"]}
+    assert applied.get("ResourcesApplied") == "True", applied
+
+    # The owner's opt-out: answered and ready, and nothing delivered.
+    a.admin.create("/api/v1/namespaces", {"metadata": {"name": OFF}})
+    off = {"apiVersion": API_VERSION, "kind": KIND, "disabled": True}
+    apply(a.admin, [cluster(OFF), extension(OFF, provider_config=off)])
+    wait_for(lambda: answered(a.admin, OFF, "Reconcile"), 30, "the opted-out Extension answered")
+    assert verdict(a.admin, OFF) == ("Reconcile", "Succeeded", "")
+    assert ours_in(a.admin, OFF) == []
+    print(f"opted-out shoot {OFF}: ready, nothing delivered")
+
+    # No kubelet runs the agents here: protection is off, and the Shoot's status would say so.
+    condition = wait_for(lambda: _condition(a.admin, NS, "False"), 30, "the shoot's protection reported off")
+    print(f"{NS}: {condition['type']}={condition['status']} {condition['reason']}: {condition['message']}")
+    beat = a.admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gardener-extension-heartbeat")
+    assert beat["spec"]["holderIdentity"] == "dwd-lease" and beat["spec"]["renewTime"]
+
+
+def test_a_migration_keeps_the_agents_and_the_replicas_and_leaves_nothing_behind(
+    seeds: tuple[Seed, Seed],
+) -> None:
+    a, b = seeds
+    if a.controller is None:
+        pytest.fail("needs the shoot turned on by the test before it (module order)")
+    uid = a.shoot.shoot_admin.get(AGENTS)["metadata"]["uid"]
+    # gardenlet's migration in the first seed: the Cluster says Migrate, the Extension is
+    # annotated, and once it has answered, deleted.
+    a.admin.merge_patch(f"{CLUSTERS}/{NS}", cluster(NS, last_operation=("Migrate", "Processing")))
+    a.admin.merge_patch(_extension_path(NS), {"metadata": {"annotations": {OPERATION: "migrate"}}})
+    wait_for(
+        lambda: answered(a.admin, NS, "Migrate"), 60, f"the migration answered (log: {a.controller.log_path})"
+    )
+    print(f"\nmigrate in seed a: {verdict(a.admin, NS)[:2]}")
+    assert a.admin.get(_extension_path(NS))["metadata"].get("finalizers") in (None, [])
+    a.admin.delete(_extension_path(NS))
+    assert not _exists(a.admin, _extension_path(NS))
+    assert ours_in(a.admin, NS) == []
+    assert a.shoot.replicas() == CONTROLLERS
+
+    # The second seed's gardenlet restores: the controllers deployed with their replicas, the
+    # Cluster says Restore, the Extension annotated restore.
+    start(b)
+    apply(b.admin, [cluster(NS, last_operation=("Restore", "Processing")), extension(NS)])
+    b.admin.merge_patch(_extension_path(NS), {"metadata": {"annotations": {OPERATION: "restore"}}})
+    wait_for(lambda: answered(b.admin, NS, "Restore"), 30, "the restore answered")
+    assert verdict(b.admin, NS) == ("Restore", "Succeeded", "")
+    wait_for(
+        lambda: (
+            {
+                c["type"]: c["status"]
+                for c in (_get(b.admin, managed_resource_path(NS)) or {})
+                .get("status", {})
+                .get("conditions", [])
+            }.get("ResourcesApplied")
+            == "True"
+        ),
+        60,
+        "the second seed's resource manager applied",
+    )
+    agents = a.shoot.shoot_admin.get(AGENTS)
+    assert agents["metadata"]["uid"] == uid  # taken over, never deleted
+    assert b.shoot.replicas() == CONTROLLERS
+    print(f"restore in seed b: ready; the agents' DaemonSet the same ({uid}); replicas {b.shoot.replicas()}")
+
+
+def _condition(admin: Client, namespace: str, status: str) -> dict[str, Any] | None:
+    conditions = (admin.get(_extension_path(namespace)).get("status") or {}).get("conditions") or []
+    return next(
+        (c for c in conditions if c["type"] == "SystemComponentsHealthy" and c["status"] == status), None
+    )
+
+
+def _extension_path(namespace: str) -> str:
+    return f"/apis/extensions.gardener.cloud/v1alpha1/namespaces/{namespace}/extensions/dwd-lease"
+
+
+def _secrets(namespace: str) -> tuple[str, str]:
+    return (
+        f"/api/v1/namespaces/{namespace}/secrets/{OBJECTS_SECRET}",
+        f"/api/v1/namespaces/{namespace}/secrets/{ACCESS}",
+    )
+
+
+def _get(admin: Client, path: str) -> dict[str, Any] | None:
+    try:
+        return admin.get(path)
+    except NotFound:
+        return None
+
+
+def _exists(admin: Client, path: str) -> bool:
+    return _get(admin, path) is not None
+
+
+def _established(admin: Client) -> bool:
+    try:
+        admin.get(MANAGED_RESOURCES.format(ns=NS))
+        admin.get(CLUSTERS)
+        admin.get("/apis/extensions.gardener.cloud/v1alpha1/extensions")
+    except (NotFound, TooManyRequests):  # 429: a new CRD's storage is still initialising
+        return False
+    return True
