@@ -112,12 +112,16 @@ DONE = {"Delete": "marks handed back", "Migrate": "shoot part left to the next s
 def wants_reconcile(view: ExtensionView, outcome: Outcome) -> bool:
     """Whether the Extension asks for a reconcile now: gardenlet's annotation, a new generation,
     our finalizer missing, an operation left Processing (a controller stopped in the middle),
-    or a status that does not say what the spec amounts to now."""
+    or a status that does not say what the spec amounts to now. A restore that succeeded
+    answers a reconcile: it is one, in a new seed."""
+    kind, state, description = view.last_operation
+    if (kind, outcome.kind) == ("Restore", "Reconcile"):
+        kind = "Reconcile"
     return (
         view.operation in ("reconcile", "restore")
         or view.observed_generation != view.generation
         or FINALIZER not in view.finalizers
-        or view.last_operation != (outcome.kind, outcome.state, outcome.description)
+        or (kind, state, description) != (outcome.kind, outcome.state, outcome.description)
     )
 
 

@@ -152,13 +152,7 @@ def test_a_new_shoot_gets_its_agents_from_one_reconcile_and_an_opted_out_one_non
     )
     assert len(writes) == 1
     assert agents["metadata"]["labels"].get("shoot.gardener.cloud/no-cleanup") == "true"
-    wait_for(
-        lambda: (_get(a.admin, managed_resource_path(NS)) or {}).get("status", {}).get("conditions"),
-        30,
-        "GRM's conditions",
-    )
-    applied = {c["type"]: c["status"] for c in a.admin.get(managed_resource_path(NS))["status"]["conditions"]}
-    assert applied.get("ResourcesApplied") == "True", applied
+    wait_for(partial(_applied, a.admin), 60, f"GRM applied (log: {a.grm.proc and a.grm.proc.log_path})")
 
     # The owner's opt-out: answered and ready, and nothing delivered.
     a.admin.create("/api/v1/namespaces", {"metadata": {"name": OFF}})
@@ -204,23 +198,16 @@ def test_a_migration_keeps_the_agents_and_the_replicas_and_leaves_nothing_behind
     b.admin.merge_patch(_extension_path(NS), {"metadata": {"annotations": {OPERATION: "restore"}}})
     wait_for(lambda: answered(b.admin, NS, "Restore"), 30, "the restore answered")
     assert verdict(b.admin, NS) == ("Restore", "Succeeded", "")
-    wait_for(
-        lambda: (
-            {
-                c["type"]: c["status"]
-                for c in (_get(b.admin, managed_resource_path(NS)) or {})
-                .get("status", {})
-                .get("conditions", [])
-            }.get("ResourcesApplied")
-            == "True"
-        ),
-        60,
-        "the second seed's resource manager applied",
-    )
+    wait_for(partial(_applied, b.admin), 60, "the second seed's resource manager applied")
     agents = a.shoot.shoot_admin.get(AGENTS)
     assert agents["metadata"]["uid"] == uid  # taken over, never deleted
     assert b.shoot.replicas() == CONTROLLERS
     print(f"restore in seed b: ready; the agents' DaemonSet the same ({uid}); replicas {b.shoot.replicas()}")
+
+
+def _applied(admin: Client) -> bool:
+    conditions = ((_get(admin, managed_resource_path(NS)) or {}).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "ResourcesApplied" and c["status"] == "True" for c in conditions)
 
 
 def _condition(admin: Client, namespace: str, status: str) -> dict[str, Any] | None:
