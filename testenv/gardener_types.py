@@ -17,6 +17,7 @@ gardener-resource-manager from the same Gardener release), one verb a run:
 from __future__ import annotations
 
 import base64
+import gzip
 import io
 import json
 import subprocess
@@ -120,7 +121,11 @@ def chart_archive(chart: Path) -> bytes:
     ``helm.rawChart`` carries it: a gzipped tar whose one top-level directory is the chart's.
     Its bytes depend on the files alone (no times, owners or order of the file system)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+    # gzip's header holds a time (the clock's, unless given) and a file name.
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for path in sorted(p for p in chart.rglob("*") if p.is_file()):
             info = tarfile.TarInfo(f"{chart.name}/{path.relative_to(chart).as_posix()}")
             data = path.read_bytes()
