@@ -11,7 +11,9 @@ gardener-resource-manager from the same Gardener release), one verb a run:
 - ``extension_verdicts``: whether gardenlet counts an Extension as ready, by its own function
   (``health.CheckExtensionObject``).
 - ``render_chart``: a ControllerDeployment's chart rendered by Gardener's ``chartrenderer``
-  with the values gardenlet mixes in, as gardenlet renders it into a seed.
+  with the values gardenlet mixes in, as gardenlet renders it into a seed (and the seed's name
+  injected into every container, as gardenlet injects it).
+- ``find_images``: an image as Gardener's image vector resolves it under an overwrite.
 """
 
 from __future__ import annotations
@@ -163,3 +165,23 @@ def render_chart(
             "gardenClusterIdentity": gardenlet.garden_cluster_identity,
         }
     return parse_rendered(_run("render-chart", request, timeout_s))
+
+
+@dataclass(frozen=True)
+class ImageQuestion:
+    """An image vector of one entry, ``name`` at ``ref``, under ``overwrite`` (Gardener's image
+    vector format, as text)."""
+
+    name: str
+    ref: str
+    overwrite: str = ""
+
+
+def find_images(questions: Sequence[ImageQuestion], timeout_s: float = 60.0) -> list[str]:
+    """Each image as Gardener resolves it (``imagevector.Read`` of the overwrite, merged over the
+    vector, ``FindImage``): the image, or ``error: `` and why there is none."""
+    request = [{"name": q.name, "ref": q.ref, "overwrite": q.overwrite} for q in questions]
+    answers = json.loads(_run("find-images", request, timeout_s))
+    if not isinstance(answers, list) or len(answers) != len(questions):
+        raise RuntimeError(f"{CHECKER.name} find-images answered {str(answers)[:200]!r}")
+    return [f"error: {a['error']}" if a.get("error") else str(a["image"]) for a in answers]
