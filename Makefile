@@ -43,8 +43,9 @@ testenv-first: install
 testenv-rest: install
 	$(NICE) $(BIN)/python -m testenv build --part rest
 
-# The objects a ManagedResource delivers, rendered beside it (manifests/gardener/shoot); builds
-# only kustomize (a minute cold), not the test binaries.
+# The objects a ManagedResource delivers, rendered beside it (manifests/gardener/shoot), and the
+# extension's chart packed into its registration (manifests/gardener/extension); builds only
+# kustomize (a minute cold), not the test binaries.
 manifests: install
 	$(BIN)/python -m testenv manifests
 

@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         "tests after the first, the rest building beside them)",
     )
     sub.add_parser("path", help="print where each pinned binary is cached")
-    sub.add_parser("manifests", help="render the generated manifests (a ManagedResource's objects)")
+    sub.add_parser("manifests", help="render the generated manifests (objects, registration)")
     r = sub.add_parser("run", help="run COMMAND against a fresh control plane")
     r.add_argument("--san", action="append", default=[], help="extra name in the serving certificate")
     r.add_argument("command", nargs=argparse.REMAINDER)

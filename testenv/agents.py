@@ -108,10 +108,14 @@ def agents_for(cp: ControlPlane, tmp: Path) -> Iterator[Agents]:
             agents.close()
 
 
-def pod_env(container: dict[str, Any], *, node: str, host_ip: str) -> dict[str, str]:
-    """A container's env as kubelet gives it on ``node``: the downward API's node name and host
-    IP filled in, ``$(VAR)`` references to the variables before it expanded."""
-    fields = {"spec.nodeName": node, "status.hostIP": host_ip}
+def pod_env(
+    container: dict[str, Any], *, node: str = "", host_ip: str = "", namespace: str = ""
+) -> dict[str, str]:
+    """A container's env as kubelet gives it on ``node`` in ``namespace``: the downward API's
+    node name, host IP and namespace filled in (those given), ``$(VAR)`` references to the
+    variables before it expanded."""
+    given = {"spec.nodeName": node, "status.hostIP": host_ip, "metadata.namespace": namespace}
+    fields = {path: value for path, value in given.items() if value}
     env: dict[str, str] = {}
     for var in container.get("env") or []:
         if "valueFrom" in var:

@@ -11,12 +11,15 @@ gardener-resource-manager from the same Gardener release), one verb a run:
 - ``extension_verdicts``: whether gardenlet counts an Extension as ready, by its own function
   (``health.CheckExtensionObject``).
 - ``render_chart``: a ControllerDeployment's chart rendered by Gardener's ``chartrenderer``
-  with the values gardenlet mixes in, as gardenlet renders it into a seed.
+  with the values gardenlet mixes in, as gardenlet renders it into a seed (and the seed's name
+  injected into every container, as gardenlet injects it).
+- ``find_images``: an image as Gardener's image vector resolves it under an overwrite.
 """
 
 from __future__ import annotations
 
 import base64
+import gzip
 import io
 import json
 import subprocess
@@ -120,7 +123,11 @@ def chart_archive(chart: Path) -> bytes:
     ``helm.rawChart`` carries it: a gzipped tar whose one top-level directory is the chart's.
     Its bytes depend on the files alone (no times, owners or order of the file system)."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+    # gzip's header holds a time (the clock's, unless given) and a file name.
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for path in sorted(p for p in chart.rglob("*") if p.is_file()):
             info = tarfile.TarInfo(f"{chart.name}/{path.relative_to(chart).as_posix()}")
             data = path.read_bytes()
@@ -158,3 +165,23 @@ def render_chart(
             "gardenClusterIdentity": gardenlet.garden_cluster_identity,
         }
     return parse_rendered(_run("render-chart", request, timeout_s))
+
+
+@dataclass(frozen=True)
+class ImageQuestion:
+    """An image vector of one entry, ``name`` at ``ref``, under ``overwrite`` (Gardener's image
+    vector format, as text)."""
+
+    name: str
+    ref: str
+    overwrite: str = ""
+
+
+def find_images(questions: Sequence[ImageQuestion], timeout_s: float = 60.0) -> list[str]:
+    """Each image as Gardener resolves it (``imagevector.Read`` of the overwrite, merged over the
+    vector, ``FindImage``): the image, or ``error: `` and why there is none."""
+    request = [{"name": q.name, "ref": q.ref, "overwrite": q.overwrite} for q in questions]
+    answers = json.loads(_run("find-images", request, timeout_s))
+    if not isinstance(answers, list) or len(answers) != len(questions):
+        raise RuntimeError(f"{CHECKER.name} find-images answered {str(answers)[:200]!r}")
+    return [f"error: {a['error']}" if a.get("error") else str(a["image"]) for a in answers]

@@ -16,7 +16,15 @@ import pytest
 from core.lease import lease_metadata, leases_path, node_lease_path
 from testenv import grm
 from testenv.agents import pod_env
-from testenv.apply import GENERATED, RESOURCES, apply, generated, kustomize_build, load_docs
+from testenv.apply import (
+    GENERATED,
+    RESOURCES,
+    apply,
+    generated,
+    generated_contents,
+    kustomize_build,
+    load_docs,
+)
 from testenv.client import Client, denial, unless_forbidden
 from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
 from testenv.gardener import module_crds
@@ -77,11 +85,13 @@ def _served(admin: Client) -> bool:
     return True
 
 
-def test_the_managed_objects_are_what_their_kustomization_renders() -> None:
-    """objects.yaml is generated (kustomize cannot nest one build in another's Secret): a
-    change to the agent's or the access's manifests without `make manifests` fails here."""
+def test_the_generated_manifests_are_what_their_sources_render() -> None:
+    """objects.yaml is generated (kustomize cannot nest one build in another's Secret), and the
+    extension's registration carries the chart: a change to the agent's or the access's
+    manifests, or to the chart, without `make manifests` fails here."""
     for target in GENERATED:
-        assert (ROOT / target).read_text() == generated(ROOT, target), f"{target}: run make manifests"
+        held = generated_contents(target, (ROOT / target).read_text())
+        assert held == generated_contents(target, generated(ROOT, target)), f"{target}: run make manifests"
 
 
 def test_the_seed_component_is_labelled_as_gardenlets_own(installed: dict[str, list[dict[str, Any]]]) -> None:

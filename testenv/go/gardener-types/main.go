@@ -4,19 +4,23 @@
 // builds it in the same `go build` as gardener-resource-manager, so it decodes, judges and
 // renders with the very code (and the very release) the seed's components run.
 //
-// Three verbs (argv[1]; none: check), each reading JSON on stdin and writing JSON on stdout:
+// Four verbs (argv[1]; none: check), each reading JSON on stdin and writing JSON on stdout:
 //
 //	check            an array of objects -> an array of error strings, one per object, "" for
 //	                 one that decodes. "Strictly": sigs.k8s.io/json's UnmarshalStrict,
 //	                 case-sensitive, an unknown or a duplicate field is an error naming its path.
 //	                 A schemaless CRD stores whatever it is given and Go's decoder drops what it
 //	                 does not know, so without this a misspelt field (status.isHibernated for
-//	                 status.hibernated) reads as its zero value, silently.
+//	                 status.hibernated) reads as its zero value, silently. Gardener's kinds by
+//	                 their own rules (below); any other kind the seed's scheme knows (apps,
+//	                 RBAC, policy, VPA, ...) into its Go type.
 //	check-extension  an array of Extension objects -> an array of gardenlet's verdicts, "" for
 //	                 ready, else the error text of health.CheckExtensionObject.
 //	render-chart     a renderRequest -> a renderResponse: a ControllerDeployment's chart archive
 //	                 rendered by pkg/chartrenderer as gardenlet's ControllerInstallation
-//	                 reconciler renders it.
+//	                 reconciler renders it, with the seed's name injected as it injects it.
+//	find-images      an array of imageRequests -> an array of imageAnswers: an image as
+//	                 Gardener's image vector resolves it under an overwrite.
 package main
 
 import (
@@ -30,15 +34,24 @@ import (
 	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
 	gardencorev1 "github.com/gardener/gardener/pkg/apis/core/v1"
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
+	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
 	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
 	"github.com/gardener/gardener/pkg/chartrenderer"
+	"github.com/gardener/gardener/pkg/client/kubernetes"
 	"github.com/gardener/gardener/pkg/extensions"
 	"github.com/gardener/gardener/pkg/features"
 	gardenletfeatures "github.com/gardener/gardener/pkg/gardenlet/features"
 	"github.com/gardener/gardener/pkg/utils"
+	gardenerutils "github.com/gardener/gardener/pkg/utils/gardener"
+	"github.com/gardener/gardener/pkg/utils/imagevector"
+	kubernetesutils "github.com/gardener/gardener/pkg/utils/kubernetes"
 	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 	apimachineryversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/component-base/featuregate"
@@ -62,10 +75,11 @@ func main() {
 		"check":           checkAll,
 		"check-extension": checkExtensions,
 		"render-chart":    renderChart,
+		"find-images":     findImages,
 	}
 	run, ok := verbs[verb]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "unknown verb %q: want check, check-extension or render-chart\n", verb)
+		fmt.Fprintf(os.Stderr, "unknown verb %q: want check, check-extension, render-chart or find-images\n", verb)
 		os.Exit(2)
 	}
 	out, err := run(os.Stdin)
@@ -145,7 +159,21 @@ func check(raw []byte) error {
 	case "ControllerDeployment":
 		return checkControllerDeployment(raw, meta.APIVersion)
 	}
-	return fmt.Errorf("kind %q (apiVersion %q): not a kind this checker knows", meta.Kind, meta.APIVersion)
+	return checkSeedKind(raw, meta)
+}
+
+// checkSeedKind: an object of a kind the seed's scheme registers (what gardenlet's and the
+// resource manager's clients decode a seed's objects with) into its Go type.
+func checkSeedKind(raw []byte, meta typeMeta) error {
+	if strings.HasSuffix(schema.FromAPIVersionAndKind(meta.APIVersion, meta.Kind).Group, "gardener.cloud") {
+		// Gardener's own kinds are checked above, each by its rules, or not at all.
+		return fmt.Errorf("kind %q (apiVersion %q): not a kind this checker knows", meta.Kind, meta.APIVersion)
+	}
+	into, err := kubernetes.SeedScheme.New(schema.FromAPIVersionAndKind(meta.APIVersion, meta.Kind))
+	if err != nil {
+		return fmt.Errorf("kind %q (apiVersion %q): not a kind this checker knows", meta.Kind, meta.APIVersion)
+	}
+	return strict(raw, into)
 }
 
 // checkTyped: the object's type meta is the one Gardener's scheme registers for into, and
@@ -292,11 +320,97 @@ func renderChart(in io.Reader) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	secretData := release.AsSecretData()
+	if req.Gardenlet != nil {
+		if err := injectSeedName(secretData, req.Namespace, req.Gardenlet); err != nil {
+			return nil, err
+		}
+	}
 	files := map[string]string{}
-	for name, content := range release.AsSecretData() {
+	for name, content := range secretData {
 		files[name] = string(content)
 	}
 	return renderResponse{Files: files, Values: values}, nil
+}
+
+// injectSeedName: what gardenlet's reconciler does to the rendered workloads of its own
+// namespace before it stores them (its first mutator, for a seed): SEED_NAME in every
+// container's env, overwriting one the chart set. Its other mutators are for a garden
+// kubeconfig the ControllerDeployment asks for and for self-hosted shoots.
+func injectSeedName(secretData map[string][]byte, namespace string, in *gardenletInputs) error {
+	seed := &gardencorev1beta1.Seed{}
+	if err := json.Unmarshal(in.Seed, seed); err != nil {
+		return fmt.Errorf("gardenlet.seed: %w", err)
+	}
+	return gardenerutils.MutateObjectsInSecretData(
+		secretData,
+		namespace,
+		[]string{appsv1.GroupName, batchv1.GroupName},
+		func(obj runtime.Object) error {
+			return kubernetesutils.VisitPodSpec(obj, func(podSpec *corev1.PodSpec) {
+				kubernetesutils.VisitContainers(podSpec, func(container *corev1.Container) {
+					kubernetesutils.AddEnvVar(container, corev1.EnvVar{
+						Name:  v1beta1constants.EnvSeedName,
+						Value: seed.Name,
+					}, true)
+				})
+			})
+		},
+	)
+}
+
+// imageRequest: an image vector of one entry (name and ref, as a chart names its default) and
+// an overwrite in Gardener's image vector format, as a ControllerDeployment's values carry it.
+type imageRequest struct {
+	Name      string `json:"name"`
+	Ref       string `json:"ref"`
+	Overwrite string `json:"overwrite"`
+}
+
+// imageAnswer: the image found, or why none (an overwrite Gardener refuses, or no image).
+type imageAnswer struct {
+	Image string `json:"image"`
+	Error string `json:"error"`
+}
+
+// findImages: each image as a Go extension resolves its own under IMAGEVECTOR_OVERWRITE
+// (imagevector.WithEnvOverride: the overwrite read, validated and merged over the vector; then
+// FindImage, with no runtime or target version).
+func findImages(in io.Reader) (any, error) {
+	body, err := io.ReadAll(in)
+	if err != nil {
+		return nil, err
+	}
+	var requests []imageRequest
+	if err := strict(body, &requests); err != nil {
+		return nil, fmt.Errorf("stdin: %w", err)
+	}
+	out := make([]imageAnswer, len(requests))
+	for i, req := range requests {
+		image, err := findImage(req)
+		if err != nil {
+			out[i].Error = err.Error()
+			continue
+		}
+		out[i].Image = image
+	}
+	return out, nil
+}
+
+func findImage(req imageRequest) (string, error) {
+	vector := imagevector.ImageVector{{Name: req.Name, Ref: ptr.To(req.Ref)}}
+	if req.Overwrite != "" {
+		overwrite, _, err := imagevector.Read([]byte(req.Overwrite))
+		if err != nil {
+			return "", err
+		}
+		vector = imagevector.MergeImageVectors(vector, overwrite)
+	}
+	image, err := vector.FindImage(req.Name)
+	if err != nil {
+		return "", err
+	}
+	return image.String(), nil
 }
 
 func newRenderer(kubeVersion string) (chartrenderer.Interface, error) {
