@@ -20,6 +20,8 @@ import pytest
 import yaml
 
 from aggregator.extension.contract import FINALIZER, OPERATION
+from aggregator.extension.delivery import OBJECTS_KEY, OBJECTS_SECRET, managed_resource_path
+from aggregator.extension.health import HEARTBEAT
 from testenv import binaries, gardener_types, grm
 from testenv.agents import pod_env
 from testenv.apply import RESOURCES, apply, kustomize_build, load_docs
@@ -28,7 +30,7 @@ from testenv.controlplane import ControlPlane, ensure_namespace, free_port, kube
 from testenv.gardener import cluster, extension, module_crds
 from testenv.gardener_types import GardenletValues, ImageQuestion, RenderedChart
 from testenv.process import spawn_python
-from testenv.registration import TARGET
+from testenv.registration import CHART, TARGET
 from testenv.wait import wait_for
 
 pytestmark = [
@@ -140,7 +142,13 @@ def test_the_chart_grants_and_confines_what_manifests_seed_does(rendered: Render
         },
         {"apiGroups": ["extensions.gardener.cloud"], "resources": ["extensions/status"], "verbs": ["patch"]},
     ]
-    assert by_kind(objects, "Role")["rules"] == by_kind(base, "Role")["rules"]
+    heartbeat = {
+        "apiGroups": ["coordination.k8s.io"],
+        "resources": ["leases"],
+        "resourceNames": [HEARTBEAT],
+        "verbs": ["patch"],
+    }
+    assert by_kind(objects, "Role")["rules"] == [*by_kind(base, "Role")["rules"], heartbeat]
     policy = by_kind(objects, "ValidatingAdmissionPolicy", "gardener-extension-dwd-lease-seed-writes")["spec"]
     expected = by_kind(base, "ValidatingAdmissionPolicy")["spec"]
     user = f"system:serviceaccount:{NAMESPACE}:dwd-lease-aggregator"
@@ -268,11 +276,12 @@ def test_installed_in_a_seed_the_controller_answers_an_extension(
         ("Cluster", "clusters", False),
         ("Extension", "extensions", True),
         ("VerticalPodAutoscaler", "verticalpodautoscalers", True),
+        ("ManagedResource", "managedresources", True),
     ):
         RESOURCES.setdefault(kind, (plural, namespaced))
     objects = rendered.objects()
     with seed.admin_client() as admin:
-        apply(admin, module_crds("Cluster", "Extension", "VerticalPodAutoscaler"))
+        apply(admin, module_crds("Cluster", "Extension", "VerticalPodAutoscaler", "ManagedResource"))
         wait_for(lambda: _served(admin), 30, "the CRDs")
         apply(admin, [installation_namespace()])
         apply(admin, objects)  # raises ApplyWarning on any warning: pod security's included
@@ -292,7 +301,7 @@ def test_installed_in_a_seed_the_controller_answers_an_extension(
         "aggregator",
         _module(container(objects)),
         log_path=tmp_path / "agg.log",
-        env=_env(objects, kubeconfig),
+        env=_env(objects, kubeconfig, tmp_path),
     )
     try:
         with seed.admin_client() as admin:
@@ -302,8 +311,18 @@ def test_installed_in_a_seed_the_controller_answers_an_extension(
             lease = admin.get(
                 f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/dwd-lease-aggregator"
             )
+            delivered = admin.get(managed_resource_path(SHOOT_NS))
+            objects_secret = admin.get(f"/api/v1/namespaces/{SHOOT_NS}/secrets/{OBJECTS_SECRET}")
+            beat = admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{HEARTBEAT}")
     finally:
         process.kill()
+    # The shoot part delivered under the chart's RBAC and policy, the agents' image the chart's.
+    assert delivered["spec"]["secretRefs"] == [{"name": OBJECTS_SECRET}]
+    shipped = yaml.safe_load_all(base64.b64decode(objects_secret["data"][OBJECTS_KEY]))
+    (agents,) = (d for d in shipped if d and d["kind"] == "DaemonSet")
+    values = yaml.safe_load((ROOT / CHART / "values.yaml").read_text())
+    assert {c["image"] for c in agents["spec"]["template"]["spec"]["containers"]} == {values["agentImage"]}
+    assert beat["spec"]["holderIdentity"] == "dwd-lease"
     assert answered["metadata"]["finalizers"] == [FINALIZER]
     assert gardener_types.strict_errors([answered]) == [""]
     assert gardener_types.extension_verdicts([answered]) == [""]  # ready, by gardenlet's own function
@@ -326,12 +345,34 @@ def _module(c: dict[str, Any]) -> str:
     return module.removesuffix(".__main__")
 
 
-def _env(objects: list[dict[str, Any]], kubeconfig: Path) -> dict[str, str]:
-    """The container's env as kubelet gives it in NAMESPACE, and two stand-ins for the pod: the
-    token's kubeconfig for the in-cluster mount, and a free local port for :8080 (taken here)."""
-    env = pod_env(container(objects), namespace=NAMESPACE)
+def _env(objects: list[dict[str, Any]], kubeconfig: Path, tmp: Path) -> dict[str, str]:
+    """The container's env as kubelet gives it in NAMESPACE, and stand-ins for the pod: the
+    token's kubeconfig for the in-cluster mount, a free local port for :8080 (taken here), and
+    each ConfigMap it mounts written under ``tmp``, the paths that name a mount moved there."""
+    c = container(objects)
+    env = pod_env(c, namespace=NAMESPACE)
     assert env["DWD_METRICS_ADDR"] == ":8080" and "DWD_SEED_KUBECONFIG" not in env
+    for mount, local in _config_maps(objects, c, tmp).items():
+        env = {k: v.replace(mount, str(local), 1) if v.startswith(mount + "/") else v for k, v in env.items()}
     return {**env, "DWD_SEED_KUBECONFIG": str(kubeconfig), "DWD_METRICS_ADDR": f"127.0.0.1:{free_port()}"}
+
+
+def _config_maps(objects: list[dict[str, Any]], c: dict[str, Any], tmp: Path) -> dict[str, Path]:
+    """Each ConfigMap volume of the container, its data written as kubelet mounts it: mount path
+    to the local directory."""
+    volumes = {v["name"]: v for v in by_kind(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    out = {}
+    for mount in c.get("volumeMounts") or []:
+        source = volumes[mount["name"]].get("configMap")
+        if source is None:
+            continue
+        local = tmp / mount["name"]
+        local.mkdir()
+        for key, text in maps[source["name"]]["data"].items():
+            (local / key).write_text(text)
+        out[mount["mountPath"]] = local
+    return out
 
 
 def _answered(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -351,4 +392,4 @@ def _confined(aggregator: Client) -> None:
     )
     assert "writes only Extensions of type dwd-lease, not shoot--p--s/other" in other, other
     spec = denial(lambda: aggregator.merge_patch(f"{base}/dwd-lease", {"spec": {"providerConfig": {"a": 1}}}))
-    assert "only its finalizer, the operation annotation (off) and the status" in spec, spec
+    assert "only its finalizer (every finalizer on a migration), the operation annotation (off)" in spec, spec
