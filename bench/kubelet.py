@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from aggregator.decide.witness import KUBELET_JITTER, KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION
+from aggregator.model.observed import KUBELET_JITTER, KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION
 from aggregator.model.settings import Decider
 from bench.agent_footprint import proc_cpu_s, proc_rss_mib
 from bench.table import print_table

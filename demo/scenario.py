@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from aggregator.decide.witness import KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION, NODE_LEASE_NAMESPACE
+from aggregator.model.observed import KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION, NODE_LEASE_NAMESPACE
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from core.lease import leases_path, parse_micro_time
 from testenv import workload

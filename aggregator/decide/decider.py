@@ -37,11 +37,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
 
-from aggregator.decide.witness import Readings, Witness, micro_time, witness
+from aggregator.decide.witness import Witness, witness
 from aggregator.model.candidates import machine_reason
-from aggregator.model.objects import NodeView
+from aggregator.model.observed import LeaseObs, NodeObs, Readings, micro_time
 from aggregator.model.settings import Decider
-from core.lease import LeaseView
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -61,24 +60,6 @@ class Desired(StrEnum):
     SCALED_DOWN = "scaled-down"
     # Leave every dependent as it is: a start resumed from records of ours, no verdict yet.
     HOLD = "hold"
-
-
-@dataclass(frozen=True)
-class NodeObs:
-    view: NodeView
-    # Our own monotonic clock at the node's creation (its age as the server's clock tells it).
-    created_mono: float
-
-
-@dataclass(frozen=True)
-class LeaseObs:
-    view: LeaseView
-    # Our own monotonic time when renew_time was last seen to change (or first seen).
-    seen_renewed_mono: float
-    # When the aggregator first saw the interval the lease asks for now. A renewal seen
-    # after that moment is one made at that pace: the agent adopts the interval from its
-    # PATCH response.
-    paced_since_mono: float = float("-inf")
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ import math
 import time
 from collections.abc import Callable
 
-from aggregator.decide.witness import NODE_LEASE_NAMESPACE, KubeletObs, Readings, observe
 from aggregator.kube.client import KubeClient
+from aggregator.model.observed import NODE_LEASE_NAMESPACE, KubeletObs, Readings, observe
 from core.errors import BadResponse
 from core.lease import leases_path
 

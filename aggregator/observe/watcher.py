@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from aggregator.decide.decider import LeaseObs, NodeObs
 from aggregator.kube.client import METADATA_LIST, METADATA_ONLY, KubeClient
 from aggregator.model.objects import NodeView, metadata, resource_version
+from aggregator.model.observed import LeaseObs, NodeObs
 from aggregator.model.settings import Watching
 from core import logs
 from core.errors import BadResponse, Forbidden, Gone, KubeError, NotFound, TransportError

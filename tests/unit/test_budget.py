@@ -64,8 +64,8 @@ def test_a_tiny_budget_still_keeps_a_useful_sample() -> None:
 def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
     from aggregator.act.budget import Pacing
     from aggregator.act.provisioner import Provisioner
-    from aggregator.decide.decider import LeaseObs, NodeObs
     from aggregator.model.objects import NodeView
+    from aggregator.model.observed import LeaseObs, NodeObs
     from aggregator.model.settings import Provisioning
     from aggregator.observe.watcher import Observed
     from core.lease import LeaseView

@@ -11,9 +11,7 @@ import pytest
 from aggregator.act import budget
 from aggregator.decide.decider import (
     Desired,
-    LeaseObs,
     Memory,
-    NodeObs,
     Phase,
     Verdict,
     blocked,
@@ -23,8 +21,8 @@ from aggregator.decide.decider import (
     skipped,
     take_over,
 )
-from aggregator.decide.witness import KubeletObs, Readings, micro_time
 from aggregator.model.objects import NodeView
+from aggregator.model.observed import KubeletObs, LeaseObs, NodeObs, Readings, micro_time
 from aggregator.model.settings import Decider
 from core.lease import LeaseView
 

@@ -17,16 +17,15 @@ import pytest
 
 from aggregator.act.interlocks import Interlock
 from aggregator.decide.decider import Phase
-from aggregator.decide.witness import (
+from aggregator.decide.witness import kubelet_says, witness
+from aggregator.model.observed import (
     KUBELET_JITTER,
     KUBELET_LEASE_DURATION_S,
     KUBELET_RENEW_FRACTION,
     NODE_LEASE_NAMESPACE,
     KubeletObs,
     Readings,
-    kubelet_says,
     observe,
-    witness,
 )
 from aggregator.model.settings import Decider
 from core.errors import Forbidden

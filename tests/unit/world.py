@@ -14,9 +14,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aggregator.decide.decider import Phase
-from aggregator.decide.witness import NODE_LEASE_NAMESPACE
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent
+from aggregator.model.observed import NODE_LEASE_NAMESPACE
 from aggregator.model.records import MELTDOWN, REPLICAS
 from aggregator.model.settings import Settings, Shoots
 from aggregator.ops.looplag import LoopLag
