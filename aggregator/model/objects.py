@@ -2,7 +2,7 @@
 
 Nothing past these views reads a raw object. A node's Lease is ``core.lease.LeaseView``
 (the agent's side of the contract lives there too); a dependent's Deployment is the
-scaler's ``DependentState``; nodes are here, Gardener's Clusters in aggregator/decide/lifecycle.py.
+scaler's ``DependentState``; nodes are here, Gardener's Clusters in lifecycle.py.
 """
 
 from __future__ import annotations

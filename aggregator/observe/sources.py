@@ -24,8 +24,8 @@ from typing import Any, Protocol
 
 import yaml
 
-from aggregator.decide.lifecycle import ClusterView
 from aggregator.kube.client import Endpoint, KubeClient, load_kubeconfig_dict
+from aggregator.model.lifecycle import ClusterView
 from aggregator.model.objects import metadata, section
 from aggregator.model.protection import ProtectionConfig
 from aggregator.model.settings import Watching
@@ -124,7 +124,7 @@ class FileSource(Polled):
 
 class GardenerSource:
     """Gardener's Cluster objects, by list+watch; dependency-watchdog's rules say which get a
-    target (aggregator/decide/lifecycle.py): whether a shoot keeps one depends on whether it has one,
+    target (aggregator/model/lifecycle.py): whether a shoot keeps one depends on whether it has one,
     so the source remembers what it served last."""
 
     # How long a first ``desired()`` waits for the first LIST before it reports the failure.

@@ -2,7 +2,7 @@
 of a Cluster's Shoot (testenv.dependency_watchdog.shoot_states, 496), once as a Cluster created in
 that state (``new-<i>``) and once as a running one moved to it (``run-<i>``: created reconciled,
 its prober started, then replaced), in one seed. Whether DWD has a prober for each, against the
-aggregator's rule (aggregator/decide/lifecycle.py) and against the real GardenerSource watching the same
+aggregator's rule (aggregator/model/lifecycle.py) and against the real GardenerSource watching the same
 seed through the same two phases.
 
 The probers DWD starts never probe (testenv.dependency_watchdog.IDLE): what is compared is its
@@ -23,8 +23,8 @@ from typing import Any, Literal
 import pytest
 from structlog.testing import capture_logs
 
-from aggregator.decide.lifecycle import ClusterView
 from aggregator.kube.client import KubeClient, KubeconfigSource
+from aggregator.model.lifecycle import ClusterView
 from aggregator.observe.sources import CLUSTERS, GardenerSource
 from testenv import dependency_watchdog
 from testenv.client import Client

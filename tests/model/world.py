@@ -27,9 +27,9 @@ from typing import Any
 
 from aggregator.act.orphans import Orphans
 from aggregator.decide.decider import candidates
-from aggregator.decide.lifecycle import Lifecycle
 from aggregator.lead.leader import LeaderElector
 from aggregator.model.dependents import DEFAULT_DEPENDENTS
+from aggregator.model.lifecycle import Lifecycle
 from aggregator.model.observed import KUBELET_JITTER, NODE_LEASE_NAMESPACE
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.model.settings import Leader, Settings, Shoots

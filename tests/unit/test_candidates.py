@@ -12,9 +12,9 @@ import pytest
 
 from aggregator.act.interlocks import Interlock
 from aggregator.decide.decider import Memory, Phase, decide, skipped
-from aggregator.decide.lifecycle import ClusterView
 from aggregator.kube.client import METADATA_ONLY
 from aggregator.model.candidates import DEFAULT_CONDITIONS, NodeConditions, phases_by_node, pools_of_workers
+from aggregator.model.lifecycle import ClusterView
 from aggregator.model.objects import NodeView
 from aggregator.model.observed import LeaseObs, NodeObs
 from aggregator.model.settings import Decider, Settings

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from aggregator.decide.lifecycle import ClusterView, Lifecycle
+from aggregator.model.lifecycle import ClusterView, Lifecycle
 from aggregator.observe.sources import CLUSTERS, FileSource, GardenerSource, TargetSpec
 from aggregator.ops.server import render_page, render_table
 from core.errors import KubeconfigError, api_error
