@@ -17,9 +17,10 @@ from typing import Any
 from aggregator.act.budget import Pacing
 from aggregator.act.interlocks import Refusal
 from aggregator.act.scaler import Scaler
-from aggregator.decide.decider import Memory, Phase, Verdict, blocked, decide, deferred, take_over
+from aggregator.decide.decider import blocked, decide, deferred, take_over
 from aggregator.kube.client import KubeClient
 from aggregator.lead.scope import Scope
+from aggregator.model.verdict import Memory, Phase, Verdict
 from aggregator.observe.watcher import follow_legacy
 from aggregator.report import Reporter, TargetStatus, verdict_fields
 from aggregator.shoot import Shared, wire

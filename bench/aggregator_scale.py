@@ -14,9 +14,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.act import budget
-from aggregator.decide.decider import Memory, Phase, decide
+from aggregator.decide.decider import decide
 from aggregator.model.objects import NodeView
 from aggregator.model.settings import Decider, Provisioning
+from aggregator.model.verdict import Memory, Phase
 from aggregator.observe.watcher import Observed
 from bench.table import print_table
 from core.durations import format_duration

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from aggregator.decide.decider import Verdict
 from aggregator.decide.trust import TrustWindow
 from aggregator.kube.client import KubeClient
+from aggregator.model.verdict import Verdict
 from aggregator.observe.evidence import Evidence
 from aggregator.observe.watcher import Informer
 from core.errors import KubeError, TransportError

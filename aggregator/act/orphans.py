@@ -30,13 +30,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aggregator.act.scaler import Scaler
-from aggregator.decide.decider import Desired
 from aggregator.kube.client import METADATA_LIST, KubeClient
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.model.dependents import KIND_PATHS, Dependent, Step
 from aggregator.model.objects import metadata
 from aggregator.model.records import RECORD
 from aggregator.model.settings import Settings
+from aggregator.model.verdict import Desired
 from aggregator.ops.metrics import AggregatorMetrics
 from core import logs
 from core.errors import KubeError

@@ -39,7 +39,6 @@ from typing import Any
 
 from aggregator.act.events import Events
 from aggregator.act.writes import Write, Writer
-from aggregator.decide.decider import Desired
 from aggregator.kube.client import KubeClient
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import Dependent, Direction, levels
@@ -50,6 +49,7 @@ from aggregator.model.records import (
     record_marks,
 )
 from aggregator.model.settings import Scaling
+from aggregator.model.verdict import Desired
 from aggregator.observe.replicas import DependentState, Replicas
 from aggregator.ops.metrics import AggregatorMetrics
 from core import logs

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from aggregator.decide.decider import Phase
 from aggregator.extension.contract import CONDITION
+from aggregator.model.verdict import Phase
 
 HEARTBEAT = "gardener-extension-heartbeat"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"

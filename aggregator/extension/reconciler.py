@@ -28,7 +28,6 @@ from functools import partial
 from typing import Any
 
 from aggregator.act.scaler import Scaler
-from aggregator.decide.decider import Desired
 from aggregator.extension.contract import (
     FINALIZER,
     ExtensionView,
@@ -54,6 +53,7 @@ from aggregator.kube.client import KubeClient
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.model.dependents import Dependent
 from aggregator.model.settings import Settings
+from aggregator.model.verdict import Desired
 from core import logs
 from core.errors import Conflict, KubeError, NotFound, NotLeading
 

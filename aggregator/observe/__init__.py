@@ -4,5 +4,5 @@ replicas and our marks on them (replicas, seeddependents), and the sources of sh
 
 Reads only: nothing here writes to a cluster.
 
-May import: core, model, kube, decide, ops.
+May import: core, model, kube, ops.
 """

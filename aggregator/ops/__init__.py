@@ -2,5 +2,5 @@
 /metrics, /healthz, /readyz and /status (server), how late the event loop runs (looplag), and
 the collector kept off the heap that lives as long as the process (heap).
 
-May import: core, model, decide.
+May import: core, model.
 """

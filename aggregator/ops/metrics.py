@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aggregator.decide.decider import Phase
+from aggregator.model.verdict import Phase
 from core.metrics import Registry
 
 

@@ -11,11 +11,11 @@ import pytest
 
 from aggregator.act.scaler import Scaler
 from aggregator.act.writes import Write
-from aggregator.decide.decider import Desired
 from aggregator.kube.client import KubeClient, KubeconfigSource
 from aggregator.model.dependents import DEFAULT_DEPENDENTS
 from aggregator.model.records import RECORD, REPLICAS, Record, record_marks
 from aggregator.model.settings import Watching
+from aggregator.model.verdict import Desired
 from aggregator.observe.seeddependents import SeedDependents
 from core.errors import Conflict
 from testenv.controllers import CONTROLLERS

@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from aggregator.act.interlocks import Interlock
-from aggregator.decide.decider import Memory, Phase, decide, skipped
+from aggregator.decide.decider import decide, skipped
 from aggregator.kube.client import METADATA_ONLY
 from aggregator.model.candidates import DEFAULT_CONDITIONS, NodeConditions, phases_by_node, pools_of_workers
 from aggregator.model.lifecycle import ClusterView
 from aggregator.model.objects import NodeView
 from aggregator.model.observed import LeaseObs, NodeObs
 from aggregator.model.settings import Decider, Settings
+from aggregator.model.verdict import Memory, Phase
 from aggregator.observe.machines import ABSENT, MACHINES
 from aggregator.observe.sources import GardenerSource
 from aggregator.observe.watcher import Observed

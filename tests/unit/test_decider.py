@@ -9,21 +9,11 @@ from datetime import UTC, datetime
 import pytest
 
 from aggregator.act import budget
-from aggregator.decide.decider import (
-    Desired,
-    Memory,
-    Phase,
-    Verdict,
-    blocked,
-    candidates,
-    decide,
-    is_stale,
-    skipped,
-    take_over,
-)
+from aggregator.decide.decider import blocked, candidates, decide, is_stale, skipped, take_over
 from aggregator.model.objects import NodeView
 from aggregator.model.observed import KubeletObs, LeaseObs, NodeObs, Readings, micro_time
 from aggregator.model.settings import Decider
+from aggregator.model.verdict import Desired, Memory, Phase, Verdict
 from core.lease import LeaseView
 
 P = Decider(

@@ -13,9 +13,9 @@ import pytest
 
 from aggregator.act import budget
 from aggregator.act.interlocks import Interlock
-from aggregator.decide.decider import Phase
 from aggregator.model.objects import NodeView
 from aggregator.model.records import MELTDOWN, REPLICAS
+from aggregator.model.verdict import Phase
 from aggregator.observe.watcher import Informer
 from core.errors import Forbidden, NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path

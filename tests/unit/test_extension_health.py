@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from aggregator.decide.decider import Phase
 from aggregator.extension.health import HEARTBEAT, LEASES, health
 from aggregator.extension.reconciler import HEARTBEAT_S
 from aggregator.extension.source import ExtensionSource
+from aggregator.model.verdict import Phase
 from tests.unit.test_extension import PATH, SETTINGS, listed, reconciler, world
 from tests.unit.world import NS
 

@@ -18,7 +18,6 @@ from typing import Any
 import pytest
 
 from aggregator.act.orphans import Orphans
-from aggregator.decide.decider import Phase
 from aggregator.fleet import Fleet
 from aggregator.lead.leader import LeaderElector
 from aggregator.lead.scope import Scope
@@ -26,6 +25,7 @@ from aggregator.lead.shards import Shards
 from aggregator.model.dependents import Dependent, Step
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS, Record, record_marks
 from aggregator.model.settings import Leader
+from aggregator.model.verdict import Phase
 from aggregator.observe.replicas import DependentState
 from aggregator.observe.sources import CLUSTERS, GardenerSource
 from aggregator.ops.metrics import AggregatorMetrics

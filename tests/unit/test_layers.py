@@ -98,8 +98,8 @@ WINGS: dict[str, frozenset[str]] = {
     "kube": frozenset(),
     "decide": frozenset({"model"}),
     "lead": frozenset({"model", "kube"}),
-    "ops": frozenset({"model", "decide"}),
-    "observe": frozenset({"model", "kube", "decide", "ops"}),
+    "ops": frozenset({"model"}),
+    "observe": frozenset({"model", "kube", "ops"}),
     "act": frozenset({"model", "kube", "decide", "observe", "lead", "ops"}),
     "extension": frozenset({"model", "kube", "decide", "observe", "lead", "act"}),
 }

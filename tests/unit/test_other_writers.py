@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from aggregator.decide.decider import Phase
 from aggregator.fleet import Fleet, Running
 from aggregator.lead.scope import Alone, Scope
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent, Step
 from aggregator.model.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
 from aggregator.model.settings import Decider
+from aggregator.model.verdict import Phase
 from aggregator.observe.sources import Polled, TargetSpec
 from aggregator.ops.metrics import AggregatorMetrics
 from aggregator.shoot import Shared

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from aggregator.act.scaler import Scaler
-from aggregator.decide.decider import Desired
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.model.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
 from aggregator.model.settings import Scaling, Watching
+from aggregator.model.verdict import Desired
 from aggregator.observe.replicas import DependentState
 from aggregator.observe.seeddependents import SeedDependents
 from testenv.controllers import CA, CONTROLLERS, KCM, MCM

@@ -9,8 +9,8 @@ import pytest
 
 from aggregator.act.interlocks import Interlock, Refusal
 from aggregator.decide import decider
-from aggregator.decide.decider import Phase
 from aggregator.model.settings import Decider, Settings, Shoots
+from aggregator.model.verdict import Phase
 from aggregator.shoot import Shared
 from aggregator.target import Target
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from aggregator.act.interlocks import Interlock
-from aggregator.decide.decider import Phase
 from aggregator.decide.witness import kubelet_says, witness
 from aggregator.model.observed import (
     KUBELET_JITTER,
@@ -28,6 +27,7 @@ from aggregator.model.observed import (
     observe,
 )
 from aggregator.model.settings import Decider
+from aggregator.model.verdict import Phase
 from core.errors import Forbidden
 from core.lease import leases_path
 from testenv.controllers import CONTROLLERS, DOWN

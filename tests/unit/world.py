@@ -13,12 +13,12 @@ from dataclasses import fields, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from aggregator.decide.decider import Phase
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.model.observed import NODE_LEASE_NAMESPACE
 from aggregator.model.records import MELTDOWN, REPLICAS
 from aggregator.model.settings import Settings, Shoots
+from aggregator.model.verdict import Phase
 from aggregator.ops.looplag import LoopLag
 from aggregator.shoot import Shared
 from aggregator.target import Target
