@@ -18,8 +18,8 @@ from structlog.typing import FilteringBoundLogger
 from aggregator.act import budget
 from aggregator.act.interlocks import Interlock, Refusal
 from aggregator.act.pacer import Plan
-from aggregator.decide.decider import PACE_REASONS
 from aggregator.decide.trust import TrustWindow
+from aggregator.model.eligibility import PACE_REASONS
 from aggregator.model.verdict import Desired, Memory, Phase, Verdict, stale_fraction
 from aggregator.ops.metrics import AggregatorMetrics
 

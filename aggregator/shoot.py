@@ -17,11 +17,11 @@ from structlog.typing import FilteringBoundLogger
 from aggregator.act.interlocks import Interlocks
 from aggregator.act.pacer import Pacer
 from aggregator.act.provisioner import Provisioner
-from aggregator.decide.decider import skipped
 from aggregator.decide.trust import TrustWindow
 from aggregator.kube.client import KubeClient
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import Dependent
+from aggregator.model.eligibility import skipped
 from aggregator.model.settings import Decider, Settings
 from aggregator.observe.evidence import Evidence
 from aggregator.observe.seeddependents import SeedDependents

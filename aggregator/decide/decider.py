@@ -30,136 +30,15 @@ duration, exactly as after a start.
 
 from __future__ import annotations
 
-import collections
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 
 from aggregator.decide.witness import Witness, witness
-from aggregator.model.candidates import machine_reason
+from aggregator.model.eligibility import EMPTY, candidates, eligible_by_zone
 from aggregator.model.observed import LeaseObs, NodeObs, Readings, micro_time
 from aggregator.model.settings import Decider
 from aggregator.model.verdict import Memory, Phase, Verdict, stale_fraction
-
-EMPTY: Mapping[str, str] = MappingProxyType({})
-
-
-def candidates(
-    nodes: Mapping[str, NodeObs],
-    leases: Mapping[str, LeaseObs],
-    now: float,
-    params: Decider,
-    sample: Collection[str] | None = None,
-    *,
-    machines: Mapping[str, str] = EMPTY,
-    left_out: dict[str, str] | None = None,
-) -> dict[str, LeaseObs]:
-    """The leases that count: of live, old-enough, not ignored nodes (in the fast-renewing
-    sample, when there is one), asked to renew at the fast interval and seen renewed since
-    they were asked (released or not). ``machines``: each node's Machine phase, as last read.
-    ``left_out``, when given, is filled with the sample's nodes that do not count and the
-    rule that leaves each out (dependency-watchdog logs the same of every node it filters)."""
-    out = {}
-    for name, node in nodes.items():
-        if sample is not None and name not in sample:
-            continue
-        lease = leases.get(name)
-        why = skip_reason(node, lease, now, params, machines.get(name)) or _pace_reason(lease, params)
-        if why is None and lease is not None:
-            out[name] = lease
-        elif left_out is not None and why is not None:
-            left_out[name] = why
-    return out
-
-
-# The reasons of the pace, not of a rule: a sample member between two intervals. They come
-# and go as the sample rotates, where a rule's say something of the node.
-NOT_FAST, NOT_YET_FAST = "not asked for the fast interval", "not seen renewing fast since asked"
-PACE_REASONS = frozenset({NOT_FAST, NOT_YET_FAST})
-
-
-def _pace_reason(lease: LeaseObs | None, params: Decider) -> str | None:
-    """Why a lease that the rules keep does not count at its pace (None: it counts)."""
-    if lease is None:
-        return "no lease yet"
-    interval_s = lease.view.interval_s
-    if interval_s is None or interval_s > params.fast_interval_s:
-        return NOT_FAST
-    if lease.seen_renewed_mono <= lease.paced_since_mono:
-        return NOT_YET_FAST
-    return None
-
-
-def _eligible(
-    node: NodeObs, lease: LeaseObs | None, now: float, params: Decider, machine: str | None = None
-) -> bool:
-    """Whether a node is one the verdict stands for, at whatever pace it renews."""
-    return skip_reason(node, lease, now, params, machine) is None
-
-
-def skip_reason(
-    node: NodeObs, lease: LeaseObs | None, now: float, params: Decider, machine: str | None = None
-) -> str | None:
-    """Which rule leaves a node out of every verdict, whatever pace it renews at (None: it is
-    one the verdict stands for). dependency-watchdog's rules (aggregator/model/candidates.py), and
-    the lease's own. ``machine``: the phase of the node's Machine (None: none known)."""
-    n = node.view
-    if n.deleting:
-        return "being deleted"
-    if n.ignored:
-        return "annotated ignore-node"
-    if n.unmanaged:
-        return "not managed by MCM"
-    if (why := machine_reason(machine)) is not None:
-        return why
-    if n.in_place_update and params.node_conditions is not None:
-        return "in-place update"
-    if params.node_conditions is not None and (
-        bad := params.node_conditions.unhealthy(n.pool, n.true_conditions)
-    ):
-        return f"an unhealthy condition ({', '.join(bad)})"
-    if now - node.created_mono < params.node_grace_s:
-        return "younger than the node grace"
-    if lease is None:
-        return "no lease yet"
-    if lease.view.renew_time is None:
-        return "its agent has not renewed yet"
-    # A lease its agent released stays: leaving the verdict, it would shrink the denominator
-    # that the nodes still cut off are counted against (is_stale says how long it is healthy).
-    return None
-
-
-def skipped(
-    nodes: Mapping[str, NodeObs],
-    leases: Mapping[str, LeaseObs],
-    now: float,
-    params: Decider,
-    machines: Mapping[str, str] = EMPTY,
-) -> dict[str, str]:
-    """Every node left out of the verdict and why: for the status page, not for each tick."""
-    out = {}
-    for name, node in nodes.items():
-        why = skip_reason(node, leases.get(name), now, params, machines.get(name))
-        if why is not None:
-            out[name] = why
-    return out
-
-
-def eligible_by_zone(
-    nodes: Mapping[str, NodeObs],
-    leases: Mapping[str, LeaseObs],
-    now: float,
-    params: Decider,
-    machines: Mapping[str, str] = EMPTY,
-) -> collections.Counter[str]:
-    """How many nodes each zone has that the verdict stands for: a walk over every node, so a
-    verdict makes it once, whatever it estimates."""
-    return collections.Counter(
-        node.view.zone
-        for name, node in nodes.items()
-        if (lease := leases.get(name)) is not None and _eligible(node, lease, now, params, machines.get(name))
-    )
 
 
 def stratified(zones: Mapping[str, tuple[int, int]], size: Mapping[str, int]) -> float | None:

@@ -3,7 +3,8 @@ conditions per worker pool, its in-place update, its Machine's phase.
 
 Read from dependency-watchdog v1.7.0 (``internal/prober/prober.go`` ``getFilteredNodeNames``,
 ``internal/util/node.go``) and the machine-controller-manager v0.61 API it builds on. Pure: the
-Machines are read by aggregator/observe/machines.py, the conditions arrive with the Node.
+Machines are read by aggregator/observe/machines.py, the conditions arrive with the Node. Each
+node is held to them, and to the lease's own rules, in eligibility.py.
 """
 
 from __future__ import annotations

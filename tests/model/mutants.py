@@ -35,7 +35,7 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
         "1: pending nodes counted silent",
     ),
     "release_leaves_verdict": (
-        "aggregator/decide/decider.py",
+        "aggregator/model/eligibility.py",
         '        return "its agent has not renewed yet"\n',
         '        return "its agent has not renewed yet"\n'
         "    if lease.view.released and now - lease.seen_renewed_mono >= params.lease_duration_s:\n"

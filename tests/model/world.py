@@ -26,9 +26,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.act.orphans import Orphans
-from aggregator.decide.decider import candidates
 from aggregator.lead.leader import LeaderElector
 from aggregator.model.dependents import DEFAULT_DEPENDENTS
+from aggregator.model.eligibility import candidates
 from aggregator.model.lifecycle import Lifecycle
 from aggregator.model.observed import KUBELET_JITTER, NODE_LEASE_NAMESPACE
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from aggregator.act.interlocks import Interlock
-from aggregator.decide.decider import decide, skipped
+from aggregator.decide.decider import decide
 from aggregator.kube.client import METADATA_ONLY
 from aggregator.model.candidates import DEFAULT_CONDITIONS, NodeConditions, phases_by_node, pools_of_workers
+from aggregator.model.eligibility import skipped
 from aggregator.model.lifecycle import ClusterView
 from aggregator.model.objects import NodeView
 from aggregator.model.observed import LeaseObs, NodeObs
