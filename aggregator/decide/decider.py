@@ -34,38 +34,12 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
+from aggregator.decide.estimate import fraction, per_zone, stratified
 from aggregator.decide.witness import Witness, witness
 from aggregator.model.eligibility import EMPTY, candidates, eligible_by_zone
 from aggregator.model.observed import LeaseObs, NodeObs, Readings, micro_time
 from aggregator.model.settings import Decider
 from aggregator.model.verdict import Memory, Phase, Verdict, stale_fraction
-
-
-def stratified(zones: Mapping[str, tuple[int, int]], size: Mapping[str, int]) -> float | None:
-    """The stale fraction of the whole cluster, estimated from a sample drawn per zone
-    (``zones``: its candidates and stale ones per zone): each zone's stale fraction weighted
-    by the zone's share of the nodes the verdict stands for (not of all its nodes: a zone of
-    280 nodes, 279 of them ignored, must weigh as one node, not as 70 % of the cluster). The
-    sample gives a small zone more than its share (aggregator/act/budget.py), so counting it
-    plainly would overweight it; weighting by zone keeps the estimate unbiased. Zones
-    without a candidate drop out and the others are weighted among themselves. None when
-    nothing is counted. ``size``: each zone's nodes the verdict stands for (``eligible_by_zone``)."""
-    covered = sum(size.get(z, 0) for z in zones)
-    if not covered:
-        return None
-    return sum(size.get(z, 0) / covered * st / c for z, (c, st) in zones.items())
-
-
-def _per_zone(
-    nodes: Mapping[str, NodeObs], counted: Mapping[str, LeaseObs], stale: Collection[str]
-) -> dict[str, tuple[int, int]]:
-    """Candidates and stale ones per zone."""
-    out: dict[str, tuple[int, int]] = {}
-    for name in counted:
-        zone = nodes[name].view.zone
-        n, s = out.get(zone, (0, 0))
-        out[zone] = (n + 1, s + (name in stale))
-    return out
 
 
 def is_stale(lease: LeaseObs, now: float, params: Decider) -> bool:
@@ -117,11 +91,11 @@ def decide(
     size = eligible_by_zone(nodes, leases, now, params, machines) if sampled else None
 
     def fraction_of(of: frozenset[str]) -> tuple[dict[str, tuple[int, int]], float | None]:
-        zones = _per_zone(nodes, counted, of)
+        zones = per_zone(nodes, counted, of)
         return zones, stratified(zones, size) if size is not None else None
 
     (zones, estimate), (_, silent_estimate) = fraction_of(stale), fraction_of(silent)
-    quorum = Quorum(len(counted), len(stale), estimate, _fraction(len(silent), len(counted), silent_estimate))
+    quorum = Quorum(len(counted), len(stale), estimate, fraction(len(silent), len(counted), silent_estimate))
     verdict = _judge(memory, now, params, quorum, view_since=view_since, records=records)
     verdict = _explained(verdict, zones=zones, estimate=estimate, said=said, stale=stale, left_out=left_out)
     look = _next_look(verdict, counted, stale | said.alive, now, params)
@@ -198,11 +172,7 @@ class Quorum:
 
     @property
     def fraction(self) -> float:
-        return _fraction(self.s, self.n, self.estimate)
-
-
-def _fraction(s: int, n: int, estimate: float | None) -> float:
-    return stale_fraction(s, n) if estimate is None else estimate
+        return fraction(self.s, self.n, self.estimate)
 
 
 def _explained(
