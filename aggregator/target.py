@@ -17,7 +17,8 @@ from typing import Any
 from aggregator.act.budget import Pacing
 from aggregator.act.interlocks import Refusal
 from aggregator.act.scaler import Scaler
-from aggregator.decide.decider import blocked, decide, deferred, take_over
+from aggregator.decide.decider import decide
+from aggregator.decide.phases import blocked, deferred, take_over
 from aggregator.kube.client import KubeClient
 from aggregator.lead.scope import Scope
 from aggregator.model.verdict import Memory, Phase, Verdict

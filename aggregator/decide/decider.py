@@ -1,40 +1,19 @@
 """The decision: a pure function of what was observed, what the aggregator could see, and ``now``.
 
-No I/O and no clock reads, so every rule is testable to the millisecond. The
-phase alone says what the dependents should be (``Verdict.desired``); an
-actuator converges the seed towards that, so the phase never waits for, nor
-depends on, a scale having worked.
-
-Phases (see docs/decision.md):
-  starting    -> healthy | scaled-down (held)   from our record in the annotations, once read
-  healthy     -> confirming   stale/candidates >= failure fraction
-  confirming  -> scaled-down  still there after the confirm period (the interlocks must agree)
-  confirming  -> healthy      below it again, no verdict, or the view is not trusted
-  scaled-down -> recovering   below the recovery fraction, or no verdict is possible
-  recovering  -> scaled-down  at the recovery fraction again
-  recovering  -> healthy      after the recovery period
-  scaled-down -> healthy      nothing could be seen for the blind limit
-
-"Held": a start (a restart, a takeover) that finds records of ours resumes scaled
-down, but lowers nothing and raises nothing (``Desired.HOLD``) until a fresh verdict:
-the quorum lost for the confirm period (then scaled-down, through the interlocks) or
-recovered for the recovery period (then healthy). A start never lowers a controller
-that is up: it may be in the middle of a scale-up.
-
-"No verdict" (fewer than min candidates) never holds the controllers at 0: it
-counts towards recovery. A view the aggregator cannot trust (its watches are
-not current, KAPI did not answer, its own process stalled) is not staleness of
-the leases: nothing is judged until the view has been fresh for a whole lease
-duration, exactly as after a start.
+No I/O and no clock reads, so every rule is testable to the millisecond. A tick's steps are
+here: the leases that count (aggregator/model/eligibility.py), the stale ones as both witnesses
+tell them (witness), the fraction judged (estimate), and when to look again; where the phase goes
+on that is the phase machine's (phases).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from aggregator.decide.estimate import fraction, per_zone, stratified
+from aggregator.decide.phases import Quorum, judge
 from aggregator.decide.witness import Witness, witness
 from aggregator.model.eligibility import EMPTY, candidates, eligible_by_zone
 from aggregator.model.observed import LeaseObs, NodeObs, Readings, micro_time
@@ -96,7 +75,7 @@ def decide(
 
     (zones, estimate), (_, silent_estimate) = fraction_of(stale), fraction_of(silent)
     quorum = Quorum(len(counted), len(stale), estimate, fraction(len(silent), len(counted), silent_estimate))
-    verdict = _judge(memory, now, params, quorum, view_since=view_since, records=records)
+    verdict = judge(memory, now, params, quorum, view_since=view_since, records=records)
     verdict = _explained(verdict, zones=zones, estimate=estimate, said=said, stale=stale, left_out=left_out)
     look = _next_look(verdict, counted, stale | said.alive, now, params)
     if look is not None and (verdict.wake_at is None or look < verdict.wake_at):
@@ -160,21 +139,6 @@ def _witnessed(
     )
 
 
-@dataclass(frozen=True)
-class Quorum:
-    """``s`` stale of ``n`` candidates (``estimate``: the stratified estimate of the fraction when
-    they are a sample), and the fraction silent to both witnesses (what a scale-down counts)."""
-
-    n: int
-    s: int
-    estimate: float | None
-    silent: float
-
-    @property
-    def fraction(self) -> float:
-        return fraction(self.s, self.n, self.estimate)
-
-
 def _explained(
     verdict: Verdict,
     *,
@@ -202,161 +166,3 @@ def _explained(
         reason=reason,
         left_out=left_out,
     )
-
-
-def _judge(
-    memory: Memory,
-    now: float,
-    params: Decider,
-    q: Quorum,
-    *,
-    view_since: float | None,
-    records: bool | None,
-) -> Verdict:
-    n, s = q.n, q.s
-    if memory.phase is Phase.STARTING:
-        # The record is the state a start continues from; the view rule below still
-        # keeps any verdict back until the view has been fresh for a lease duration.
-        if records is None:
-            return _to(memory, now, Phase.STARTING, "starting: reading the scale-down record", n=n, s=s)
-        memory = Memory(Phase.DOWN, now, held=True) if records else Memory(Phase.HEALTHY, now)
-    view_ready = view_since is not None and now - view_since >= params.lease_duration_s
-    if not view_ready:
-        why = (
-            "the view of the shoot is not current"
-            if view_since is None
-            else f"view fresh for {now - view_since:.1f}s, judging after {params.lease_duration_s:g}s"
-        )
-        return replace(_blind(memory, now, params, why), candidates=n, stale=s)
-    if n < params.min_candidates:
-        why = f"no verdict: {n} candidate(s), fewer than {params.min_candidates}"
-        if _running(memory):
-            return _to(memory, now, Phase.HEALTHY, why, n=n, s=s)
-        # Holding the controllers at 0 on no evidence is never the default.
-        return _recover(memory, now, params, why, n=n, s=s, judged=False)
-    return _quorum(memory, now, params, q)
-
-
-def _running(memory: Memory) -> bool:
-    """Healthy, or confirming from healthy: the dependents run (a held start's confirming does not)."""
-    return memory.phase is Phase.HEALTHY or (memory.phase is Phase.CONFIRMING and not memory.held)
-
-
-def _to(
-    memory: Memory, now: float, phase: Phase, reason: str, *, n: int, s: int, judged: bool = False
-) -> Verdict:
-    """A verdict for ``phase``, which keeps its ``since`` while the phase holds (and a held start
-    stays held until it is healthy)."""
-    since = memory.since if phase is memory.phase else now
-    held = memory.held and phase is not Phase.HEALTHY
-    return Verdict(Memory(phase, since, held=held), n, s, reason, judged=judged)
-
-
-def _quorum(memory: Memory, now: float, params: Decider, q: Quorum) -> Verdict:
-    """The phase machine on a judged quorum ``q``."""
-    n, s, fraction = q.n, q.s, q.fraction
-    ratio = f"{s}/{n} stale ({fraction:.0%}{'' if q.estimate is None else ' of the nodes, estimated'})"
-    at_failure = fraction >= params.failure_fraction
-    phase = memory.phase
-    if memory.held:
-        return _held(
-            memory,
-            now,
-            params,
-            ratio,
-            q,
-            at_failure=at_failure,
-            recovered=fraction < params.recovery_fraction,
-        )
-    if phase is Phase.HEALTHY:
-        if at_failure:
-            why = f"{ratio} >= {params.failure_fraction:.0%}: confirming"
-            return _to(memory, now, Phase.CONFIRMING, why, n=n, s=s, judged=True)
-        return _to(memory, now, Phase.HEALTHY, ratio, n=n, s=s, judged=True)
-    if phase is Phase.CONFIRMING:
-        if not at_failure:
-            why = f"{ratio}: below the failure fraction again"
-            return _to(memory, now, Phase.HEALTHY, why, n=n, s=s, judged=True)
-        return _confirm(memory, now, params, ratio, q)
-    if fraction < params.recovery_fraction:
-        return _recover(
-            memory, now, params, f"{ratio} < {params.recovery_fraction:.0%}", n=n, s=s, judged=True
-        )
-    return _to(memory, now, Phase.DOWN, ratio, n=n, s=s, judged=True)
-
-
-def _confirm(memory: Memory, now: float, params: Decider, ratio: str, q: Quorum) -> Verdict:
-    """Confirming at the failure fraction: the scale-down once the confirm period has passed and
-    enough of the stale are silent to both witnesses (a kubelet whose next renewal is not due
-    yet could still prove the path); until then, confirming on (from the same moment)."""
-    if now - memory.since < params.confirm_period_s:
-        return _to(memory, now, Phase.CONFIRMING, f"{ratio}: confirming", n=q.n, s=q.s, judged=True)
-    if q.silent < params.failure_fraction:
-        why = f"{ratio}: confirmed, waiting for the kubelets' next renewals ({q.silent:.0%} silent to both)"
-        return _to(memory, now, Phase.CONFIRMING, why, n=q.n, s=q.s, judged=True)
-    why = f"{ratio} for {now - memory.since:.1f}s: quorum lost"
-    return Verdict(Memory(Phase.DOWN, now), q.n, q.s, why, judged=True, scale_down=True)
-
-
-def _held(
-    memory: Memory, now: float, params: Decider, ratio: str, q: Quorum, *, at_failure: bool, recovered: bool
-) -> Verdict:
-    """A start that found records of ours: the quorum lost for the confirm period scales down
-    (through the interlocks); recovered for the recovery period, the scale-up is finished."""
-    n, s = q.n, q.s
-    if at_failure:
-        if memory.phase is not Phase.CONFIRMING:
-            why = f"{ratio} >= {params.failure_fraction:.0%}: confirming (holding what a start found)"
-            return _to(memory, now, Phase.CONFIRMING, why, n=n, s=s, judged=True)
-        return _confirm(memory, now, params, f"{ratio} (holding)", q)
-    if recovered:
-        return _recover(
-            memory, now, params, f"{ratio} < {params.recovery_fraction:.0%}", n=n, s=s, judged=True
-        )
-    return _to(memory, now, Phase.DOWN, f"{ratio}: holding what a start found", n=n, s=s, judged=True)
-
-
-def _blind(memory: Memory, now: float, params: Decider, why: str) -> Verdict:
-    """Nothing can be judged: confirmation starts again; scaled down (or held) stays so, for a while."""
-    phase = memory.phase
-    if _running(memory):
-        mem = memory if phase is Phase.HEALTHY else Memory(Phase.HEALTHY, now)
-        return Verdict(mem, 0, 0, f"not judging: {why}")
-    blind_since = now if memory.blind_since is None else memory.blind_since
-    if now - blind_since >= params.blind_limit_s:
-        return Verdict(
-            Memory(Phase.HEALTHY, now),
-            0,
-            0,
-            f"nothing seen for {now - blind_since:.0f}s while scaled down ({why}): restoring",
-        )
-    mem = memory if phase is Phase.DOWN else Memory(Phase.DOWN, now, held=memory.held)
-    return Verdict(replace(mem, blind_since=blind_since), 0, 0, f"holding: {why}")
-
-
-def _recover(
-    memory: Memory, now: float, params: Decider, why: str, *, n: int, s: int, judged: bool
-) -> Verdict:
-    if memory.phase is Phase.RECOVERING and now - memory.since >= params.recovery_period_s:
-        why = f"{why} for {now - memory.since:.1f}s: recovered"
-        return _to(memory, now, Phase.HEALTHY, why, n=n, s=s, judged=judged)
-    return _to(memory, now, Phase.RECOVERING, f"{why}: recovering", n=n, s=s, judged=judged)
-
-
-def blocked(verdict: Verdict, before: Memory, now: float, why: str) -> Verdict:
-    """An interlock refused the scale-down: confirmation starts again from ``now`` (held, when
-    the memory ``before`` this tick was: a refusal is no verdict to raise anything on)."""
-    memory = Memory(Phase.CONFIRMING, now, held=before.held)
-    return replace(verdict, memory=memory, reason=f"scale-down blocked: {why}", scale_down=False)
-
-
-def deferred(verdict: Verdict, before: Memory) -> Verdict:
-    """The interlocks could not check (our own overload): nothing happens this tick, and the
-    phase stays as it was, confirmation kept, so the next tick checks again."""
-    return replace(verdict, memory=before, reason=f"{verdict.reason}; checking again", scale_down=False)
-
-
-def take_over(now: float) -> Memory:
-    """A standby becomes leader: like a start, it resumes from the record in the annotations
-    (its view is already warm, so it judges as soon as that has been read)."""
-    return Memory(Phase.STARTING, now)

@@ -55,7 +55,7 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
         "56.1: the old layout's lease judged unreleased",
     ),
     "blind_never_restores": (
-        "aggregator/decide/decider.py",
+        "aggregator/decide/phases.py",
         "if now - blind_since >= params.blind_limit_s:",
         "if False:",
         "2: blind for good, held for good",

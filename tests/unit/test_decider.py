@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from aggregator.act import budget
-from aggregator.decide.decider import blocked, decide, is_stale, take_over
+from aggregator.decide.decider import decide, is_stale
+from aggregator.decide.phases import blocked, take_over
 from aggregator.model.eligibility import candidates, skipped
 from aggregator.model.objects import NodeView
 from aggregator.model.observed import KubeletObs, LeaseObs, NodeObs, Readings, micro_time
