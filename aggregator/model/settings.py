@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from aggregator.model.backoff import Backoff
 from aggregator.model.candidates import NodeConditions
 from core.config import EnvReader, read_vars, var
 from core.durations import format_duration
@@ -63,26 +64,6 @@ def _node_conditions(r: EnvReader, name: str) -> NodeConditions | None:
     except ValueError as e:
         r.problem(name, f"{e} (or 'off')")
         return NodeConditions()
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Retry delays that double from ``first_s`` up to ``max_s``, each spread by ± ``jitter``."""
-
-    first_s: float
-    max_s: float
-    jitter: float = 0.0
-
-    def delays(self) -> Iterator[float]:
-        """The nominal delays, without jitter (what a log line reports)."""
-        delay_s = self.first_s
-        while True:
-            yield delay_s
-            delay_s = min(delay_s * 2, self.max_s)
-
-    def spread(self, delay_s: float) -> float:
-        """``delay_s`` with jitter, so that many retriers do not return in step."""
-        return delay_s * random.uniform(1 - self.jitter, 1 + self.jitter) if self.jitter else delay_s
 
 
 @dataclass(frozen=True)

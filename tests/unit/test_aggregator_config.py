@@ -8,8 +8,9 @@ import pytest
 import yaml
 
 from aggregator.kube.client import load_kubeconfig
+from aggregator.model.backoff import Backoff
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Direction, levels, load_dependents
-from aggregator.model.settings import Backoff, Decider, Leader, Settings, Shoots, Watching
+from aggregator.model.settings import Decider, Leader, Settings, Shoots, Watching
 from core.errors import ConfigError, KubeconfigError
 
 

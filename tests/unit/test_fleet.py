@@ -15,7 +15,8 @@ import yaml
 
 from aggregator.fleet import Fleet
 from aggregator.kube.client import load_kubeconfig
-from aggregator.model.settings import Backoff, Settings, Shoots
+from aggregator.model.backoff import Backoff
+from aggregator.model.settings import Settings, Shoots
 from aggregator.observe.sources import (
     CLUSTERS,
     TOKEN_REQUESTOR_SERVER,

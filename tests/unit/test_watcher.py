@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from aggregator.model.backoff import Backoff
 from aggregator.model.objects import NodeView
-from aggregator.model.settings import Backoff, Watching
+from aggregator.model.settings import Watching
 from aggregator.observe.watcher import Informer, Observed
 from core.errors import ServerError
 from core.lease import RENEW_INTERVAL, LeaseView, lease_metadata, leases_path, node_lease_path

@@ -1,0 +1,28 @@
+"""The retry delays of the settings: a watch's restarts (settings.Watching) and a failed
+target's (settings.Shoots)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Retry delays that double from ``first_s`` up to ``max_s``, each spread by ± ``jitter``."""
+
+    first_s: float
+    max_s: float
+    jitter: float = 0.0
+
+    def delays(self) -> Iterator[float]:
+        """The nominal delays, without jitter (what a log line reports)."""
+        delay_s = self.first_s
+        while True:
+            yield delay_s
+            delay_s = min(delay_s * 2, self.max_s)
+
+    def spread(self, delay_s: float) -> float:
+        """``delay_s`` with jitter, so that many retriers do not return in step."""
+        return delay_s * random.uniform(1 - self.jitter, 1 + self.jitter) if self.jitter else delay_s
