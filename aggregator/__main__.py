@@ -25,7 +25,8 @@ from aggregator.extension.delivery import ShootPart
 from aggregator.extension.reconciler import Reconciler
 from aggregator.extension.source import ExtensionSource
 from aggregator.fleet import Fleet
-from aggregator.kube.client import Endpoint, KubeClient, KubeconfigSource, in_cluster
+from aggregator.kube.client import KubeClient
+from aggregator.kube.endpoint import Endpoint, KubeconfigSource, in_cluster
 from aggregator.kube.ratelimit import RateLimit
 from aggregator.lead.leader import LeaderElector
 from aggregator.lead.scope import Alone, Leadership

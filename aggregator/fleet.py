@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from aggregator.act.orphans import Orphans
-from aggregator.kube.client import KubeClient, KubeconfigSource
+from aggregator.kube.client import KubeClient
+from aggregator.kube.endpoint import KubeconfigSource
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.model.dependents import Dependent
 from aggregator.observe.sources import KubeconfigSecrets, TargetSource, TargetSpec

@@ -5,7 +5,7 @@ It resolves the current context to its cluster and user entries, decodes the CA,
 what it does not understand by name; it never runs a command, reads a file the kubeconfig
 names (but the agent's CA path, resolved as kubectl does), or follows a proxy. The
 ``kubernetes`` package's loader is kept for the one kubeconfig that may legitimately run a
-plugin: the aggregator's own, outside a cluster (aggregator/kube/client.py)."""
+plugin: the aggregator's own, outside a cluster (aggregator/kube/endpoint.py)."""
 
 from __future__ import annotations
 

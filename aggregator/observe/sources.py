@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 import yaml
 
-from aggregator.kube.client import Endpoint, KubeClient, load_kubeconfig_dict
+from aggregator.kube.client import KubeClient
+from aggregator.kube.endpoint import Endpoint, load_kubeconfig_dict
 from aggregator.model.lifecycle import ClusterView
 from aggregator.model.objects import metadata, section
 from aggregator.model.protection import ProtectionConfig

@@ -11,7 +11,8 @@ import pytest
 
 from aggregator.act.scaler import Scaler
 from aggregator.act.writes import Write
-from aggregator.kube.client import KubeClient, KubeconfigSource
+from aggregator.kube.client import KubeClient
+from aggregator.kube.endpoint import KubeconfigSource
 from aggregator.model.dependents import DEFAULT_DEPENDENTS
 from aggregator.model.records import RECORD, REPLICAS, Record, record_marks
 from aggregator.model.settings import Watching

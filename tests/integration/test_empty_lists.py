@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from aggregator.kube.client import METADATA_LIST, METADATA_ONLY, KubeClient, KubeconfigSource
+from aggregator.kube.client import METADATA_LIST, METADATA_ONLY, KubeClient
+from aggregator.kube.endpoint import KubeconfigSource
 from aggregator.observe.watcher import Informer
 from testenv.controlplane import ControlPlane
 

@@ -23,7 +23,7 @@ import yaml
 
 from agent.path import Origin
 from agent.settings import Settings
-from aggregator.kube.client import (
+from aggregator.kube.endpoint import (
     DATA_CLUSTER_FIELDS,
     DATA_USER_FIELDS,
     load_kubeconfig_dict,

@@ -23,7 +23,8 @@ from typing import Any, Literal
 import pytest
 from structlog.testing import capture_logs
 
-from aggregator.kube.client import KubeClient, KubeconfigSource
+from aggregator.kube.client import KubeClient
+from aggregator.kube.endpoint import KubeconfigSource
 from aggregator.model.lifecycle import ClusterView
 from aggregator.observe.sources import CLUSTERS, GardenerSource
 from testenv import dependency_watchdog

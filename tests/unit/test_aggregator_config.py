@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aggregator.kube.client import load_kubeconfig
+from aggregator.kube.endpoint import load_kubeconfig
 from aggregator.model.backoff import Backoff
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Direction, levels, load_dependents
 from aggregator.model.settings import Decider, Leader, Settings, Shoots, Watching

@@ -17,7 +17,8 @@ import kubernetes.config
 import pytest
 from aiohttp import web
 
-from aggregator.kube.client import Endpoint, KubeClient, load_kubeconfig_dict
+from aggregator.kube.client import KubeClient
+from aggregator.kube.endpoint import Endpoint, load_kubeconfig_dict
 from core import kubeconfig
 from core.errors import KubeconfigError, TransportError
 from testenv.pki import CertificateAuthority

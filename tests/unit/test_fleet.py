@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from aggregator.fleet import Fleet
-from aggregator.kube.client import load_kubeconfig
+from aggregator.kube.endpoint import load_kubeconfig
 from aggregator.model.backoff import Backoff
 from aggregator.model.settings import Settings, Shoots
 from aggregator.observe.sources import (

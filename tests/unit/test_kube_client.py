@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-from aggregator.kube.client import METADATA_ONLY, Endpoint, KubeClient
+from aggregator.kube.client import METADATA_ONLY, KubeClient
+from aggregator.kube.endpoint import Endpoint
 from core.errors import TransportError
 
 

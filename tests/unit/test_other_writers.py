@@ -501,7 +501,7 @@ async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targe
     None
 ):
     from aggregator.__main__ import SeedClients
-    from aggregator.kube.client import Endpoint
+    from aggregator.kube.endpoint import Endpoint
     from aggregator.lead.leader import LeaderElector
     from aggregator.model.settings import Leader
 

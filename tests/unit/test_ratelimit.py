@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from aggregator.__main__ import EVENTS_BURST, EVENTS_QPS, SeedClients
-from aggregator.kube.client import Endpoint
+from aggregator.kube.endpoint import Endpoint
 from aggregator.kube.ratelimit import RateLimit
 from core.errors import Throttled
 from tests.unit.world import Clock
