@@ -43,14 +43,14 @@ class Target:
         shoot: KubeClient,
         shared: Shared,
         *,
-        scope: Scope | None = None,
+        scope: Scope,
         node_conditions: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         settings, clock = shared.settings, shared.clock
         self.name, self.namespace, self.shoot = name, namespace, shoot
         self.settings, self.params = settings, settings.decider.with_pools(node_conditions)
         # Whether this replica acts for the shoot, until when, and its writes (aggregator/lead/scope.py).
-        self.scope = scope or Scope()
+        self.scope = scope
         self.clock, self.lag_since = clock, shared.lag_since
         self.log = log.bind(target=name)
         self.metrics = shared.metrics

@@ -68,7 +68,7 @@ class Scaler:
         settings: Scaling | None = None,
         label: str = "",
         clock: Callable[[], float] = time.monotonic,
-        scope: Scope | None = None,
+        scope: Scope,
         metrics: AggregatorMetrics | None = None,
         watched: Callable[[Dependent], DependentState | None] | None = None,
         events: KubeClient | None = None,
@@ -83,7 +83,7 @@ class Scaler:
         self.log = log.bind(target=self.target)
         # Reading, writing and telling, each in a module of its own: this class is the policy.
         self.replicas = Replicas(seed, namespace, target=self.target, metrics=self.metrics, watched=watched)
-        self.writer = Writer(seed, namespace, self.replicas, scope or Scope(), clock)
+        self.writer = Writer(seed, namespace, self.replicas, scope, clock)
         self.events = Events(events or seed, namespace, log=self.log, dry_run=self.dry_run)
         self.errors: dict[str, str] = {}
         self.desired: Desired | None = None

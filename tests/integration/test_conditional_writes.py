@@ -13,6 +13,7 @@ from aggregator.act.scaler import Scaler
 from aggregator.act.writes import Write
 from aggregator.kube.client import KubeClient
 from aggregator.kube.endpoint import KubeconfigSource
+from aggregator.lead.scope import Scope
 from aggregator.model.dependents import DEFAULT_DEPENDENTS
 from aggregator.model.records import RECORD, REPLICAS, Record, record_marks
 from aggregator.model.settings import Watching
@@ -36,7 +37,7 @@ async def test_a_write_on_a_stale_read_conflicts(control_plane: ControlPlane, wh
         admin.ensure(DEPLOYMENTS.format(ns=NS), deployment(kcm.name, 3))
         seed = KubeClient(KubeconfigSource(str(control_plane.kubeconfig)))
         try:
-            old_leader = Scaler(seed, NS, [kcm])
+            old_leader = Scaler(seed, NS, [kcm], scope=Scope())
             state = await old_leader.replicas.read(kcm)
             # Meanwhile the new leader records a scale-down.
             admin.merge_patch(kcm.path(NS), {"metadata": {"annotations": record_marks(Record(3))}})
@@ -87,7 +88,13 @@ async def test_with_the_seed_watch_a_scale_down_reads_nothing_and_a_stale_view_c
             await asyncio.gather(watching, return_exceptions=True)
             kcm = DEFAULT_DEPENDENTS[0]
             admin.merge_patch(kcm.path(NS) + "/scale", {"spec": {"replicas": 4}})
-            scaler = Scaler(seed, NS, DEFAULT_DEPENDENTS, watched=functools.partial(watch.get, namespace=NS))
+            scaler = Scaler(
+                seed,
+                NS,
+                DEFAULT_DEPENDENTS,
+                scope=Scope(),
+                watched=functools.partial(watch.get, namespace=NS),
+            )
             # No deployment controller, no status: every dependent has "followed" at once.
             assert await scaler.converge(Desired.SCALED_DOWN, "test") is False  # KCM's write conflicted
             assert seed.gets == 0

@@ -13,6 +13,7 @@ import pytest
 from aggregator.act.interlocks import Interlock
 from aggregator.decide.decider import decide
 from aggregator.kube.client import METADATA_ONLY
+from aggregator.lead.scope import Scope
 from aggregator.model.candidates import DEFAULT_CONDITIONS, NodeConditions, phases_by_node, pools_of_workers
 from aggregator.model.eligibility import skipped
 from aggregator.model.lifecycle import ClusterView
@@ -304,7 +305,14 @@ async def test_a_clusters_pools_reach_the_target_over_the_setting() -> None:
         await asyncio.gather(watching, return_exceptions=True)
     assert spec.node_conditions == (("pool-1", ("GPUUnhealthy",)),)
     settings = Settings(decider=Decider(node_conditions=NodeConditions.parse("pool-1: [A]\ncpu: [B]")))
-    t = Target("t", NS, FakeKube(), Shared(settings, seed, ()), node_conditions=dict(spec.node_conditions))  # type: ignore[arg-type]
+    t = Target(
+        "t",
+        NS,
+        FakeKube(),
+        Shared(settings, seed, ()),
+        scope=Scope(),
+        node_conditions=dict(spec.node_conditions),
+    )  # type: ignore[arg-type]
     conditions = t.params.node_conditions
     assert conditions is not None
     assert (conditions.for_pool("pool-1"), conditions.for_pool("cpu"), conditions.for_pool("x")) == (

@@ -165,7 +165,7 @@ async def test_a_started_target_whose_shoot_refuses_it_restores_after_the_blind_
     shoot, seed = FakeKube(), FakeKube()
     shoot.fail(error=lambda: api_error(401, '{"reason":"Unauthorized","message":"token revoked"}'))
     held_down(seed)
-    target = Target("shoot", NS, shoot, Shared(settings, seed, quick_dependents()))  # type: ignore[arg-type]
+    target = Target("shoot", NS, shoot, Shared(settings, seed, quick_dependents()), scope=Scope())  # type: ignore[arg-type]
     task = asyncio.create_task(target.run())
     try:
         restored = await until_real(lambda: {n: at(seed, n) for n in CONTROLLERS} == CONTROLLERS, 6.0)

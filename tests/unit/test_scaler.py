@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from aggregator.act.scaler import Scaler
+from aggregator.lead.scope import Scope
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.model.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
 from aggregator.model.settings import Scaling, Watching
@@ -34,7 +35,7 @@ def scaler(
 ) -> Scaler:
     # The clock is fake: a level's follow polls (real sleeps) only where a test asks for them.
     settings = Scaling(dry_run=dry_run, follow_polls=follow_polls, follow_poll_s=0.01)
-    return Scaler(kube, NS, DEFAULT_DEPENDENTS, settings=settings, clock=clock, **kw)  # type: ignore[arg-type]
+    return Scaler(kube, NS, DEFAULT_DEPENDENTS, settings=settings, clock=clock, scope=Scope(), **kw)  # type: ignore[arg-type]
 
 
 def view(kube: FakeKube, name: str) -> tuple[int, dict[str, str]]:
@@ -304,9 +305,11 @@ async def test_a_watch_behind_our_scale_up_is_not_taken_for_the_seed_when_the_sh
     kcm = DEFAULT_DEPENDENTS[0]
     kube, clock = seed(), Clock()
     settings = Scaling(follow_polls=0)
-    assert await Scaler(kube, NS, [kcm], settings=settings, clock=clock).converge(Desired.SCALED_DOWN, "cut")
+    assert await Scaler(kube, NS, [kcm], settings=settings, clock=clock, scope=Scope()).converge(
+        Desired.SCALED_DOWN, "cut"
+    )
     frozen = DependentState.from_object(KCM, kube.objects[deployment_path(KCM)])
-    s = Scaler(kube, NS, [kcm], settings=settings, clock=clock, watched=lambda _d: frozen)
+    s = Scaler(kube, NS, [kcm], settings=settings, clock=clock, scope=Scope(), watched=lambda _d: frozen)
     for _ in range(5):
         if await s.converge(Desired.RUNNING, "healed"):
             break
