@@ -35,6 +35,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from enum import Enum
 from typing import Any
 
 from aggregator.act.events import Events
@@ -56,6 +57,12 @@ from core import logs
 from core.errors import KubeError
 
 log = logs.get("scaler")
+
+
+class NotWritten(Enum):
+    """What ``Scaler._write`` answers for a write it did not make."""
+
+    DRY_RUN = "dry-run"
 
 
 class Scaler:
@@ -88,12 +95,12 @@ class Scaler:
         self.errors: dict[str, str] = {}
         self.desired: Desired | None = None
         self.converged = False
-        self._episode(0.0)
+        self._start_episode(0.0)
         self._verified_at = -math.inf
-        # Written to their target, waiting for their controller to follow (``_settled``).
+        # Written to their target, waiting for their controller to follow (``_track_arrival``).
         self._following: set[str] = set()
 
-    def _episode(self, now: float) -> None:
+    def _start_episode(self, now: float) -> None:
         """A new direction: its levels, their waits and what was told start again."""
         self._direction_since = now
         self._level_done_at: dict[int, float] = {}
@@ -121,7 +128,7 @@ class Scaler:
         now = self.clock()
         if desired is not self.desired:
             self.desired, self.converged = desired, False
-            self._episode(now)
+            self._start_episode(now)
         if desired is Desired.HOLD:
             return True  # a start found records of ours: nothing moves until a fresh verdict
         if self.converged and self._still_converged(desired, now):
@@ -129,7 +136,7 @@ class Scaler:
         direction = Direction.DOWN if desired is Desired.SCALED_DOWN else Direction.UP
         base = self._direction_since
         for i, level in enumerate(levels(self.dependents, direction)):
-            if not await self._level(level, direction, base, reason):
+            if not await self._converge_level(level, direction, base, reason):
                 self.converged = False
                 return False
             base = self._level_done_at.setdefault(i, self.clock())
@@ -152,12 +159,12 @@ class Scaler:
                 if state.newer_format:
                     self._note_newer(d, state)
                 if state.exists and state.record is not None and (state.written or state.label is not None):
-                    await self._write(d, Write(CLEARED), state, reason)
+                    await self._write(d, Write(CLEARED), state, reason, towards="hand-back")
                     self.events.send(d, state, "HandedBack", f"{reason}", "Normal")
             except KubeError as e:
                 self.errors[d.name] = str(e)
                 done = False
-        return done and not self.dry_run
+        return done and not self.dry_run  # a dry-run removed nothing: nothing is handed back
 
     def _still_converged(self, desired: Desired, now: float) -> bool:
         """Whether a converged actuator may skip this tick. Running, it looks at the watch (no
@@ -171,7 +178,7 @@ class Scaler:
                 return not any(s is not None and s.record is not None for s in seen)
         return now - self._verified_at < self.settings.reverify_s
 
-    async def _level(
+    async def _converge_level(
         self, level: Sequence[Dependent], direction: Direction, base: float, reason: str
     ) -> bool:
         """One level's steps; on the way down, while its only wait is for controllers to follow
@@ -195,40 +202,10 @@ class Scaler:
         return False
 
     async def _one(self, d: Dependent, direction: Direction, base: float, reason: str) -> bool:
-        step = d.step(direction)
+        """One dependent's steps this tick; True once it is where ``direction`` wants it (in
+        dry-run: once a write would take it there). A failure is tried again next tick."""
         try:
-            state = await self.replicas.read(d)
-            if state.newer_format:
-                self._note_newer(d, state)
-            for _ in range(self.settings.steps_per_tick):
-                if not state.exists:
-                    return await self._absent(d, state)
-                await self._note_raised(d, state, direction, reason)
-                write = self._next_write(state, direction, self.clock() >= base + step.initial_delay_s)
-                if write is not None and self.dry_run:
-                    self.events.once(
-                        d.name, "dry-run", "dry_run_write", direction=str(direction), **write.fields()
-                    )
-                    self.metrics.dry_run_writes.inc(target=self.target, resource=d.name, direction=direction)
-                    return True  # as if done, so the status shows what every level would do
-                if write is None:
-                    done = self._settled(d, state, direction, step.timeout_s)
-                    if done and direction is Direction.UP and state.record is not None and not state.ignored:
-                        if (cleared := await self._write(d, Write(CLEARED), state, reason)) is not None:
-                            self.replicas.keep(d, cleared)
-                        self._report_done(d, state, reason)
-                    elif done and direction is Direction.DOWN and state.record and not state.ignored:
-                        self._report_done(d, state, reason)
-                    self.errors.pop(d.name, None)
-                    return done
-                # Moved away from the target (by us, or by someone else raising it): the
-                # controller has to follow again, its timeout counts from the next arrival.
-                self._at_target_since.pop(d.name, None)
-                written = await self._write(d, write, state, reason)
-                # A write on the object answers with it: no read needed to know where it is. A
-                # scale subresource answers with a Scale: the object is read from the seed.
-                state = self.replicas.keep(d, written) if written is not None else await self.replicas.get(d)
-            return False
+            return await self._steps(d, direction, base, reason)
         except KubeError as e:
             self.metrics.scale_actions.inc(
                 target=self.target, resource=d.name, direction=direction, result="failed"
@@ -238,9 +215,49 @@ class Scaler:
             self.errors[d.name] = str(e)
             return False
 
+    async def _steps(self, d: Dependent, direction: Direction, base: float, reason: str) -> bool:
+        """Up to ``steps_per_tick`` writes towards ``direction``, each from the state the one
+        before left; then whether the dependent has arrived (``_finish``)."""
+        step = d.step(direction)
+        state = await self.replicas.read(d)
+        if state.newer_format:
+            self._note_newer(d, state)
+        for _ in range(self.settings.steps_per_tick):
+            if not state.exists:
+                return await self._note_absent(d, state)
+            await self._note_raised(d, state, direction, reason)
+            write = self._next_write(state, direction, self.clock() >= base + step.initial_delay_s)
+            if write is None:
+                return await self._finish(d, state, direction, step.timeout_s, reason)
+            # Moved away from the target (by us, or by someone else raising it): the
+            # controller has to follow again, its timeout counts from the next arrival.
+            self._at_target_since.pop(d.name, None)
+            written = await self._write(d, write, state, reason, towards=str(direction))
+            if written is NotWritten.DRY_RUN:
+                return True  # as if done, so the status shows what every level would do
+            # A write on the object answers with it: no read needed to know where it is. A
+            # scale subresource answers with a Scale: the object is read from the seed.
+            state = self.replicas.keep(d, written) if written is not None else await self.replicas.get(d)
+        return False
+
+    async def _finish(
+        self, d: Dependent, state: DependentState, direction: Direction, timeout_s: float, reason: str
+    ) -> bool:
+        """Nothing left to write: whether the dependent has arrived (``_track_arrival``); once it
+        has, our record cleared on the way up, and the arrival told."""
+        done = self._track_arrival(d, state, direction, timeout_s)
+        if done and state.record is not None and not state.ignored:
+            if direction is Direction.UP:
+                cleared = await self._write(d, Write(CLEARED), state, reason, towards=str(direction))
+                if isinstance(cleared, Mapping):
+                    self.replicas.keep(d, cleared)
+            self._report_done(d, state, reason)
+        self.errors.pop(d.name, None)
+        return done
+
     def _next_write(self, s: DependentState, direction: Direction, may_start: bool) -> Write | None:
         """The next write towards ``direction``; None when nothing is to be written now (done,
-        not ours, or waiting for the initial delay: ``_settled`` tells which)."""
+        not ours, or waiting for the initial delay: ``_track_arrival`` tells which)."""
         if s.ignored:
             return None
         if direction is Direction.DOWN:
@@ -264,7 +281,7 @@ class Scaler:
             # Not ours, or running: up only from 0, any other count is somebody's choice.
             return None
         if (restore := s.restore_to()) is None:
-            return None  # nothing this release can restore: handed back (``_settled``)
+            return None  # nothing this release can restore: handed back (``_track_arrival``)
         if s.record.replicas is None and not s.newer_format:
             self.events.once(s.name, "invalid", "record_invalid", restoring=restore)
         return Write(replicas=restore) if may_start else None
@@ -300,7 +317,7 @@ class Scaler:
         self.log.warning("record_from_a_newer_release", resource=d.name, format=s.newer_format)
         self.events.send(d, s, "RecordFromNewerRelease", message, "Warning")
 
-    async def _absent(self, d: Dependent, s: DependentState) -> bool:
+    async def _note_absent(self, d: Dependent, s: DependentState) -> bool:
         """A dependent that does not exist: nothing runs, so the levels after it may go on; one
         that is not optional is an error (a typo in the dependents file switches protection off)."""
         if d.optional:
@@ -314,8 +331,11 @@ class Scaler:
             self.events.send(d, s, "DependentMissing", message, "Warning")
         return True
 
-    def _settled(self, d: Dependent, s: DependentState, direction: Direction, timeout_s: float) -> bool:
-        """At the wanted spec, and the controller has followed (or its timeout is spent)."""
+    def _track_arrival(self, d: Dependent, s: DependentState, direction: Direction, timeout_s: float) -> bool:
+        """Follow a dependent at the wanted spec until it has settled, its controller followed
+        (or its timeout spent): True once it has. On the way it is noted held down (``_held``),
+        since when it is at the target, and still followed (``_following``); a spent timeout is
+        told once."""
         if s.ignored or (s.record is None and (direction is Direction.UP or s.replicas == 0)):
             return True  # left alone: ignored, not ours, or not running
         countless = s.restore_to() is None  # a later release's record: held, or handed back
@@ -336,21 +356,21 @@ class Scaler:
         return False
 
     async def _write(
-        self, d: Dependent, write: Write, state: DependentState, reason: str
-    ) -> Mapping[str, Any] | None:
-        """One write (aggregator/act/writes.py); none in dry-run, which only says what it would
-        have written."""
+        self, d: Dependent, write: Write, state: DependentState, reason: str, *, towards: str
+    ) -> Mapping[str, Any] | NotWritten | None:
+        """One write (aggregator/act/writes.py): the object as written, None where the scale
+        subresource answered. In dry-run none, the one place that decides so: what it would have
+        written is told once and counted (``towards``: the direction, or a hand-back)."""
         if self.dry_run:
-            self.events.once(
-                d.name, "dry-run", "dry_run_write", direction=str(self.desired), **write.fields()
-            )
-            return None
+            self.events.once(d.name, "dry-run", "dry_run_write", direction=towards, **write.fields())
+            self.metrics.dry_run_writes.inc(target=self.target, resource=d.name, direction=towards)
+            return NotWritten.DRY_RUN
         written = await self.writer.write(d, write, state)
         if write.replicas is not None:
-            self._scaled(d, state, write.replicas, reason)
+            self._note_scaled(d, state, write.replicas, reason)
         return written
 
-    def _scaled(self, d: Dependent, state: DependentState, replicas: int, reason: str) -> None:
+    def _note_scaled(self, d: Dependent, state: DependentState, replicas: int, reason: str) -> None:
         down = replicas == 0
         direction = Direction.DOWN if down else Direction.UP
         self.metrics.scale_actions.inc(
@@ -370,11 +390,11 @@ class Scaler:
             replicas = None if s.record is None else s.record.replicas
             self.events.once(d.name, "done", "resource_scaled_down", replicas_before=replicas, reason=reason)
         elif s.replicas == 0:
-            self._handed_back(d, s, reason)
+            self._note_handed_back(d, s, reason)
         else:
             self.events.once(d.name, "done", "resource_scaled_up", replicas=s.replicas, reason=reason)
 
-    def _handed_back(self, d: Dependent, s: DependentState, reason: str) -> None:
+    def _note_handed_back(self, d: Dependent, s: DependentState, reason: str) -> None:
         """A later release's record that says no count this release can read, nor does
         dependency-watchdog's key beside it: our marks removed, the replicas left to the
         dependent's owner (gardenlet raises what no longer carries the protection mark)."""

@@ -43,9 +43,11 @@ async def test_a_write_on_a_stale_read_conflicts(control_plane: ControlPlane, wh
             admin.merge_patch(kcm.path(NS), {"metadata": {"annotations": record_marks(Record(3))}})
             with pytest.raises(Conflict):
                 if what == "scale":
-                    await old_leader._write(kcm, Write(replicas=0), state, "late")
+                    await old_leader._write(kcm, Write(replicas=0), state, "late", towards="down")
                 else:
-                    await old_leader._write(kcm, Write({RECORD: None, REPLICAS: None}), state, "late")
+                    await old_leader._write(
+                        kcm, Write({RECORD: None, REPLICAS: None}), state, "late", towards="up"
+                    )
         finally:
             await seed.close()
         after = admin.get(kcm.path(NS))

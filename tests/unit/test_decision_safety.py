@@ -221,7 +221,7 @@ async def test_a_deposed_leaders_late_write_cannot_undo_the_new_leaders() -> Non
     from core.errors import Conflict
 
     with pytest.raises(Conflict):
-        await old._write(old.dependents[0], Write(replicas=3), state, "late")
+        await old._write(old.dependents[0], Write(replicas=3), state, "late", towards="up")
     assert w.replicas()[KCM] == 0
 
 

@@ -260,6 +260,19 @@ async def test_dry_run_writes_nothing_even_to_clean_up_or_report() -> None:
     assert not kube.writes
 
 
+async def test_dry_run_counts_each_write_it_would_make_a_clean_up_and_a_hand_back_too() -> None:
+    """docs/settings.md: dry-run logs and counts each write it would make, not only the scales:
+    our record on a running KCM removed once it runs, and our marks handed back."""
+    kube, clock = seed(), Clock()
+    mark(kube, KCM, {RECORD: Record(3).text(), REPLICAS: "3", MELTDOWN: ""})
+    s = scaler(kube, clock, dry_run=True)
+    await converge(s, clock, Desired.RUNNING)
+    assert s.metrics.dry_run_writes.get(target=NS, resource=KCM, direction="up") >= 1
+    assert not await s.hand_back("hibernating")
+    assert s.metrics.dry_run_writes.get(target=NS, resource=KCM, direction="hand-back") == 1
+    assert not kube.writes
+
+
 async def test_with_the_seed_watch_a_scale_down_reads_nothing_and_a_conflict_asks_the_seed() -> None:
     kube, clock = seed(), Clock()
     watch = SeedDependents(kube, DEFAULT_DEPENDENTS, Watching())
