@@ -1,9 +1,9 @@
 """The renewal loop: one merge-PATCH per interval, through the external path.
 
-States, each logged once when entered: ``renewing`` (the path works),
-``failing`` (with its failure class), ``waiting`` (404: the aggregator has not
-created the lease yet; not an outage). 429 means the path works and KAPI is
-busy: back off as told and count it apart from failures.
+States (``State``), each logged once when entered: ``renewing`` (the path
+works), ``failing`` (with its failure class), ``waiting`` (404: the aggregator
+has not created the lease yet; not an outage). 429 means the path works and KAPI
+is busy: back off as told and count it apart from failures.
 
 A renewal may use twice the interval (its *window*, at most 10 s): a slow path
 is still a path. What the lease is proven to have gone through is the ledger's
@@ -18,6 +18,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, Protocol
 
 from agent.client import LeaseClient
@@ -49,6 +50,15 @@ RELEASE_TIMEOUT_S = 1.0
 
 
 PATH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+class State(StrEnum):
+    """Where the renewals stand; entered only through ``Renewer._enter``."""
+
+    STARTING = "starting"
+    RENEWING = "renewing"
+    FAILING = "failing"
+    WAITING = "waiting"
 
 
 class Uniform(Protocol):
@@ -130,7 +140,8 @@ class Renewer:
         self.clock = clock
         self.wall = wall
         self.interval_s = settings.renew_interval_s
-        self.state = "starting"
+        self.state = State.STARTING
+        # Why it is failing (in FAILING only, "" in every other state).
         self.failure_class = ""
         self.last_success: float | None = None
         # A released flag left by a previous run is cleared by the first renewal.
@@ -208,7 +219,8 @@ class Renewer:
             lease = await self._renew(stamp, started)
         except NotFound:
             self.metrics.lease_missing.inc()
-            self._enter("waiting", "lease_missing", level="info")
+            if self._enter(State.WAITING):
+                self.log.info("lease_missing")
             self._misses += 1
             # An aggregator of the old layout provisions no lease of ours: the old one is what
             # it judges, renewed at its pace while it is there, even after a write of it failed
@@ -271,10 +283,12 @@ class Renewer:
         self._unwritten = None
         return lease, False
 
-    def _enter(self, state: str, event: str, *, level: str = "info", **kw: Any) -> None:
-        if state != self.state:
-            getattr(self.log, level)(event, **kw)
-        self.state = state
+    def _enter(self, state: State, failure_class: str = "") -> bool:
+        """The one way into a state (failing: with its class); whether it is a new one, which the
+        caller logs (once per state, not once per renewal)."""
+        new = (state, failure_class) != (self.state, self.failure_class)
+        self.state, self.failure_class = state, failure_class
+        return new
 
     def _failed(self, e: KubeError, stamp: datetime, started: float) -> None:
         self.metrics.failures.inc(**{"class": e.failure_class})
@@ -283,12 +297,10 @@ class Renewer:
             self.metrics.unanswered.inc()
         path = e.path if isinstance(e, TransportError) else ()
         self.ledger.failed(Unrenewed(format_micro_time(stamp), stamp, started, e.failure_class, sent, path))
-        if self.state != "failing" or self.failure_class != e.failure_class:
+        if self._enter(State.FAILING, e.failure_class):
             self.log.warning("renew_failing", failure=e.failure_class, error=str(e), path=list(path))
         else:
             self.log.debug("renew_failed", failure=e.failure_class, path=list(path))
-        self.failure_class = e.failure_class
-        self.state = "failing"
 
     def _succeeded(self, lease: LeaseView) -> None:
         self.metrics.renewals.inc()
@@ -297,7 +309,7 @@ class Renewer:
         self._clear_released = False
         self._previous_left = lease.previous_renew is not None
         self._evidence_possible = bool(lease.renew_time) and lease.annotated
-        if self.state == "failing":
+        if self.state is State.FAILING:
             outage = self.ledger.outage(self.clock())
             # Proven by an evidence patch: written with the next plain renewal.
             self._unwritten = outage if self._previous_left else None
@@ -307,9 +319,9 @@ class Renewer:
                 outage_s=round(outage.duration_s, 3) if outage else 0.0,
                 proven=outage is not None,
             )
-            self.failure_class = ""
         self.ledger.renewed(lease.renew_time or "")
-        self._enter("renewing", "lease_renewing")
+        if self._enter(State.RENEWING):
+            self.log.info("lease_renewing")
         self.log.debug("lease_renewed")
         self._adopt_interval(lease)
 
