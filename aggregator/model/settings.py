@@ -68,7 +68,7 @@ def _node_conditions(r: EnvReader, name: str) -> NodeConditions | None:
 
 @dataclass(frozen=True)
 class Decider:
-    """What the decision judges by (aggregator/decide/decider.py)."""
+    """What the decision judges by (aggregator/decide/)."""
 
     lease_duration_s: float = var("DWD_LEASE_DURATION", 6.0, "duration", min_s=1, max_s=300)
     """Three renewals at the agent's 2 s: a renewal lost and its window (4 s) spent never make a
