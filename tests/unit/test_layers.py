@@ -311,3 +311,13 @@ def test_a_planted_cycle_is_reported_with_its_path() -> None:
     }
     cycle = first_cycle(lambda n: planted.get(n) or module_source(n)).split(" -> ")
     assert cycle[0] == cycle[-1] and set(cycle) == {"aggregator.report", "aggregator.target"}, cycle
+
+
+# -- the size of a module: one concern each (docs/design.md, "The tree")
+
+MAX_LINES = 450
+
+
+def test_no_module_of_the_aggregator_is_longer_than_its_concern_allows() -> None:
+    long = {m: n for m in aggregator_modules() if (n := module_source(m).count("\n")) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
