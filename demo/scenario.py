@@ -161,11 +161,6 @@ def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
             for name, replicas in CONTROLLERS.items():
                 seed_admin.ensure(DEPLOYMENTS.format(ns=NAMESPACE), deployment(name, replicas))
             controller.start()
-            # Spread over a kubelet's renew interval, as a cluster's nodes are (each registered
-            # when its machine came up): started at once, they renew in step, and a cut just
-            # after their common renewal waits for the second witness until all are due again
-            # (13.1 s measured; docs/decision.md, "The second witness"). From this thread: a
-            # process dies with the thread that started it.
             _start_spread(kubelets)
             workload.deploy(shoot_admin, names)
             show(
@@ -195,6 +190,11 @@ def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
 
 
 def _start_spread(kubelets: list[HollowKubelet]) -> None:
+    """Started spread over a kubelet's renew interval, as a cluster's nodes are (each registered
+    when its machine came up): started at once, they renew in step, and a cut just after their
+    common renewal waits for the second witness until all are due again (13.1 s measured;
+    docs/decision.md, "The second witness"). From the world's thread: a process dies with the
+    thread that started it."""
     for i, k in enumerate(kubelets):
         if i:
             time.sleep(KUBELET_RENEW_S / len(kubelets))

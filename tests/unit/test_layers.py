@@ -101,7 +101,7 @@ WINGS: dict[str, frozenset[str]] = {
     "ops": frozenset({"model"}),
     "observe": frozenset({"model", "kube", "ops"}),
     "act": frozenset({"model", "kube", "decide", "observe", "lead", "ops"}),
-    "extension": frozenset({"model", "kube", "decide", "observe", "lead", "act"}),
+    "extension": frozenset({"model", "kube", "observe", "lead", "act"}),
 }
 ROOT_WING = "root"
 
