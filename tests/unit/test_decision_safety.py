@@ -390,8 +390,10 @@ async def test_a_failing_watch_is_not_fresh() -> None:
 
 
 def _lease(interval_at: str | None, renew_at: str | None, same_writer: bool = False) -> dict[str, object]:
-    interval = {"f:metadata": {"f:annotations": {"f:dependency-watchdog.gardener.cloud/renew-interval": {}}}}
-    renew = {"f:spec": {"f:renewTime": {}}}
+    interval: dict[str, object] = {
+        "f:metadata": {"f:annotations": {"f:dependency-watchdog.gardener.cloud/renew-interval": {}}}
+    }
+    renew: dict[str, object] = {"f:spec": {"f:renewTime": {}}}
     entries = []
     if same_writer:
         entries.append({"manager": "m", "time": renew_at, "fieldsV1": {**interval, **renew}})

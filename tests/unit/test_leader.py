@@ -18,7 +18,7 @@ PATH = "/apis/coordination.k8s.io/v1/namespaces/garden/leases/dwd-lease-aggregat
 
 
 def elector(kube: FakeKube, clock: Clock, identity: str) -> LeaderElector:
-    return LeaderElector(kube, Leader(True, "garden"), identity=identity, clock=clock)  # type: ignore[arg-type]
+    return LeaderElector(kube, Leader(True, "garden"), identity=identity, clock=clock)
 
 
 async def attempt(e: LeaderElector) -> None:
@@ -106,7 +106,7 @@ async def test_release_hands_over_at_once() -> None:
 async def test_run_acquires_keeps_renewing_and_loses_the_term_when_the_seed_fails() -> None:
     kube = FakeKube()
     quick = Leader(True, "garden", lease_duration_s=0.6, renew_deadline_s=0.4, retry_period_s=0.05)
-    a = LeaderElector(kube, quick, identity="a")  # type: ignore[arg-type]
+    a = LeaderElector(kube, quick, identity="a")
     task = asyncio.create_task(a.run())
     try:
         await asyncio.sleep(0.3)

@@ -35,7 +35,7 @@ async def test_run_reports_why_it_cannot_list_then_provisions_and_judges() -> No
         seed.put(deployment_path(name), {"spec": {"replicas": replicas}})
     quick = Decider(lease_duration_s=0.4, fast_interval_s=0.2, blind_limit_s=1.0, node_grace_s=0.0)
     settings = Settings(Shoots(namespace=NS), quick)
-    target = Target("shoot", NS, shoot, Shared(settings, seed, World().dependents), scope=Scope())  # type: ignore[arg-type]
+    target = Target("shoot", NS, shoot, Shared(settings, seed, World().dependents), scope=Scope())
     target.parts.provisioner.min_gap_s = 0.0
     shoot.fail("GET", "/api/v1/nodes$")
     task = asyncio.create_task(target.run())
