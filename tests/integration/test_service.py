@@ -36,7 +36,8 @@ def metrics(port: int) -> dict[str, float]:
 
 
 def target(port: int, name: str) -> dict[str, Any]:
-    for t in status(port)["targets"]:
+    targets: list[dict[str, Any]] = status(port)["targets"]
+    for t in targets:
         if t["name"] == name:
             return t
     return {}

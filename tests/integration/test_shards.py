@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-from aggregator.lead.shards import ROLE, shard_of
+from aggregator.lead.leader import ROLE
+from aggregator.lead.shards import shard_of
 from aggregator.model.records import MELTDOWN
 from testenv.chain import epoch
 from testenv.controllers import CONTROLLERS, DOWN
