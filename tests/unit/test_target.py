@@ -10,6 +10,7 @@ import pytest
 from aggregator.act.interlocks import Interlock, Refusal
 from aggregator.decide import decider
 from aggregator.lead.scope import Scope
+from aggregator.model import eligibility
 from aggregator.model.settings import Decider, Settings, Shoots
 from aggregator.model.verdict import Phase
 from aggregator.shoot import Shared
@@ -138,7 +139,7 @@ async def test_a_healthy_tick_walks_the_candidates_once(monkeypatch: pytest.Monk
     per-zone counts the status page shows, so a tick does not walk them again for those."""
     w = await settled()
     walks = 0
-    walk = decider.candidates
+    walk = eligibility.candidates  # what decider calls, by the name it imported
 
     def counting(*args: Any, **kw: Any) -> Any:
         nonlocal walks
