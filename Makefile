@@ -12,7 +12,7 @@ LOWEST := .venv-lowest
 LOWEST_STAMP := $(LOWEST)/.installed-$(shell cat pyproject.toml VERSION | sha256sum | cut -c1-12)
 LOWEST_PYTEST := $(LOWEST)/bin/pytest -q -p no:cacheprovider -n 2 tests/unit
 
-.PHONY: deps install demo-install image-lock testenv testenv-first testenv-rest demo-binaries image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e lint fmt bench bench-full demo clean coverage soak
+.PHONY: deps install demo-install image-lock testenv testenv-first testenv-rest demo-binaries image manifests lowest test test-cpu test-clocks test-lowest unit integration e2e verify lint fmt bench bench-full demo clean coverage soak
 
 install: $(STAMP)
 
@@ -110,10 +110,14 @@ soak: install testenv
 	DWDDEV_SOAK_MINUTES=$(SOAK_MINUTES) $(BIN)/pytest -q -s -p no:cacheprovider tests/model/test_model.py
 	$(BIN)/python -m tests.soak.faults --cycles $(SOAK_CYCLES) --seed $(SOAK_SEED)
 
-lint: install
+# Style and types over every Python tree (pyproject.toml [tool.mypy] files), as
+# dependency-watchdog's `make verify` checks its own; .ci/run runs it before the tests.
+verify: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+lint: verify
 
 fmt: install
 	$(BIN)/ruff format .

@@ -25,7 +25,7 @@ from aggregator.extension.delivery import ShootPart
 from aggregator.extension.reconciler import Reconciler
 from aggregator.extension.source import ExtensionSource
 from aggregator.fleet import Fleet
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi, KubeClient
 from aggregator.kube.endpoint import Endpoint, KubeconfigSource, in_cluster
 from aggregator.kube.ratelimit import RateLimit
 from aggregator.lead.leader import LeaderElector
@@ -46,7 +46,7 @@ from core.errors import ConfigError, KubeconfigError, KubeError
 log = logs.get("aggregator")
 
 
-def source_for(settings: Settings, seed: KubeClient) -> TargetSource:
+def source_for(settings: Settings, seed: KubeApi) -> TargetSource:
     shoots = settings.shoots
     if shoots.mode == "extension":
         return ExtensionSource(seed, settings)
@@ -113,7 +113,7 @@ class Election:
     _alone: Alone = field(default_factory=Alone)
 
     @classmethod
-    def of(cls, settings: Settings, seed: KubeClient) -> Election:
+    def of(cls, settings: Settings, seed: KubeApi) -> Election:
         leader = settings.leader
         if not leader.enabled:
             return cls()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from aggregator.act.orphans import Orphans
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi, KubeClient
 from aggregator.kube.endpoint import KubeconfigSource
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.model.dependents import Dependent
@@ -50,7 +50,7 @@ class Fleet:
         shared: Shared,
         *,
         leadership: Leadership | None = None,
-        watches: KubeClient | None = None,
+        watches: KubeApi | None = None,
         on_change: Callable[[], None] = lambda: None,
     ) -> None:
         # What every target is built with beside its own shoot and scope; the fleet's own work

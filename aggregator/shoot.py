@@ -18,7 +18,7 @@ from aggregator.act.interlocks import Interlocks
 from aggregator.act.pacer import Pacer
 from aggregator.act.provisioner import Provisioner
 from aggregator.decide.trust import TrustWindow
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import Dependent
 from aggregator.model.eligibility import skipped
@@ -42,11 +42,11 @@ class Shared:
     Built once (aggregator/fleet.py); a target adds only its own shoot and leadership."""
 
     settings: Settings
-    seed: KubeClient
+    seed: KubeApi
     dependents: Sequence[Dependent]
     metrics: AggregatorMetrics = field(default_factory=AggregatorMetrics)
     watched: SeedDependents | None = None
-    events: KubeClient | None = None  # the seed client Events go by (their own pace)
+    events: KubeApi | None = None  # the seed client Events go by (their own pace)
     lag_since: Callable[[float], float] = _no_lag
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
@@ -91,7 +91,7 @@ class Parts:
 def wire(
     name: str,
     namespace: str,
-    shoot: KubeClient,
+    shoot: KubeApi,
     shared: Shared,
     *,
     params: Decider,
@@ -137,7 +137,7 @@ def wire(
 
 def _lease_writers(
     name: str,
-    shoot: KubeClient,
+    shoot: KubeApi,
     observed: Observed,
     shared: Shared,
     *,
@@ -170,7 +170,7 @@ def _lease_writers(
 
 
 def _informers(
-    name: str, shoot: KubeClient, shared: Shared, params: Decider, report: Reporter
+    name: str, shoot: KubeApi, shared: Shared, params: Decider, report: Reporter
 ) -> tuple[Observed, Informer[Any], Informer[LeaseView], Informer[LeaseView] | None]:
     """What is observed of the shoot, and the informers that feed it: its nodes, its leases,
     and the old layout's leases during a move."""

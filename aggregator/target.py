@@ -19,7 +19,7 @@ from aggregator.act.interlocks import Refusal
 from aggregator.act.scaler import Scaler
 from aggregator.decide.decider import decide
 from aggregator.decide.phases import blocked, deferred, take_over
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Scope
 from aggregator.model.verdict import Memory, Phase, Verdict
 from aggregator.observe.watcher import follow_legacy
@@ -40,7 +40,7 @@ class Target:
         self,
         name: str,
         namespace: str,
-        shoot: KubeClient,
+        shoot: KubeApi,
         shared: Shared,
         *,
         scope: Scope,

@@ -315,7 +315,7 @@ def chain(
                 seed=None,
                 source=None,
                 image=images["aggregator"] if images else None,
-                **{**AGGREGATOR_DEFAULTS, **(settings or {}), "DWD_METRICS_ADDR": f"127.0.0.1:{port}"},
+                env={**AGGREGATOR_DEFAULTS, **(settings or {}), "DWD_METRICS_ADDR": f"127.0.0.1:{port}"},
             )
             view = AggregatorView(f"http://127.0.0.1:{port}")
             leases = LeaseLog(shoot.shoot)

@@ -12,6 +12,7 @@ that much later (from a timer, so other queries are answered meanwhile), and
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import random
 import socket
@@ -50,6 +51,12 @@ def answer(query: bytes, resolve: Callable[[str], str | None]) -> bytes | None:
     return struct.pack("!HHHHHH", ident, 0x8400, 1, 1, 0, 0) + question + rr
 
 
+def _timer(delay_s: float, send: Callable[[], None]) -> None:
+    timer = threading.Timer(delay_s, send)
+    timer.daemon = True
+    timer.start()
+
+
 class DnsServer:
     """Answers on each address with ``resolve(name, address)``: a test can give every node
     the load balancer it can reach, or something else."""
@@ -63,6 +70,9 @@ class DnsServer:
         self.queries = 0
         self.dropped = 0
         self.delay_s = 0.0
+        # Sends an answer ``delay_s`` after its query, each on a timer of its own (none waits
+        # behind another); a test may hold them instead (tests/unit/test_dns.py).
+        self.later: Callable[[float, Callable[[], None]], None] = _timer
         self.drop = 0.0
         self._socks: list[socket.socket] = []
         self._threads: list[threading.Thread] = []
@@ -89,9 +99,7 @@ class DnsServer:
                 if response is None:
                     continue
                 if self.delay_s > 0:
-                    timer = threading.Timer(self.delay_s, self._send, (sock, response, peer))
-                    timer.daemon = True
-                    timer.start()
+                    self.later(self.delay_s, functools.partial(self._send, sock, response, peer))
                 else:
                     sock.sendto(response, peer)
 

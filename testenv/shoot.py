@@ -9,7 +9,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,26 +245,29 @@ class Shoot:
         image: str | None = None,
         module: str = "aggregator",
         source: Path | None = None,
+        env: Mapping[str, str] | None = None,
         **overrides: str,
     ) -> Process:
         """The aggregator as a process (``python -m module``; from ``source``, another release's
         tree), or from its ``image`` (the host's network, its files mounted read-only,
-        kubeconfigs carrying their credentials as a Secret's would)."""
+        kubeconfigs carrying their credentials as a Secret's would). Its variables: ``env``, a
+        set of them kept in one place, then ``overrides``."""
+        overrides = {**(env or {}), **overrides}
         if seed is not None:
             kubeconfig = seed.kubeconfig(self.tmp / f"seed-proxy-{seed.port}.kubeconfig")
             overrides.setdefault("DWD_SEED_KUBECONFIG", str(kubeconfig))
         log_path = self.tmp / f"aggregator-{len(self.aggregators)}.log"
         if image is not None:
             files = self.tmp / f"aggregator-{len(self.aggregators)}-files"
-            env = containers.mounted_files(self.env(**overrides), files, "/etc/dwd-lease")
-            env.pop("PATH")
+            mounted = containers.mounted_files(self.env(**overrides), files, "/etc/dwd-lease")
+            mounted.pop("PATH")
             name = f"dwd-aggregator-{self.namespace}-{len(self.aggregators)}"
             self.containers.append(name)
             agg = containers.run(
                 image,
                 name=name,
                 log_path=log_path,
-                env=env,
+                env=mounted,
                 mounts={files: "/etc/dwd-lease"},
                 network="host",
             )

@@ -36,11 +36,11 @@ def alert_names() -> list[str]:
     return [r["alert"] for g in rules()["spec"]["groups"] for r in g["rules"] if "alert" in r]
 
 
-def annotations(alert: str, **values: str) -> dict[str, str]:
+def rendered_annotations(alert: str, **values: str) -> dict[str, str]:
     """The alert's annotations as Prometheus renders them for ``values`` (the labels and
     ``value``, as its templates read them)."""
     rule = next(r for g in rules()["spec"]["groups"] for r in g["rules"] if r.get("alert") == alert)
-    out = {}
+    out: dict[str, str] = {}
     for key, template in rule["annotations"].items():
         text = template.replace("{{ $value }}", values.get("value", ""))
         text = text.replace("{{ $value | humanizeDuration }}", values.get("duration", ""))
@@ -71,7 +71,7 @@ def alert(at: str, name: str, *expected: dict[str, str]) -> dict[str, Any]:
     exp = []
     for e in expected:
         labels = {k: v for k, v in e.items() if k not in ("value", "duration")}
-        exp.append({"exp_labels": labels, "exp_annotations": annotations(name, **e)})
+        exp.append({"exp_labels": labels, "exp_annotations": rendered_annotations(name, **e)})
     return {"eval_time": at, "alertname": name, "exp_alerts": exp}
 
 
@@ -88,7 +88,7 @@ def scrape(port: int) -> str:
 
 def samples(exposition: str) -> dict[str, float]:
     """A /metrics answer (Prometheus text format) by series, as ``name{labels}``."""
-    out = {}
+    out: dict[str, float] = {}
     for line in exposition.splitlines():
         if m := _SAMPLE.match(line):
             out[m[1] + (m[2] or "")] = float(m[3])

@@ -12,7 +12,7 @@ from collections.abc import Coroutine
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.model.dependents import Dependent
 from aggregator.observe.replicas import DependentState
 from core.errors import KubeError
@@ -23,7 +23,7 @@ WARNINGS = frozenset({"timeout", "invalid", "absent"})
 
 
 class Events:
-    def __init__(self, client: KubeClient, namespace: str, *, log: Any, dry_run: bool) -> None:
+    def __init__(self, client: KubeApi, namespace: str, *, log: Any, dry_run: bool) -> None:
         self.client = client
         self.namespace = namespace
         self.log = log

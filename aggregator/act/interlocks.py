@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from aggregator.decide.trust import TrustWindow
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.model.verdict import Verdict
 from aggregator.observe.evidence import Evidence
 from aggregator.observe.watcher import Informer
@@ -57,7 +57,7 @@ class Refusal:
 class Interlocks:
     def __init__(
         self,
-        shoot: KubeClient,
+        shoot: KubeApi,
         leases: Informer[LeaseView],
         evidence: Evidence,
         view: TrustWindow,

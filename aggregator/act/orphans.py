@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from aggregator.act.scaler import Scaler
-from aggregator.kube.client import METADATA_LIST, KubeClient
+from aggregator.kube.client import METADATA_LIST, KubeApi
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.model.dependents import KIND_PATHS, Dependent, Step
 from aggregator.model.objects import metadata
@@ -54,7 +54,7 @@ class Orphans:
 
     def __init__(
         self,
-        seed: KubeClient,
+        seed: KubeApi,
         dependents: Sequence[Dependent],
         settings: Settings,
         metrics: AggregatorMetrics,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aggregator.act.budget import Pacing
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.model.settings import Provisioning
 from aggregator.observe.watcher import Observed
 from core import logs
@@ -49,7 +49,7 @@ class Wanted:
 class Provisioner:
     def __init__(
         self,
-        shoot: KubeClient,
+        shoot: KubeApi,
         observed: Observed,
         settings: Provisioning,
         *,

@@ -40,7 +40,7 @@ from typing import Any
 
 from aggregator.act.events import Events
 from aggregator.act.writes import Write, Writer
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import Dependent, Direction, levels
 from aggregator.model.records import (
@@ -68,7 +68,7 @@ class NotWritten(Enum):
 class Scaler:
     def __init__(
         self,
-        seed: KubeClient,
+        seed: KubeApi,
         namespace: str,
         dependents: Sequence[Dependent],
         *,
@@ -78,7 +78,7 @@ class Scaler:
         scope: Scope,
         metrics: AggregatorMetrics | None = None,
         watched: Callable[[Dependent], DependentState | None] | None = None,
-        events: KubeClient | None = None,
+        events: KubeApi | None = None,
     ) -> None:
         self.namespace = namespace
         self.dependents = tuple(dependents)

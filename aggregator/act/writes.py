@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import Dependent
 from aggregator.model.records import RECORD, Record, label_value
@@ -38,7 +38,7 @@ class Write:
 
 class Writer:
     def __init__(
-        self, seed: KubeClient, namespace: str, replicas: Replicas, scope: Scope, clock: Callable[[], float]
+        self, seed: KubeApi, namespace: str, replicas: Replicas, scope: Scope, clock: Callable[[], float]
     ) -> None:
         self.seed = seed
         self.namespace = namespace

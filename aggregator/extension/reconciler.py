@@ -49,7 +49,7 @@ from aggregator.extension.delivery import (
 )
 from aggregator.extension.health import HEARTBEAT, LEASES, Judged, health, heartbeat
 from aggregator.extension.source import ExtensionSource
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.model.dependents import Dependent
 from aggregator.model.settings import Settings
@@ -79,7 +79,7 @@ def _micro_now() -> str:
 class Reconciler:
     def __init__(
         self,
-        seed: KubeClient,
+        seed: KubeApi,
         source: ExtensionSource,
         settings: Settings,
         dependents: Sequence[Dependent],

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 
 from aggregator.extension.contract import EXTENSIONS, ExtensionView
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.model.protection import ProtectionConfig, parse
 from aggregator.model.settings import Settings
 from aggregator.observe.sources import GardenerSource, TargetSpec
@@ -29,7 +29,7 @@ log = logs.get("fleet")
 class ExtensionSource:
     """The Extensions of one type, by list+watch across the seed, over the Clusters' source."""
 
-    def __init__(self, seed: KubeClient, settings: Settings) -> None:
+    def __init__(self, seed: KubeApi, settings: Settings) -> None:
         self.settings = settings
         self.type = settings.shoots.extension_type
         self.clusters = GardenerSource(seed, settings.shoots.kubeconfig_secret, settings.watching)

@@ -12,7 +12,7 @@ import json
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 
@@ -51,6 +51,46 @@ def _translated(verb: str, path: str) -> Iterator[None]:
         yield
     except _TRANSPORT_ERRORS as e:
         raise TransportError(classify(e), f"{verb} {path}: {e or type(e).__name__}") from e
+
+
+class KubeApi(Protocol):
+    """What the aggregator asks of a client of one API server: KubeClient's verbs. Its users
+    take this, so that a stand-in server (the unit tests') is checked against the same verbs."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        accept: str | None = None,
+        timeout_s: float | None = None,
+    ) -> dict[str, Any]: ...
+
+    async def get(self, path: str, **params: str) -> dict[str, Any]: ...
+
+    async def create(self, path: str, body: Any) -> dict[str, Any]: ...
+
+    async def merge_patch(self, path: str, body: Any) -> dict[str, Any]: ...
+
+    async def delete(self, path: str, body: Any = None) -> dict[str, Any]: ...
+
+    def watch(
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        timeout_s: float,
+        accept: str | None = None,
+        on_open: Callable[[], None] = ...,
+        **params: str,
+    ) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def probe(self, *, timeout_s: float, path: str = "/readyz") -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class KubeClient:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Scope, Writes
 from aggregator.model.objects import metadata, section
 from aggregator.model.settings import Leader
@@ -142,7 +142,7 @@ def role(obj: Mapping[str, Any]) -> str:
     return str((metadata(obj).get("labels") or {}).get(ROLE) or "")
 
 
-async def list_ours(seed: KubeClient, collection: str, base: str) -> dict[str, Mapping[str, Any]]:
+async def list_ours(seed: KubeApi, collection: str, base: str) -> dict[str, Mapping[str, Any]]:
     """The election Leases of aggregator ``base`` in a namespace, by name: one LIST by label."""
     listed = await seed.get(collection, labelSelector=f"{GROUP}={base}")
     return {str(metadata(o).get("name") or ""): o for o in listed.get("items") or () if isinstance(o, dict)}
@@ -171,7 +171,7 @@ class LeaderElector:
 
     def __init__(
         self,
-        seed: KubeClient,
+        seed: KubeApi,
         settings: Leader,
         name: str = "dwd-lease-aggregator",
         *,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.lead.leader import GROUP, ROLE, Hold, LeaderRecord, Others, list_ours, new_identity, role
 from aggregator.lead.scope import Scope
 from aggregator.model.objects import metadata, resource_version
@@ -62,7 +62,7 @@ def _preference(identity: str, name: str) -> bytes:
 class Shards:
     def __init__(
         self,
-        seed: KubeClient,
+        seed: KubeApi,
         settings: Leader,
         count: int,
         *,

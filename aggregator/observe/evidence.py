@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from structlog.typing import FilteringBoundLogger
 
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.model.settings import Decider
 from aggregator.observe.kubelets import KubeletLeases
 from aggregator.observe.machines import Machines
@@ -27,8 +27,8 @@ class Evidence:
     @classmethod
     def of(
         cls,
-        shoot: KubeClient,
-        seed: KubeClient,
+        shoot: KubeApi,
+        seed: KubeApi,
         namespace: str,
         params: Decider,
         *,

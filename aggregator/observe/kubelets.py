@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Callable
 
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.model.observed import NODE_LEASE_NAMESPACE, KubeletObs, Readings, observe
 from core.errors import BadResponse
 from core.lease import leases_path
@@ -16,7 +16,7 @@ from core.lease import leases_path
 class KubeletLeases:
     """``kube-node-lease`` by LIST, and when each renewal was first seen."""
 
-    def __init__(self, shoot: KubeClient, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, shoot: KubeApi, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.shoot = shoot
         self.clock = clock
         self.leases: dict[str, KubeletObs] = {}

@@ -27,7 +27,7 @@ from aggregator.model.objects import metadata, section
 from core.errors import BadResponse, KubeError, NotFound
 
 if TYPE_CHECKING:
-    from aggregator.kube.client import KubeClient
+    from aggregator.kube.client import KubeApi
 
 MACHINES = "/apis/machine.sapcloud.io/v1alpha1/namespaces/{namespace}/machines"
 PAGE = 500
@@ -48,7 +48,7 @@ class Machines:
 
     def __init__(
         self,
-        seed: KubeClient,
+        seed: KubeApi,
         namespace: str,
         *,
         keep_s: float,

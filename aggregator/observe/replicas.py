@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.model.dependents import Dependent
 from aggregator.model.objects import metadata, resource_version, section
 from aggregator.model.records import (
@@ -141,7 +141,7 @@ class Replicas:
 
     def __init__(
         self,
-        seed: KubeClient,
+        seed: KubeApi,
         namespace: str,
         *,
         target: str,

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from aggregator.kube.client import KubeClient
+from aggregator.kube.client import KubeApi
 from aggregator.kube.endpoint import Endpoint, load_kubeconfig_dict
 from aggregator.model.lifecycle import ClusterView
 from aggregator.model.objects import metadata, section
@@ -131,7 +131,7 @@ class GardenerSource:
     # How long a first ``desired()`` waits for the first LIST before it reports the failure.
     FIRST_LIST_S = 10.0
 
-    def __init__(self, seed: KubeClient, secret: str, watching: Watching | None = None) -> None:
+    def __init__(self, seed: KubeApi, secret: str, watching: Watching | None = None) -> None:
         self.secret = secret
         self.watching = watching or Watching()
         self.clusters: dict[str, ClusterView] = {}
@@ -286,7 +286,7 @@ class KubeconfigSecrets:
 
     def __init__(
         self,
-        seed: KubeClient,
+        seed: KubeApi,
         name: str,
         watching: Watching | None = None,
         server: str = TOKEN_REQUESTOR_SERVER,

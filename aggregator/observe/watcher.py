@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from aggregator.kube.client import METADATA_LIST, METADATA_ONLY, KubeClient
+from aggregator.kube.client import METADATA_LIST, METADATA_ONLY, KubeApi
 from aggregator.model.objects import NodeView, metadata, resource_version
 from aggregator.model.observed import LeaseObs, NodeObs
 from aggregator.model.settings import Watching
@@ -44,7 +44,7 @@ class Informer(Generic[V]):
 
     def __init__(
         self,
-        client: KubeClient,
+        client: KubeApi,
         path: str,
         *,
         name: str,
@@ -339,7 +339,7 @@ NODE_PAGE = 500
 
 
 def shoot_informers(
-    shoot: KubeClient,
+    shoot: KubeApi,
     observed: Observed,
     *,
     lease_namespace: str,
@@ -381,7 +381,7 @@ def shoot_informers(
 
 
 def legacy_informer(
-    shoot: KubeClient,
+    shoot: KubeApi,
     observed: Observed,
     namespace: str,
     *,

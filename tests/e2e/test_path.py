@@ -4,8 +4,9 @@ is reported on the lease after recovery."""
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -49,10 +50,12 @@ def renew_time(cp: ControlPlane, node: str) -> str | None:
         return None if value is None else str(value)
 
 
-def outage_then_recovery(world: World, node: Node, expected: str, fault: object, fix: object) -> Outage:
+def outage_then_recovery(
+    world: World, node: Node, expected: str, fault: Callable[[], object], fix: Callable[[], object]
+) -> Outage:
     before = len(node.events())
     seen = last_outage(world, node)
-    fault()  # type: ignore[operator]
+    fault()
     wait_for(
         lambda: any(e["event"] == "renew_failing" for e in node.events()[before:]),
         20,
@@ -61,7 +64,7 @@ def outage_then_recovery(world: World, node: Node, expected: str, fault: object,
     failing = next(e for e in node.events()[before:] if e["event"] == "renew_failing")
     assert failing["failure"] == expected, failing
     time.sleep(1.0)
-    fix()  # type: ignore[operator]
+    fix()
     wait_for(lambda: any(e["event"] == "renew_recovered" for e in node.events()[before:]), 20, "recovery")
     recovered = [e["event"] for e in node.events()[before:]]
     assert recovered.count("renew_failing") <= 2, recovered  # once per state change, not per attempt
@@ -112,7 +115,7 @@ def test_the_agent_follows_the_kubelets_server_not_the_external_name(world: Worl
     world.start_agent(kubelets, DWD_KUBELET_KUBECONFIG=str(kubeconfig))
     world.start_agent(external)
     for node in (kubelets, external):
-        wait_for(lambda n=node: renew_time(cp, n.name), 20, f"renewals of {node.name}")  # type: ignore[misc]
+        wait_for(functools.partial(renew_time, cp, node.name), 20, f"renewals of {node.name}")
     started = next(e for e in kubelets.events() if e["event"] == "agent_started")
     assert (started["url"], started["url_from"]) == (f"https://{INTERNAL_API}", str(kubeconfig))
     assert internal_lb.connections >= 1 and kubelets.lb.connections == 0, "not through the kubelet's path"

@@ -13,7 +13,7 @@ async def _crash(self: Target) -> None:
     raise RuntimeError("a bug planted by the test")
 
 
-Target.run = _crash  # type: ignore[method-assign]
+Target.run = _crash  # type: ignore[method-assign]  # the planted bug, in this process only
 
 if __name__ == "__main__":
     aggregator.main()

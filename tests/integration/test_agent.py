@@ -74,8 +74,14 @@ def test_a_renewing_agent_loads_nothing_it_was_trimmed_of(agents: Agents, tmp_pa
     log = tmp_path / "agent.log"
     agent = spawn_python("agent-trim-1", "tests.integration.agent_modules", log_path=log, env=env)
     first = wait_for(lambda: (agents.lease("trim-1") or {}).get("spec", {}).get("renewTime"), 10, "renewals")
+
+    def renewed_again() -> bool:
+        lease = agents.lease("trim-1")
+        assert lease is not None, "the lease trim-1 is gone"
+        return bool(lease["spec"]["renewTime"] != first)
+
     # A second renewal: the kept connection's path too.
-    wait_for(lambda: agents.lease("trim-1")["spec"]["renewTime"] != first, 5, f"a renewal after {first}")
+    wait_for(renewed_again, 5, f"a renewal after {first}")
     agent.stop()
     loaded = set(json.loads((tmp_path / "modules.json").read_text()))
     assert {"agent.wire", "h2.connection", "yaml", "structlog"} <= loaded  # it did run

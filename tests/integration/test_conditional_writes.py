@@ -102,10 +102,10 @@ async def test_with_the_seed_watch_a_scale_down_reads_nothing_and_a_stale_view_c
             assert seed.gets == 0
             assert await scaler.converge(Desired.SCALED_DOWN, "test") is True
             assert seed.gets == 1  # KCM, after its conflict
-            replicas = {
+            lowered = {
                 n: admin.get(f"{DEPLOYMENTS.format(ns=NS)}/{n}")["spec"]["replicas"] for n in CONTROLLERS
             }
-            assert replicas == dict.fromkeys(CONTROLLERS, 0)
+            assert lowered == dict.fromkeys(CONTROLLERS, 0)
             after = admin.get(kcm.path(NS))
             assert Record.parse(after["metadata"]["annotations"][RECORD]).replicas == 4
         finally:

@@ -30,7 +30,8 @@ def proxy(seed_plane: ControlPlane) -> Iterator[FaultProxy]:
 
 @pytest.fixture
 def namespace(seed_plane: ControlPlane, request: pytest.FixtureRequest) -> str:
-    name = "faultproxy-" + request.node.name.lower().replace("_", "-")[5:40].strip("-")
+    test: str = request.node.name
+    name = "faultproxy-" + test.lower().replace("_", "-")[5:40].strip("-")
     with seed_plane.admin_client() as admin:
         ensure_namespace(admin, name)
         admin.ensure(

@@ -4,6 +4,7 @@ was written after its renew-interval annotation, by different writers and by the
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import pytest
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.integration
 NS = "first-sight"
 
 
-def write(c: Client, manager: str, body: dict[str, object], name: str = "n1") -> dict[str, object]:
+def write(c: Client, manager: str, body: Mapping[str, object], name: str = "n1") -> dict[str, object]:
     return c.request(
         "PATCH",
         lease_path(NS, name),

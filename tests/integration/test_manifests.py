@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import shutil
 import sys
 import time
@@ -159,14 +160,15 @@ def test_agent_may_renew_only_its_own_lease(plane: ControlPlane, installed: obje
         with pytest.raises(Forbidden):
             agent.merge_patch(node_lease_path(NS, "node-b"), {"spec": {"holderIdentity": "node-a-again"}})
         assert admin.get(node_lease_path(NS, "node-b"))["spec"].get("holderIdentity") == before
-        for forbidden in (
+        requests: tuple[Callable[[], object], ...] = (
             lambda: agent.create(leases_path(NS), {"metadata": lease_metadata("node-a2")}),
             lambda: agent.delete(node_lease_path(NS, "node-a")),
             lambda: agent.get(leases_path(NS)),
             lambda: agent.get("/api/v1/namespaces/kube-system/secrets"),
             lambda: agent.get("/api/v1/nodes"),
             lambda: agent.merge_patch(lease_path("kube-node-lease", "node-a"), {}),
-        ):
+        )
+        for forbidden in requests:
             with pytest.raises(Forbidden) as e:
                 forbidden()
             assert "is forbidden" in str(e.value)
@@ -219,7 +221,7 @@ def test_on_its_own_lease_the_agent_may_change_only_what_a_renewal_writes(
         with plane.admin_client() as admin:
             before = admin.get(path)
         refusals = {
-            what: denial(lambda patch=patch: agent.merge_patch(path, patch))
+            what: denial(functools.partial(agent.merge_patch, path, patch))
             for what, patch in LEASE_TAMPERING.items()
         }
     wrong = {what: why for what, why in refusals.items() if "may change only spec.holderIdentity" not in why}
@@ -416,7 +418,7 @@ def _event(namespace: str, name: str) -> dict[str, Any]:
 # Each a write the seed aggregator's token attempts on a dependent it may patch by RBAC, and
 # what refuses it: (name, namespace, deployment name, subresource, merge patch, the words of
 # the refusal).
-REFUSED = [
+REFUSED: list[tuple[str, str, str, str, dict[str, Any], str]] = [
     (
         "gardenlet's image",
         "garden",
@@ -594,7 +596,7 @@ def test_the_shoot_aggregator_writes_only_leases_of_its_own(plane: ControlPlane,
             ),
         }
         for what, request in refused.items():
-            message = wait_for(lambda r=request: denial(r), 10, what)  # type: ignore[misc]
+            message = wait_for(functools.partial(denial, request), 10, what)
             assert "dwd-lease-aggregator may only write node leases of its own" in message, what
         # On its own leases, nothing an agent's renewal writes: it cannot forge a node's liveness.
         now = datetime.now(UTC)

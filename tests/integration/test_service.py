@@ -36,7 +36,8 @@ def metrics(port: int) -> dict[str, float]:
 
 
 def target(port: int, name: str) -> dict[str, Any]:
-    for t in status(port)["targets"]:
+    targets: list[dict[str, Any]] = status(port)["targets"]
+    for t in targets:
         if t["name"] == name:
             return t
     return {}
@@ -77,7 +78,7 @@ def test_three_targets_one_broken(shoot: Shoot, seed_plane: ControlPlane, tmp_pa
         )
         port = free_port()
         shoot.start_aggregator(
-            **FILE_MODE,
+            env=FILE_MODE,
             DWD_TARGETS=targets_file(tmp_path, shoot.namespace, other.namespace, broken),
             DWD_METRICS_ADDR=f"127.0.0.1:{port}",
         )
@@ -154,7 +155,7 @@ def test_gardener_clusters_hibernated_then_reconciled(shoot: Shoot) -> None:
         [cluster(shoot.namespace, hibernation=True, hibernated=True)],
     )
     port = free_port()
-    agg = shoot.start_aggregator(**FILE_MODE, DWD_TARGETS="gardener", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    agg = shoot.start_aggregator(env=FILE_MODE, DWD_TARGETS="gardener", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
     wait_for(lambda: up(port) and status(port)["skipped"].get(shoot.namespace) == "hibernated", 30, "skipped")
     time.sleep(2)
     assert status(port)["targets"] == []
@@ -193,7 +194,9 @@ def test_rotated_kubeconfig_secret_keeps_working(shoot: Shoot, tmp_path: Path) -
     shoot.store_access(shoot.aggregator_access("token-a"))
     port = free_port()
     agg = shoot.start_aggregator(
-        **FILE_MODE, DWD_TARGETS=targets_file(tmp_path, shoot.namespace), DWD_METRICS_ADDR=f"127.0.0.1:{port}"
+        env=FILE_MODE,
+        DWD_TARGETS=targets_file(tmp_path, shoot.namespace),
+        DWD_METRICS_ADDR=f"127.0.0.1:{port}",
     )
     shoot.wait_leases_renewed()
     wait_for(lambda: up(port) and target(port, shoot.namespace).get("phase") == "healthy", 30, "healthy")
@@ -220,8 +223,8 @@ def test_two_replicas_one_writer_and_takeover(shoot: Shoot, tmp_path: Path) -> N
     shoot.setup()
     election = shoot.election_env()
     port_a, port_b = free_port(), free_port()
-    a = shoot.start_aggregator(**election, DWD_METRICS_ADDR=f"127.0.0.1:{port_a}")
-    b = shoot.start_aggregator(**election, DWD_METRICS_ADDR=f"127.0.0.1:{port_b}")
+    a = shoot.start_aggregator(env=election, DWD_METRICS_ADDR=f"127.0.0.1:{port_a}")
+    b = shoot.start_aggregator(env=election, DWD_METRICS_ADDR=f"127.0.0.1:{port_b}")
     leader = wait_for(lambda: _leader([a, b]), 30, "a leader")
     standby = b if leader is a else a
     shoot.wait_leases_renewed()

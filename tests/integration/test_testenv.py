@@ -25,7 +25,8 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 
 @pytest.fixture
 def ns(control_plane: ControlPlane, request: pytest.FixtureRequest) -> str:
-    name = "t-" + request.node.name.lower().replace("_", "-")[:50].strip("-")
+    test: str = request.node.name
+    name = "t-" + test.lower().replace("_", "-")[:50].strip("-")
     with control_plane.admin_client() as c:
         ensure_namespace(c, name)
     return name

@@ -147,7 +147,8 @@ def test_a_release_change_while_held_down_keeps_every_replica(
     election = shoot.election_env()
     releases_in_order = {"upgrade": [tree, None], "rollback": [None, tree]}.get(direction, [None, None])
     first, second = (
-        functools.partial(shoot.start_aggregator, source=t, seed=None, **election) for t in releases_in_order
+        functools.partial(shoot.start_aggregator, source=t, seed=None, env=election)
+        for t in releases_in_order
     )
     from_next = direction == "rollback-from-next"
     at = hand_over(shoot, first, second, as_next_release if from_next else lambda _shoot: None)

@@ -88,7 +88,9 @@ def event(**strategies: Any) -> Callable[[Callable[..., None]], Any]:
                 self.run(self.world.run(then))
 
         in_focus = precondition(lambda self: self.focus is None or fn.__name__ in self.focus)
-        return in_focus(rule(then=THEN, **strategies)(run))
+        # hypothesis's overload for a rule with no target (``**strategies`` could name one).
+        as_rule: Callable[[Callable[..., None]], Callable[..., None]] = rule(then=THEN, **strategies)
+        return in_focus(as_rule(run))
 
     return wrap
 

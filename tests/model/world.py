@@ -56,7 +56,7 @@ from tests.unit.fakekube import FakeKube, managed
 NS = "shoot--p--s"
 WALL0 = 1_796_000_000.0
 LEADER_NS = "garden"
-RENEW_FIELDS = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
+RENEW_FIELDS: dict[str, Any] = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
 KUBELET_INTERVAL_S = 10.0
 # The Shoot's states through its life, as gardenlet writes them into the Cluster it embeds
 # them in: testenv.gardener.cluster's fields (the wire names Gardener's types have).
@@ -214,18 +214,18 @@ class Replica:
         # a target that runs keeps running through states in which none would start.
         self.serving = False
         self.elector = LeaderElector(
-            self.seed,  # type: ignore[arg-type]
+            self.seed,
             Leader(True, LEADER_NS),
             identity=f"replica-{index}-{generation}",
             clock=world.clock,
         )
         self.next_election = world.clock()
-        self.watch = SeedDependents(self.seed, self.dependents, settings.watching)  # type: ignore[arg-type]
+        self.watch = SeedDependents(self.seed, self.dependents, settings.watching)
         self.watch_behind = False
         self.target: Target | None = None
         self.metrics = AggregatorMetrics()
         self.orphans = Orphans(
-            self.seed,  # type: ignore[arg-type]
+            self.seed,
             self.dependents,
             settings,
             self.metrics,
@@ -240,15 +240,15 @@ class Replica:
         scope = self.elector.scope(NS)
         shared = Shared(
             self.settings,
-            self.seed,  # type: ignore[arg-type]
+            self.seed,
             self.dependents,
             self.metrics,
-            watched=self.watch,  # type: ignore[arg-type]
+            watched=self.watch,
             lag_since=self.shoot.lag.worst_since,
             clock=w.clock,
             wall=lambda: WALL0 + w.clock(),
         )
-        target = Target("shoot", NS, self.shoot, shared, scope=scope)  # type: ignore[arg-type]
+        target = Target("shoot", NS, self.shoot, shared, scope=scope)
         target.parts.provisioner.min_gap_s = 0.0
         return target
 

@@ -57,7 +57,7 @@ class FakeKube:
         # The server's wall clock, for metadata.managedFields times.
         self.wall: Callable[[], str] = lambda: "2026-11-30T12:00:00Z"
         # Told (method, path) of every request before it is served: a test's hook into time.
-        self.on_request: Callable[[str, str], None] = lambda _method, _path: None
+        self.on_request: Callable[[str, str], object] = lambda _method, _path: None
         # Writes that match ``held`` are taken in and not applied: the caller gives up (a time-out,
         # as a slow server answers), and each lands later, when a test calls ``land``, checked
         # against the object as it is then (a write a client gave up on may still be applied).

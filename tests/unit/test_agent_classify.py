@@ -137,7 +137,7 @@ async def test_a_new_connection_loads_no_ca_bundle_but_the_agents_own(
 
     def counting(self: ssl.SSLContext, *args: object, **kwargs: object) -> None:
         loads.append(args or kwargs)
-        real(self, *args, **kwargs)  # type: ignore[arg-type]
+        real(self, *args, **kwargs)  # type: ignore[arg-type]  # passed on as they came
 
     ctx = ssl_context("")  # the agent's context, built once
     monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counting)

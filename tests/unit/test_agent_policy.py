@@ -1,34 +1,37 @@
-"""The connection policy against scripted connections, in real (short) time.
+"""The connection policy against scripted connections, in virtual time.
 
 Each fake connection answers, fails or hangs as its script says; the policy
-under test is the real one, only the network is not. The same behaviours are
-shown against a real kube-apiserver behind a delaying proxy in
-tests/integration/test_agent_path.py.
+under test is the real one, only the network is not. The clock is the event loop's
+virtual one (tests/unit/virtualtime.py): a delay takes exactly what its script says and the
+bounds below (tenths of a second) hold however loaded the machine; in real time a late timer
+moved them. The same behaviours are shown against a real kube-apiserver behind a delaying
+proxy in tests/integration/test_agent_path.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agent import client as policy
 from agent.client import LeaseClient
-from agent.path import Attempt, ssl_context
+from agent.path import Attempt, Connection, ssl_context
 from agent.wire import Headers, Request, Response
 from core.credentials import TokenFile
 from core.errors import TransportError
+from tests.unit.virtualtime import in_virtual_time, now
 
 REQ = Request("PATCH", "/lease", {})
 
 
-class FakeConnection:
+class FakeConnection(Connection):
     """Answers after ``delay`` (None: never), or fails with ``error`` after ``delay``; a new
-    one first spends ``handshake`` connecting (None: never connects)."""
+    one first spends ``handshake`` connecting (None: never connects). A Connection to the
+    policy (what it reads of one: ``born``, ``answered``, ``request``, ``aclose``), with none of
+    its network: Connection's own ``__init__`` is not called."""
 
     def __init__(
         self,
@@ -42,7 +45,7 @@ class FakeConnection:
         self.error = error
         self.sent = sent
         self.handshake = handshake
-        self.born = time.monotonic()
+        self.born = now()
         self.answered = 0
         self.closed = False
         self.requests = 0
@@ -56,14 +59,14 @@ class FakeConnection:
             await asyncio.sleep(self.handshake or 0)
             attempt.phases["connect"] = self.handshake or 0.0
             attempt.reached = "request"
-        started = time.monotonic()
+        started = now()
         attempt.sent = self.sent
         if self.delay is None:
             await asyncio.Event().wait()
         await asyncio.sleep(self.delay or 0)
         if self.error is not None:
             raise self.error
-        attempt.phases["request"] = time.monotonic() - started
+        attempt.phases["request"] = now() - started
         attempt.reached = ""
         self.answered += 1
         return Response(200, Headers({}), b"")
@@ -79,7 +82,7 @@ class Net:
         self.queue = list(connections)
         self.opened: list[FakeConnection] = []
 
-    def __call__(self) -> Any:
+    def __call__(self) -> FakeConnection:
         conn = self.queue.pop(0) if self.queue else FakeConnection(0.01)
         self.opened.append(conn)
         return conn
@@ -88,12 +91,13 @@ class Net:
 @pytest.fixture
 def client(tmp_path: Path) -> LeaseClient:
     (tmp_path / "token").write_text("t")
-    return LeaseClient("https://api.example", "ns", "n1", TokenFile(tmp_path / "token"), ssl_context)
+    token = TokenFile(tmp_path / "token")
+    return LeaseClient("https://api.example", "ns", "n1", token, ssl_context, clock=now)
 
 
 def script(client: LeaseClient, *connections: FakeConnection) -> Net:
     net = Net(*connections)
-    client.new_connection = net  # type: ignore[method-assign]
+    client.new_connection = net  # type: ignore[method-assign]  # the policy's one way to a network
     return net
 
 
@@ -103,12 +107,13 @@ async def warm_up(client: LeaseClient, conn: FakeConnection) -> None:
     assert client.warm is conn
 
 
-async def timed(fn: Callable[[], Any]) -> float:
-    started = time.monotonic()
+async def timed(fn: Callable[[], Awaitable[object]]) -> float:
+    started = now()
     await fn()
-    return time.monotonic() - started
+    return now() - started
 
 
+@in_virtual_time
 async def test_a_slow_warm_request_keeps_its_connection(client: LeaseClient) -> None:
     """Slower than the hedge delay but inside the window: the warm connection answers first,
     the connection opened beside it is dropped, and the warm one stays."""
@@ -121,6 +126,7 @@ async def test_a_slow_warm_request_keeps_its_connection(client: LeaseClient) -> 
     assert len(net.opened) == 1 and net.opened[0].closed  # hedged beside it, then dropped
 
 
+@in_virtual_time
 async def test_a_dead_warm_connection_is_replaced_by_one_opened_beside_it(client: LeaseClient) -> None:
     """Half-open: the warm connection swallows the request. A new one opened after the hedge
     delay answers within the same window and takes over; only then is the old one dropped."""
@@ -136,9 +142,11 @@ async def test_a_dead_warm_connection_is_replaced_by_one_opened_beside_it(client
     assert client.spare is warm and not warm.closed
     fresh.delay = 0.8
     await client.request(REQ, 2.0)
-    assert client.warm is fresh and client.spare is None and warm.closed
+    # mypy keeps what the asserts above narrowed, across the await that changed it.
+    assert client.warm is fresh and client.spare is None and warm.closed  # type: ignore[unreachable]
 
 
+@in_virtual_time
 async def test_on_a_lossy_path_the_spare_answers_for_a_stalled_warm_connection(client: LeaseClient) -> None:
     """Two open connections lose packets independently: when the warm one stalls (TCP backing
     off), the spare is asked at the hedge delay and answers in one round trip; roles swap."""
@@ -155,6 +163,7 @@ async def test_on_a_lossy_path_the_spare_answers_for_a_stalled_warm_connection(c
     assert (client.warm, client.spare) == (first, second)
 
 
+@in_virtual_time
 async def test_a_handshake_lost_on_the_way_gets_a_sibling_beside_it(client: LeaseClient) -> None:
     """A lost SYN costs the kernel's 1 s retransmission and a 3 s retransmission timeout after
     it; a second connection started after 0.5 s, beside the first, gets through at once."""
@@ -164,6 +173,7 @@ async def test_a_handshake_lost_on_the_way_gets_a_sibling_beside_it(client: Leas
     assert net.opened[0].closed  # the stuck handshake is dropped, not left to finish
 
 
+@in_virtual_time
 async def test_siblings_are_bounded_and_follow_the_paths_handshake_time(client: LeaseClient) -> None:
     # A black hole: the first new connection and two siblings, then the window closes.
     net = script(client, *(FakeConnection(None, handshake=None) for _ in range(5)))
@@ -177,6 +187,7 @@ async def test_siblings_are_bounded_and_follow_the_paths_handshake_time(client: 
     assert len(net.opened) == 1 and client.warm is net.opened[0]
 
 
+@in_virtual_time
 async def test_hedge_delay_follows_the_paths_own_pace(client: LeaseClient) -> None:
     """On a path whose warm requests take 0.3 s the hedge waits 0.6 s: no new connection
     on every renewal of a slow but working path."""
@@ -191,6 +202,7 @@ async def test_hedge_delay_follows_the_paths_own_pace(client: LeaseClient) -> No
     assert hedge is not None and 0.59 <= hedge <= 0.9, hedge
 
 
+@in_virtual_time
 async def test_recycling_is_make_before_break(client: LeaseClient, monkeypatch: pytest.MonkeyPatch) -> None:
     warm = FakeConnection(0.0)
     await warm_up(client, warm)
@@ -206,9 +218,11 @@ async def test_recycling_is_make_before_break(client: LeaseClient, monkeypatch: 
     fresh = FakeConnection(0.01)
     script(client, fresh)
     await client.request(REQ, 2.0)
-    assert client.warm is fresh and warm.closed and warm.requests == 2
+    # mypy keeps what the assert above narrowed, across the await that changed it.
+    assert client.warm is fresh and warm.closed and warm.requests == 2  # type: ignore[unreachable]
 
 
+@in_virtual_time
 async def test_a_lost_dns_answer_costs_one_step_not_the_window(client: LeaseClient) -> None:
     lost = FakeConnection(0.1, TransportError("dns", "timed out"), sent=False)
     script(client, lost, FakeConnection(0.01))
@@ -216,6 +230,7 @@ async def test_a_lost_dns_answer_costs_one_step_not_the_window(client: LeaseClie
     assert took < 0.5 and client.warm is not None
 
 
+@in_virtual_time
 async def test_no_answer_within_the_window_is_a_timeout_that_may_have_landed(client: LeaseClient) -> None:
     warm = FakeConnection(0.0)
     await warm_up(client, warm)
@@ -231,6 +246,7 @@ async def test_no_answer_within_the_window_is_a_timeout_that_may_have_landed(cli
     assert client.plan(4.0)[0].conn is None
 
 
+@in_virtual_time
 async def test_after_an_unanswered_renewal_the_warm_connection_is_asked_beside_a_new_one(
     client: LeaseClient,
 ) -> None:
@@ -249,6 +265,7 @@ async def test_after_an_unanswered_renewal_the_warm_connection_is_asked_beside_a
     assert len(net.opened) == 1 and net.opened[0].closed
 
 
+@in_virtual_time
 async def test_a_request_never_sent_is_known_to_have_failed(client: LeaseClient) -> None:
     refused = TransportError("connect", "refused", sent=False)
     script(client, FakeConnection(0.0, refused, sent=False), FakeConnection(0.0, refused, sent=False))
@@ -258,6 +275,7 @@ async def test_a_request_never_sent_is_known_to_have_failed(client: LeaseClient)
     assert client.warm is None
 
 
+@in_virtual_time
 async def test_the_latest_step_names_the_failure(client: LeaseClient) -> None:
     """The load balancer drops the warm connection and DNS is down: the reset is an echo, what a
     new connection meets now (dns) is the cause an operator needs."""
@@ -283,6 +301,7 @@ class GatedConnection(FakeConnection):
         return await super().request(req, attempt, connect_timeout_s=connect_timeout_s)
 
 
+@in_virtual_time
 async def test_a_connection_that_answers_beside_the_winner_is_closed_not_forgotten(
     client: LeaseClient,
 ) -> None:

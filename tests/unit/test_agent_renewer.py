@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,11 +13,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from agent.client import LeaseClient
 from agent.renewer import MAX_BACKOFF_S, Renewer
 from agent.settings import Settings
 from core.errors import Invalid, NotFound, ServerError, TooManyRequests, TransportError
 from core.lease import LAST_OUTAGE, PREVIOUS_RENEW, RELEASED, RENEW_INTERVAL, Outage, renewal_phase_s
 
+Logs = list[MutableMapping[str, Any]]
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
@@ -32,18 +34,20 @@ class Clock:
         return T0 + timedelta(seconds=self.now)
 
 
-class FakeClient:
+class FakeClient(LeaseClient):
     """Answers each PATCH with the next scripted lease or exception. A JSON patch (a list) is
-    the agent's evidence patch: the answer carries the renewTime it overwrote, as KAPI's does."""
+    the agent's evidence patch: the answer carries the renewTime it overwrote, as KAPI's does.
+    A LeaseClient to the renewer with no network behind it (LeaseClient's ``__init__`` is not
+    called)."""
 
     def __init__(self, clock: Clock) -> None:
-        self.clock = clock
+        self.clock: Clock = clock
         self.script: list[Any] = []
         self.calls: list[tuple[str, Any, float]] = []
         self.closed = 0
         self.latency_s = 0.0
         self.stored_renew_time: str | None = None
-        self.on_attempt: Any = None
+        self.on_attempt = lambda attempt: None
         # The old layout's lease (``path``): its PATCHes and scripted answers, apart.
         self.legacy_calls: list[tuple[str, Any]] = []
         self.legacy_script: list[Any] = []
@@ -73,8 +77,8 @@ class FakeClient:
             answer["metadata"] = {**answer["metadata"], "annotations": annotations}
         return answer
 
-    def reload_tls(self) -> None:
-        pass
+    def reload_tls(self) -> str:
+        return ""
 
     async def aclose(self) -> None:
         self.closed += 1
@@ -114,11 +118,11 @@ def renewer(clock: Clock, client: FakeClient, tmp_path: Path) -> Renewer:
     settings = Settings(
         apiserver_url="https://api.example", node_name="n1", token_file=str(token), legacy_namespace=""
     )
-    return Renewer(settings, client, clock=clock, wall=clock.wall)  # type: ignore[arg-type]
+    return Renewer(settings, client, clock=clock, wall=clock.wall)
 
 
 @pytest.fixture
-def logs() -> Iterator[list[dict[str, Any]]]:
+def logs() -> Iterator[Logs]:
     with capture_logs() as captured:
         yield captured
 
@@ -139,7 +143,7 @@ def patches(client: FakeClient) -> list[dict[str, Any]]:
     return [body for kind, body, _ in client.calls if kind == "merge"]
 
 
-def events(logs: list[dict[str, Any]]) -> list[str]:
+def events(logs: Logs) -> list[str]:
     return [e["event"] for e in logs if e["log_level"] != "debug"]
 
 
@@ -185,7 +189,7 @@ async def test_a_renewal_may_take_two_intervals_at_most_ten_seconds(
 
 
 async def test_outage_logged_once_per_state_change_and_reported_after_recovery(
-    renewer: Renewer, client: FakeClient, clock: Clock, logs: list[dict[str, Any]]
+    renewer: Renewer, client: FakeClient, clock: Clock, logs: Logs
 ) -> None:
     await renewer.renew_once()
     refused = TransportError(
@@ -225,7 +229,7 @@ async def test_outage_logged_once_per_state_change_and_reported_after_recovery(
 
 
 async def test_unanswered_renewals_that_landed_are_no_outage(
-    renewer: Renewer, client: FakeClient, clock: Clock, logs: list[dict[str, Any]]
+    renewer: Renewer, client: FakeClient, clock: Clock, logs: Logs
 ) -> None:
     """Phantom renewals: each PATCH reached KAPI after the agent gave up on its answer. The lease
     never went stale, so the agent must not report an outage the lease never showed."""
@@ -283,7 +287,7 @@ async def test_an_outage_after_an_unanswered_renewal_that_landed_starts_after_it
 
 
 async def test_missing_lease_is_waiting_not_an_outage(
-    renewer: Renewer, client: FakeClient, clock: Clock, logs: list[dict[str, Any]]
+    renewer: Renewer, client: FakeClient, clock: Clock, logs: Logs
 ) -> None:
     client.script = [NotFound(404, "NotFound", "")] * 3
     for _ in range(3):
@@ -298,7 +302,7 @@ async def test_missing_lease_is_waiting_not_an_outage(
 
 
 async def test_during_a_move_the_old_layouts_lease_is_renewed_too_until_it_is_gone(
-    clock: Clock, client: FakeClient, tmp_path: Path, logs: list[dict[str, Any]]
+    clock: Clock, client: FakeClient, tmp_path: Path, logs: Logs
 ) -> None:
     """An aggregator of either layout sees this node renew: ours first, then the old one; with no
     lease of ours yet (an old aggregator), the old one at the pace its annotation asks."""
@@ -306,7 +310,7 @@ async def test_during_a_move_the_old_layouts_lease_is_renewed_too_until_it_is_go
     token.write_text("t")
     settings = Settings(apiserver_url="https://api.example", node_name="n1", token_file=str(token))
     assert settings.legacy_namespace == "dwd-node-lease"
-    renewer = Renewer(settings, client, clock=clock, wall=clock.wall)  # type: ignore[arg-type]
+    renewer = Renewer(settings, client, clock=clock, wall=clock.wall)
     old = "/apis/coordination.k8s.io/v1/namespaces/dwd-node-lease/leases/n1"
     await renewer.renew_once()
     assert [path for path, _ in client.legacy_calls] == [old]
@@ -346,7 +350,7 @@ async def test_a_missing_lease_is_polled_ever_more_slowly_then_renewed_at_once(
     """A fresh install of 5000 nodes waits up to 100 s for its leases (50 created a second):
     at the 2 s interval that is 2500 404s a second on KAPI. The wait doubles per 404 in a row
     up to a minute, spread, and a run of them ends with any other answer."""
-    renewer.random = Top()  # type: ignore[assignment]
+    renewer.random = Top()
     client.script = [NotFound(404, "NotFound", "")] * 8
     waits = [await renewer.renew_once() for _ in range(8)]
     assert waits == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0, 60.0]
@@ -388,7 +392,7 @@ async def test_throttling_backs_off_as_told_and_is_counted_apart(
 
 
 async def test_adopts_the_interval_from_its_own_patch_response(
-    renewer: Renewer, client: FakeClient, logs: list[dict[str, Any]]
+    renewer: Renewer, client: FakeClient, logs: Logs
 ) -> None:
     client.script = [lease("500ms"), lease("10ms"), lease("soon"), lease("soon"), lease(None)]
     assert await renewer.renew_once() == 0.5  # the new pace applies at once
@@ -412,7 +416,7 @@ async def test_run_releases_the_lease_on_stop(tmp_path: Path) -> None:
     )
     clock = Clock()
     client = FakeClient(clock)
-    renewer = Renewer(settings, client)  # type: ignore[arg-type]
+    renewer = Renewer(settings, client)
     stop = asyncio.Event()
     task = asyncio.create_task(renewer.run(stop))
     await asyncio.sleep(0.5)
@@ -432,7 +436,7 @@ async def test_a_release_of_the_old_layouts_lease_is_not_sent_once_it_is_gone(tm
     token.write_text("t")
     settings = Settings(apiserver_url="https://api.example", node_name="n1", token_file=str(token))
     client = FakeClient(Clock())
-    renewer = Renewer(settings, client)  # type: ignore[arg-type]
+    renewer = Renewer(settings, client)
     client.legacy_script = [NotFound(404, "NotFound", "namespace dwd-node-lease is gone")]
     await renewer.renew_once()
     stop = asyncio.Event()
@@ -443,7 +447,7 @@ async def test_a_release_of_the_old_layouts_lease_is_not_sent_once_it_is_gone(tm
 
 
 async def test_without_evidence_unanswered_renewals_prove_nothing(
-    renewer: Renewer, client: FakeClient, clock: Clock, logs: list[dict[str, Any]]
+    renewer: Renewer, client: FakeClient, clock: Clock, logs: Logs
 ) -> None:
     """KAPI refuses the evidence patch (no annotations to copy into): the agent renews plainly
     at once, and reports no outage for renewals that may have landed."""

@@ -62,25 +62,29 @@ def test_p_down_spread_two_zones_of_two() -> None:
     # One member per zone, 2 of the 4 nodes silenced: neither member stale 1/6, one of them
     # 4/6 (estimate 0.5), both 1/6 (estimate 1).
     down, up = p_down_spread([2, 2], [1, 1], 2, threshold=0.5)
-    assert (down, up) == (pytest.approx(5 / 6), pytest.approx(1 / 6))
+    assert (down, up) == pytest.approx((5 / 6, 1 / 6))
     down, up = p_down_spread([2, 2], [1, 1], 2, threshold=0.6)
-    assert (down, up) == (pytest.approx(1 / 6), pytest.approx(5 / 6))
-    assert p_down_spread([2, 2], [1, 1], 0, threshold=0.5) == (0.0, pytest.approx(1.0))
-    assert p_down_spread([2, 2], [1, 1], 4, threshold=0.5) == (pytest.approx(1.0), 0.0)
+    assert (down, up) == pytest.approx((1 / 6, 5 / 6))
+    down, up = p_down_spread([2, 2], [1, 1], 0, threshold=0.5)
+    assert down == 0.0 and up == pytest.approx(1.0)
+    down, up = p_down_spread([2, 2], [1, 1], 4, threshold=0.5)
+    assert down == pytest.approx(1.0) and up == 0.0
 
 
 def test_p_down_zoned_one_cut_per_zone() -> None:
     # Zone 0 wholly silent: its member is stale, the estimate is 0.5 for certain.
-    assert p_down_zoned([2, 2], [1, 1], [2, 0], threshold=0.5) == (pytest.approx(1.0), 0.0)
-    assert p_down_zoned([2, 2], [1, 1], [2, 0], threshold=0.6) == (0.0, pytest.approx(1.0))
+    down, up = p_down_zoned([2, 2], [1, 1], [2, 0], threshold=0.5)
+    assert down == pytest.approx(1.0) and up == 0.0
+    down, up = p_down_zoned([2, 2], [1, 1], [2, 0], threshold=0.6)
+    assert down == 0.0 and up == pytest.approx(1.0)
     # Half of each zone: each member stale with 1/2, independently.
-    assert p_down_zoned([2, 2], [1, 1], [1, 1], threshold=0.5) == (pytest.approx(0.75), pytest.approx(0.25))
-    assert p_down_zoned([2, 2], [1, 1], [1, 1], threshold=1.0) == (pytest.approx(0.25), pytest.approx(0.75))
+    assert p_down_zoned([2, 2], [1, 1], [1, 1], threshold=0.5) == pytest.approx((0.75, 0.25))
+    assert p_down_zoned([2, 2], [1, 1], [1, 1], threshold=1.0) == pytest.approx((0.25, 0.75))
 
 
 def test_spread_and_zoned_agree_where_a_spread_cut_is_one_zone_shape() -> None:
     # With a single zone both are the plain hypergeometric tail.
     down, up = p_down_spread([10], [4], 5, threshold=0.5)
     pmf = hypergeom_pmf(10, 5, 4)
-    assert (down, up) == (pytest.approx(sum(pmf[2:])), pytest.approx(sum(pmf[:2])))
-    assert p_down_zoned([10], [4], [5], threshold=0.5) == (pytest.approx(down), pytest.approx(up))
+    assert (down, up) == pytest.approx((sum(pmf[2:]), sum(pmf[:2])))
+    assert p_down_zoned([10], [4], [5], threshold=0.5) == pytest.approx((down, up))

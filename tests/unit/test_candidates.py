@@ -296,7 +296,7 @@ async def test_a_clusters_pools_reach_the_target_over_the_setting() -> None:
         "/apis/extensions.gardener.cloud/v1alpha1/clusters/shoot--p--a",
         cluster("shoot--p--a", workers=2, node_conditions={"pool-1": ["GPUUnhealthy"]}),
     )
-    source = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    source = GardenerSource(seed, "access")
     watching = asyncio.create_task(source.run())
     try:
         spec = (await source.desired())["shoot--p--a"]
@@ -312,7 +312,7 @@ async def test_a_clusters_pools_reach_the_target_over_the_setting() -> None:
         Shared(settings, seed, ()),
         scope=Scope(),
         node_conditions=dict(spec.node_conditions),
-    )  # type: ignore[arg-type]
+    )
     conditions = t.params.node_conditions
     assert conditions is not None
     assert (conditions.for_pool("pool-1"), conditions.for_pool("cpu"), conditions.for_pool("x")) == (

@@ -44,11 +44,13 @@ def judge(
     memory: Memory,
     **kw: object,
 ) -> Verdict:
+    # ``kw``: any of decide's keywords, each test its own few.
     return decide(nodes, leases, now, p, memory, **{"view_since": WARM, **kw})  # type: ignore[arg-type]
 
 
 def lease(name: str, seen_renewed_mono: float, **view_kw: object) -> LeaseObs:
     """A lease asked to renew every 2 s and seen renewed at ``seen_renewed_mono``."""
+    # ``view_kw``: any of LeaseView's fields, each test its own few.
     view = LeaseView(name, **{"renew_time": "t", "interval_s": 2.0, **view_kw})  # type: ignore[arg-type]
     return LeaseObs(view, seen_renewed_mono)
 
@@ -308,6 +310,7 @@ def test_node_filters(change: dict[str, object], counted: bool) -> None:
     nodes, leases = cluster(3, 0)
     node = nodes["n0"]
     created_mono = change.pop("created_mono", node.created_mono)
+    # ``change``: NodeView's fields, and the creation time apart.
     nodes["n0"] = NodeObs(replace(node.view, **change), created_mono)  # type: ignore[arg-type]
     assert ("n0" in candidates(nodes, leases, NOW, P)) is counted
 

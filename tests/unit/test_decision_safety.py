@@ -98,6 +98,9 @@ async def test_a_blocked_scale_down_restarts_confirmation() -> None:
 # -- 2: a slow node entering the fast sample
 
 
+# A 1000-node world for 110 s of its fake clock: 40 s alone on a busy 2-core machine, and past the
+# default 120 s there under pytest -n 4. The clock it judges by is the fake one.
+@pytest.mark.timeout(360)
 async def test_slow_nodes_entering_the_sample_are_not_judged_until_they_renew_fast() -> None:
     # 1000 nodes on a budget of 100 writes/s: 172 renew every 2 s, the rest every minute.
     w = World(1000, write_budget=100.0)
@@ -390,8 +393,10 @@ async def test_a_failing_watch_is_not_fresh() -> None:
 
 
 def _lease(interval_at: str | None, renew_at: str | None, same_writer: bool = False) -> dict[str, object]:
-    interval = {"f:metadata": {"f:annotations": {"f:dependency-watchdog.gardener.cloud/renew-interval": {}}}}
-    renew = {"f:spec": {"f:renewTime": {}}}
+    interval: dict[str, object] = {
+        "f:metadata": {"f:annotations": {"f:dependency-watchdog.gardener.cloud/renew-interval": {}}}
+    }
+    renew: dict[str, object] = {"f:spec": {"f:renewTime": {}}}
     entries = []
     if same_writer:
         entries.append({"manager": "m", "time": renew_at, "fieldsV1": {**interval, **renew}})
@@ -423,6 +428,9 @@ def test_renewed_after_interval(
     assert renewed_after_interval(_lease(interval_at, renew_at, same_writer)) is after
 
 
+# A 400-node world for 730 ticks: 79 s alone on a busy 2-core machine, and past the default 120 s
+# there under pytest -n 4. The clock it judges by is the fake one.
+@pytest.mark.timeout(360)
 async def test_a_rotating_sample_never_judges_fewer_nodes_than_it_should(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -45,7 +45,8 @@ def test_429_carries_retry_after() -> None:
     e = api_error(429, _status(429, "TooManyRequests", "slow down"), {"Retry-After": "3"})
     assert isinstance(e, TooManyRequests)
     assert e.retry_after_s == 3.0
-    assert api_error(429, b"", {}).retry_after_s is None  # type: ignore[attr-defined]
+    bare = api_error(429, b"", {})
+    assert isinstance(bare, TooManyRequests) and bare.retry_after_s is None
 
 
 def test_unknown_status_is_a_plain_api_error() -> None:

@@ -59,7 +59,7 @@ def reconciler(
     kube: FakeKube, source: ExtensionSource, served: set[str] | None = None, **kw: Any
 ) -> Reconciler:
     return Reconciler(
-        kube,  # type: ignore[arg-type]
+        kube,
         source,
         SETTINGS,
         DEFAULT_DEPENDENTS,
@@ -84,7 +84,7 @@ def status_writes(kube: FakeKube) -> list[tuple[str, str]]:
 
 async def test_an_extension_turns_its_shoot_on_with_its_own_settings_and_is_answered_ready() -> None:
     kube = world(good(failureFraction=0.8, dryRun=True))
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     await listed(source)
     desired = await source.desired()
     assert set(desired) == {NS}
@@ -107,7 +107,7 @@ async def test_an_extension_turns_its_shoot_on_with_its_own_settings_and_is_answ
 
 async def test_a_bad_provider_config_is_a_last_error_naming_the_field_and_serves_nothing() -> None:
     kube = world(good(failureFraction=1.5, dryrun=True))
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     await listed(source)
     assert await source.desired() == {}
     assert source.unserved[NS].startswith("its providerConfig is invalid") and source.skipped == {}
@@ -123,7 +123,7 @@ async def test_a_bad_provider_config_is_a_last_error_naming_the_field_and_serves
 
 async def test_a_provider_config_that_turns_bad_keeps_the_last_good_one_in_force() -> None:
     kube = world(good(failureFraction=0.8))
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     await listed(source)
     assert set(await source.desired()) == {NS}
     kube.objects[PATH]["spec"]["providerConfig"] = good(failureFraction="high")
@@ -141,14 +141,14 @@ async def test_an_owners_opt_out_and_the_clusters_lifecycle_each_serve_nothing()
         (world(good(disabled=True)), {}, {NS: "its providerConfig says disabled"}),
         (world(hibernation=True), {NS: "hibernated"}, {}),
     ):
-        source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+        source = ExtensionSource(kube, SETTINGS)
         await listed(source)
         assert await source.desired() == {}
         assert (source.skipped, source.unserved) == (skipped, unserved)
     # No Extension of ours: not served, and nothing to hand back for (the sweep's to restore).
     kube = world()
     kube.objects[PATH]["spec"]["type"] = "shoot-dns-service"
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     await listed(source)
     assert await source.desired() == {} and source.skipped == {}
 
@@ -171,7 +171,7 @@ def controllers_follow(kube: FakeKube) -> None:
 
 async def deleted_while_held_down(kube: FakeKube) -> ExtensionSource:
     """The Extension answered, then deleted while KCM is held down by a record of ours."""
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     await listed(source)
     await reconciler(kube, source).reconcile_all()
     held_down(kube)
@@ -240,7 +240,7 @@ async def test_a_controller_restarted_mid_operation_finishes_it() -> None:
     obj = kube.objects[PATH]
     obj["metadata"]["finalizers"] = [FINALIZER]
     obj["status"] = extension_status("Processing", NOW, observed_generation=0)
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     await listed(source)
     await reconciler(kube, source).reconcile_all()
     assert OPERATION not in kube.objects[PATH]["metadata"]["annotations"]
@@ -249,7 +249,7 @@ async def test_a_controller_restarted_mid_operation_finishes_it() -> None:
 
 async def test_only_the_leader_writes() -> None:
     kube = world()
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     await listed(source)
 
     class Standby:

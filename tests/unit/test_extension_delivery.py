@@ -45,7 +45,7 @@ def part() -> ShootPart:
 
 
 async def passes(kube: FakeKube, n: int = 1, **kw: Any) -> ExtensionSource:
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     for _ in range(n):
         await listed(source)
         await reconciler(kube, source, part=part(), **kw).reconcile_all()

@@ -40,7 +40,7 @@ def conditions(kube: object) -> list[dict[str, object]]:
 
 async def test_a_served_shoot_gets_its_condition_written_once_per_change() -> None:
     kube = world()
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     said: list[tuple[Judged | None, str]] = [(None, "")]
     times = iter(f"2026-01-01T00:00:{s:02d}Z" for s in range(60))
 
@@ -74,7 +74,7 @@ async def test_a_served_shoot_gets_its_condition_written_once_per_change() -> No
 
 async def test_a_shoot_not_served_gets_no_condition() -> None:
     kube = world()
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     await listed(source)
     await reconciler(kube, source, served=set(), health_of=lambda ns: (Judged(), "")).reconcile_all()
     assert conditions(kube) == []
@@ -82,7 +82,7 @@ async def test_a_shoot_not_served_gets_no_condition() -> None:
 
 async def test_the_heartbeat_is_renewed_every_interval_by_the_leader() -> None:
     kube = world()
-    source = ExtensionSource(kube, SETTINGS)  # type: ignore[arg-type]
+    source = ExtensionSource(kube, SETTINGS)
     await listed(source)
     now = [100.0]
     r = reconciler(kube, source, heartbeat_ns="extension-dwd-lease", clock=lambda: now[0])

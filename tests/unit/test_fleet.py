@@ -63,7 +63,7 @@ async def test_gardener_source_runs_the_clusters_it_may_and_names_why_not_the_ot
     seed = FakeKube()
     seed.put(f"{CLUSTERS}/shoot--p--a", cluster("shoot--p--a"))
     seed.put(f"{CLUSTERS}/shoot--p--b", cluster("shoot--p--b", workers=0))
-    source = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    source = GardenerSource(seed, "access")
     async with running(source):
         assert await source.desired() == {
             "shoot--p--a": TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_secret="access")
@@ -87,7 +87,7 @@ async def test_gardener_source_is_watched_a_change_wakes_the_fleet_and_no_list_i
         ],
         [{"type": "MODIFIED", "object": hibernated}],
     ]
-    source = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    source = GardenerSource(seed, "access")
     async with running(source):
         assert set(await source.desired()) == {"shoot--p--a"}
         source._changed.clear()  # the first LIST's change has been consumed by the fleet
@@ -102,7 +102,7 @@ async def test_gardener_source_is_watched_a_change_wakes_the_fleet_and_no_list_i
 async def test_gardener_source_fails_while_its_watch_is_not_trusted() -> None:
     seed = FakeKube()
     seed.fail("GET", CLUSTERS, lambda: KubeError("clusters are forbidden"))
-    source = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    source = GardenerSource(seed, "access")
     source.FIRST_LIST_S = 0.2
     async with running(source):
         with pytest.raises(KubeError, match="clusters: clusters are forbidden"):
@@ -246,7 +246,7 @@ async def test_every_kubeconfig_secret_comes_from_one_watch_selected_by_name() -
     rotated = {**KUBECONFIG, "users": [{"name": "u", "user": {"token": "t2"}}]}
     event = {"metadata": {"name": "access", "namespace": "shoot--p--b"}, **secret_data(rotated)}
     seed.watches = [[{"type": "MODIFIED", "object": event}]]
-    secrets = KubeconfigSecrets(seed, "access")  # type: ignore[arg-type]
+    secrets = KubeconfigSecrets(seed, "access")
     b = None
     async with running(secrets):
         a = await secrets.kubeconfig("shoot--p--a")
@@ -275,7 +275,7 @@ async def test_a_target_whose_kubeconfig_cannot_be_read_runs_blind_and_says_why(
     """Not built, it would hold what it finds held down for good (its namespace still served):
     built on a client whose every request fails, it is blind, and the blind limit applies."""
     metrics = AggregatorMetrics()
-    fleet = Fleet(Shared(QUICK, FakeKube(), World().dependents, metrics))  # type: ignore[arg-type]
+    fleet = Fleet(Shared(QUICK, FakeKube(), World().dependents, metrics))
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))
     try:
@@ -300,7 +300,7 @@ async def test_a_target_that_crashes_fails_alone_is_retried_and_reported(
     metrics = AggregatorMetrics()
     # The error is shown until a life lasts the longest back-off: longer than any crash here.
     settings = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.5)))
-    fleet = Fleet(Shared(settings, FakeKube(), World().dependents, metrics))  # type: ignore[arg-type]
+    fleet = Fleet(Shared(settings, FakeKube(), World().dependents, metrics))
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))
     try:
@@ -333,7 +333,7 @@ async def test_a_restarted_target_shows_why_it_crashed_until_it_has_run_as_long_
 
     monkeypatch.setattr("aggregator.target.Target.run", crash_once)
     settings = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.3)))
-    fleet = Fleet(Shared(settings, FakeKube(), World().dependents, AggregatorMetrics()))  # type: ignore[arg-type]
+    fleet = Fleet(Shared(settings, FakeKube(), World().dependents, AggregatorMetrics()))
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))
     try:
@@ -350,7 +350,7 @@ async def test_a_restarted_target_shows_why_it_crashed_until_it_has_run_as_long_
 
 
 async def test_a_failing_source_is_reported_and_the_fleet_still_counts_as_reconciled() -> None:
-    fleet = Fleet(Shared(QUICK, FakeKube(), World().dependents, AggregatorMetrics()))  # type: ignore[arg-type]
+    fleet = Fleet(Shared(QUICK, FakeKube(), World().dependents, AggregatorMetrics()))
     task = asyncio.create_task(fleet.run(Failing()))
     try:
         await asyncio.wait_for(fleet.reconciled.wait(), 2)
@@ -373,7 +373,7 @@ async def test_a_target_that_fails_while_it_is_stopped_still_stops(monkeypatch: 
             raise KubeError("the request in flight failed as it was cancelled") from None
 
     monkeypatch.setattr("aggregator.target.Target.run", fails_when_cancelled)
-    fleet = Fleet(Shared(QUICK, FakeKube(), World().dependents, AggregatorMetrics()))  # type: ignore[arg-type]
+    fleet = Fleet(Shared(QUICK, FakeKube(), World().dependents, AggregatorMetrics()))
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))
     await asyncio.wait_for(fleet.reconciled.wait(), 2)

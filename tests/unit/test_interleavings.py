@@ -165,7 +165,7 @@ async def test_a_started_target_whose_shoot_refuses_it_restores_after_the_blind_
     shoot, seed = FakeKube(), FakeKube()
     shoot.fail(error=lambda: api_error(401, '{"reason":"Unauthorized","message":"token revoked"}'))
     held_down(seed)
-    target = Target("shoot", NS, shoot, Shared(settings, seed, quick_dependents()), scope=Scope())  # type: ignore[arg-type]
+    target = Target("shoot", NS, shoot, Shared(settings, seed, quick_dependents()), scope=Scope())
     task = asyncio.create_task(target.run())
     try:
         restored = await until_real(lambda: {n: at(seed, n) for n in CONTROLLERS} == CONTROLLERS, 6.0)
@@ -180,8 +180,8 @@ def gardener_fleet(seed: FakeKube, **changes: Any) -> tuple[Fleet, GardenerSourc
     settings = with_settings(
         w.settings, **(SHORT | {"poll_s": 0.05, "sweep_s": 0.1, "mode": "gardener"} | changes)
     )
-    fleet = Fleet(Shared(settings, seed, quick_dependents(), AggregatorMetrics()))  # type: ignore[arg-type]
-    return fleet, GardenerSource(seed, "shoot-access", settings.watching)  # type: ignore[arg-type]
+    fleet = Fleet(Shared(settings, seed, quick_dependents(), AggregatorMetrics()))
+    return fleet, GardenerSource(seed, "shoot-access", settings.watching)
 
 
 async def run_fleet(fleet: Fleet, source: GardenerSource, predicate: Any, timeout_s: float) -> bool:
@@ -271,8 +271,8 @@ async def a_held_write(scope: Scope, seed: FakeKube, path: str) -> None:
 
 async def test_a_clean_shutdown_leaves_the_leader_lease_to_expire_while_a_write_may_still_land() -> None:
     seed, clock = FakeKube(), Clock()
-    a = LeaderElector(seed, Leader(True, "garden"), identity="a", clock=clock)  # type: ignore[arg-type]
-    b = LeaderElector(seed, Leader(True, "garden"), identity="b", clock=clock)  # type: ignore[arg-type]
+    a = LeaderElector(seed, Leader(True, "garden"), identity="a", clock=clock)
+    b = LeaderElector(seed, Leader(True, "garden"), identity="b", clock=clock)
     await a._try_once()
     await b._try_once()
     await a_held_write(a.scope(NS), seed, deployment_path(MCM))
@@ -289,7 +289,7 @@ async def test_a_clean_shutdown_leaves_the_leader_lease_to_expire_while_a_write_
 
 async def test_a_clean_shutdown_hands_the_leader_lease_on_at_once_when_every_write_was_answered() -> None:
     seed, clock = FakeKube(), Clock()
-    a = LeaderElector(seed, Leader(True, "garden"), identity="a", clock=clock)  # type: ignore[arg-type]
+    a = LeaderElector(seed, Leader(True, "garden"), identity="a", clock=clock)
     await a._try_once()
     seed.put(deployment_path(MCM), {"spec": {"replicas": 2}})
     with a.scope(NS).writes.write(deployment_path(MCM)):
@@ -302,7 +302,7 @@ async def test_a_clean_shutdown_hands_the_leader_lease_on_at_once_when_every_wri
 
 async def test_a_shard_with_a_write_that_may_still_land_is_not_given_back_but_left_to_expire() -> None:
     seed, clock = FakeKube(), Clock()
-    a = Shards(seed, Leader(True, "garden", shards=1), 1, identity="a", clock=clock)  # type: ignore[arg-type]
+    a = Shards(seed, Leader(True, "garden", shards=1), 1, identity="a", clock=clock)
     for _ in range(10):
         clock.now += 2.0
         await a.step()
@@ -363,7 +363,7 @@ async def test_a_record_whose_label_was_dropped_is_swept_once_its_target_is_gone
         w.seed.objects[deployment_path(name)]["metadata"]["labels"].pop(RECORD)
     settings = with_settings(w.settings, mode="file")
     orphans = Orphans(
-        w.seed,  # type: ignore[arg-type]
+        w.seed,
         quick_dependents(),
         settings,
         AggregatorMetrics(),
@@ -387,7 +387,7 @@ async def test_a_dependent_dropped_from_the_settings_while_held_down_is_restored
     assert w.replicas() == DOWN
     settings = with_settings(w.settings, mode=mode)
     kept = [d for d in quick_dependents() if d.name != CA]
-    orphans = Orphans(w.seed, kept, settings, AggregatorMetrics(), served=lambda: {NS}, clock=w.clock)  # type: ignore[arg-type]
+    orphans = Orphans(w.seed, kept, settings, AggregatorMetrics(), served=lambda: {NS}, clock=w.clock)
     for _ in range(40):
         w.clock.now += 1
         await orphans.sweep()
@@ -410,7 +410,7 @@ async def test_a_dropped_dependent_whose_label_goes_after_the_sweep_found_it_is_
     await w.outage()
     settings = with_settings(w.settings, mode=mode)
     kept = [d for d in quick_dependents() if d.name != CA]
-    orphans = Orphans(w.seed, kept, settings, AggregatorMetrics(), served=lambda: {NS}, clock=w.clock)  # type: ignore[arg-type]
+    orphans = Orphans(w.seed, kept, settings, AggregatorMetrics(), served=lambda: {NS}, clock=w.clock)
     await orphans.sweep()
     assert CA in orphans.orphaned.get(NS, {}), orphans.orphaned
     w.seed.objects[deployment_path(CA)]["metadata"]["labels"].pop(RECORD)

@@ -201,7 +201,9 @@ def module_source(name: str) -> str:
 def io_reached(start: str, source_of: Callable[[str], str] = module_source) -> list[str]:
     """``a -> b -> asyncio``: each path from ``start`` through our own modules to one that does I/O
     (TYPE_CHECKING imports count too: a rule that names the client is not free of it)."""
-    found, seen, todo = [], set(), [(start, (start,))]
+    found: list[str] = []
+    seen: set[str] = set()
+    todo: list[tuple[str, tuple[str, ...]]] = [(start, (start,))]
     while todo:
         name, path = todo.pop()
         if name in seen:

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from image import ocm, version
 
@@ -35,7 +36,7 @@ def test_each_image_is_named_by_the_release_and_pinned_by_its_digest(tmp_path: P
         for name, d in digests.items()
     }
     release = version.current()
-    doc = ocm.yaml.safe_load(
+    doc = yaml.safe_load(
         ocm.write(tmp_path, release, "0123abc", "https://example/dwd-lease", archives).read_text()
     )
     component = doc["component"]

@@ -350,7 +350,7 @@ def quick(w: World) -> tuple[Dependent, ...]:
 def quick_fleet(w: World, *, leader: bool = True, metrics: AggregatorMetrics | None = None) -> Fleet:
     settings = with_settings(w.settings, recovery_period_s=0.05, poll_s=0.02, sweep_s=0.05, mode="file")
     leadership = Alone() if leader else Standby()
-    return Fleet(Shared(settings, w.seed, quick(w), metrics or AggregatorMetrics()), leadership=leadership)  # type: ignore[arg-type]
+    return Fleet(Shared(settings, w.seed, quick(w), metrics or AggregatorMetrics()), leadership=leadership)
 
 
 class Standby:
@@ -410,7 +410,7 @@ async def test_sharded_a_removed_targets_records_are_restored_by_its_shards_hold
     await w.outage()
     settings = with_settings(w.settings, recovery_period_s=0.05, poll_s=0.02, sweep_s=0.05, mode="file")
     shards = OneShard(NS, "shoot--p--other") if held else OneShard("shoot--p--other")
-    fleet = Fleet(Shared(settings, w.seed, quick(w), AggregatorMetrics()), leadership=shards)  # type: ignore[arg-type]
+    fleet = Fleet(Shared(settings, w.seed, quick(w), AggregatorMetrics()), leadership=shards)
     task = asyncio.create_task(fleet.run(Targets()))
     try:
         assert await until_real(w.restored, 2.0) is held, w.replicas()

@@ -13,6 +13,7 @@ from aggregator.__main__ import EVENTS_BURST, EVENTS_QPS, SeedClients
 from aggregator.kube.endpoint import Endpoint
 from aggregator.kube.ratelimit import RateLimit
 from core.errors import Throttled
+from tests.unit.virtualtime import in_virtual_time, now
 from tests.unit.world import Clock
 
 
@@ -36,10 +37,11 @@ def test_a_request_that_would_wait_too_long_is_refused_and_takes_no_moment() -> 
     assert round(rate.reserve(), 6) == 0.2  # the refused one took nothing
 
 
+@in_virtual_time  # the 10 ms it waits are 10 ms, however loaded the machine
 async def test_a_waiter_cancelled_gives_its_moment_back() -> None:
     """A stopping target cancels the Events it queued: the Events after them do not wait for
     moments nobody uses."""
-    rate = RateLimit(qps=1, burst=1)
+    rate = RateLimit(qps=1, burst=1, clock=now)
     await rate.wait()
     waiters = [asyncio.create_task(rate.wait()) for _ in range(3)]
     await asyncio.sleep(0.01)

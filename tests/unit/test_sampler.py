@@ -4,16 +4,22 @@ samples do not cover the window, instead of passing on what nobody saw."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
+from testenv.client import Client
 from testenv.shoot import MAX_GAP_S, Sample, Sampler
 
 
-class Failing:
-    """A seed that never answers: every step fails, as a broken sampler's would."""
+class Failing(Client):
+    """A seed that never answers: every step fails, as a broken sampler's would. A Client to
+    the sampler with no connection behind it (Client's own ``__init__`` is not called)."""
 
-    def get(self, path: str) -> dict[str, object]:
+    def __init__(self) -> None:
+        pass
+
+    def get(self, path: str, **params: str) -> dict[str, Any]:
         raise OSError("connection refused")
 
     def close(self) -> None:
@@ -21,13 +27,13 @@ class Failing:
 
 
 def sampler_with(times: list[float]) -> Sampler:
-    s = Sampler(Failing(), "ns")  # type: ignore[arg-type]
+    s = Sampler(Failing(), "ns")
     s.samples = [Sample(t, {"kcm": 3}, {}, {}) for t in times]
     return s
 
 
 def test_a_sampler_that_saw_nothing_fails_the_check_it_was_asked() -> None:
-    s = Sampler(Failing(), "ns")  # type: ignore[arg-type]
+    s = Sampler(Failing(), "ns")
     for _ in range(3):
         with pytest.raises(OSError):
             s.step()

@@ -35,7 +35,7 @@ def scaler(
 ) -> Scaler:
     # The clock is fake: a level's follow polls (real sleeps) only where a test asks for them.
     settings = Scaling(dry_run=dry_run, follow_polls=follow_polls, follow_poll_s=0.01)
-    return Scaler(kube, NS, DEFAULT_DEPENDENTS, settings=settings, clock=clock, scope=Scope(), **kw)  # type: ignore[arg-type]
+    return Scaler(kube, NS, DEFAULT_DEPENDENTS, settings=settings, clock=clock, scope=Scope(), **kw)
 
 
 def view(kube: FakeKube, name: str) -> tuple[int, dict[str, str]]:

@@ -56,7 +56,7 @@ def agrees(written: str, default: Any, v: Var) -> bool:
     if number is None:
         return False
     if v.kind == "duration":
-        return parse_duration(number.group(1) + (number.group(2) or "s")) == default
+        return bool(parse_duration(number.group(1) + (number.group(2) or "s")) == default)
     return float(number.group(1)) == float(default)
 
 

@@ -61,11 +61,11 @@ async def test_a_running_target_keeps_running_through_states_in_which_none_would
     seed = FakeKube()
     path = f"{CLUSTERS}/shoot--p--s"
     seed.put(path, cluster("shoot--p--s"))
-    source = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    source = GardenerSource(seed, "access")
     assert set(await _desired(source)) == {"shoot--p--s"}
     seed.put(path, cluster("shoot--p--s", last_operation=("Restore", "Processing")))
     assert set(await _desired(source)) == {"shoot--p--s"}
-    fresh = GardenerSource(seed, "access")  # type: ignore[arg-type]
+    fresh = GardenerSource(seed, "access")
     assert await _desired(fresh) == {} and fresh.skipped == {"shoot--p--s": "being restored"}
     seed.put(path, cluster("shoot--p--s", deleting=True, last_operation=("Delete", "Processing")))
     assert await _desired(source) == {} and source.skipped == {"shoot--p--s": "deleting"}
@@ -169,7 +169,7 @@ async def test_a_target_that_sees_nothing_of_its_shoot_is_not_shown_as_plainly_h
     w = World()
     w.shoot.fail(error=lambda: api_error(401, '{"reason":"Unauthorized","message":"token revoked"}'))
     await w.run(20)
-    seen = {"identity": "a", "targets": [w.target.snapshot()]}
+    seen: dict[str, Any] = {"identity": "a", "targets": [w.target.snapshot()]}
     assert seen["targets"][0]["phase"] == "healthy" and seen["targets"][0]["judging"] is False
     assert render_table(seen).splitlines()[2].split()[1:4] == ["healthy", "(not", "judging)"]
     assert "healthy (not judging)" in render_page(seen)

@@ -10,6 +10,7 @@ import pytest
 from aggregator.act.interlocks import Interlock, Refusal
 from aggregator.decide import decider
 from aggregator.lead.scope import Scope
+from aggregator.model import eligibility
 from aggregator.model.settings import Decider, Settings, Shoots
 from aggregator.model.verdict import Phase
 from aggregator.shoot import Shared
@@ -35,7 +36,7 @@ async def test_run_reports_why_it_cannot_list_then_provisions_and_judges() -> No
         seed.put(deployment_path(name), {"spec": {"replicas": replicas}})
     quick = Decider(lease_duration_s=0.4, fast_interval_s=0.2, blind_limit_s=1.0, node_grace_s=0.0)
     settings = Settings(Shoots(namespace=NS), quick)
-    target = Target("shoot", NS, shoot, Shared(settings, seed, World().dependents), scope=Scope())  # type: ignore[arg-type]
+    target = Target("shoot", NS, shoot, Shared(settings, seed, World().dependents), scope=Scope())
     target.parts.provisioner.min_gap_s = 0.0
     shoot.fail("GET", "/api/v1/nodes$")
     task = asyncio.create_task(target.run())
@@ -138,7 +139,7 @@ async def test_a_healthy_tick_walks_the_candidates_once(monkeypatch: pytest.Monk
     per-zone counts the status page shows, so a tick does not walk them again for those."""
     w = await settled()
     walks = 0
-    walk = decider.candidates
+    walk = eligibility.candidates  # what decider calls, by the name it imported
 
     def counting(*args: Any, **kw: Any) -> Any:
         nonlocal walks

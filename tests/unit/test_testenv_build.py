@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from testenv import __main__ as cli
-from testenv import binaries
+from testenv import binaries, dependency_watchdog, grm
 from tests import conftest
 from tests.unit.test_layers import third_party_reached
 
@@ -35,13 +35,14 @@ def test_build_asks_for_what_it_is_for(
 ) -> None:
     monkeypatch.setenv("DWDDEV_TESTENV_CACHE", str(tmp_path))  # nothing built yet
     asked: list[str] = []
-    monkeypatch.setattr(
-        binaries, "build", lambda *, force, only, **_: asked.extend(c.name for c in only) or {}
-    )
-    monkeypatch.setattr(cli.grm, "build", lambda *, force: asked.append("gardener-resource-manager"))
-    monkeypatch.setattr(
-        cli.dependency_watchdog, "build", lambda *, force: asked.append("dependency-watchdog")
-    )
+
+    def build(*, force: bool, only: tuple[binaries.Component, ...], **_: object) -> dict[str, Path]:
+        asked.extend(c.name for c in only)
+        return {}
+
+    monkeypatch.setattr(binaries, "build", build)
+    monkeypatch.setattr(grm, "build", lambda *, force: asked.append("gardener-resource-manager"))
+    monkeypatch.setattr(dependency_watchdog, "build", lambda *, force: asked.append("dependency-watchdog"))
     assert cli.main(argv) == 0
     assert sorted(asked) == sorted(wanted)
 
@@ -146,7 +147,7 @@ def test_a_marked_test_waits_for_its_build_before_its_timeout_starts(
     try:
         assert builder.stdout is not None and builder.stdout.readline() == "holding\n"
         started = time.monotonic()
-        assert conftest.pytest_timeout_set_timer(Item(), None) is None  # type: ignore[arg-type]
+        assert conftest.pytest_timeout_set_timer(Item(), None) is None  # type: ignore[arg-type]  # its markers only
         assert time.monotonic() - started > 0.5
     finally:
         builder.communicate(timeout=10)
@@ -188,7 +189,7 @@ def test_make_demo_builds_quick_binaries_and_the_tests_prefer_the_optimized(
             (out / binaries._go_binary_name(package)).write_text(package)
         return subprocess.CompletedProcess(argv, 0)
 
-    monkeypatch.setattr(binaries.subprocess, "run", go_build)
+    monkeypatch.setattr(subprocess, "run", go_build)
     binaries.build_demo()
     assert len(commands) == 2 and all("-gcflags=all=-N -l -dwarf=false" in argv for argv in commands)
     found = binaries.find(binaries.DEMO)

@@ -38,7 +38,7 @@ class Recorder:
 
     def informer(self, kube: FakeKube, **kw: Any) -> Informer[LeaseView]:
         informer = Informer(
-            kube,  # type: ignore[arg-type]
+            kube,
             leases_path(NS),
             name="leases",
             parse=LeaseView.from_object,
@@ -123,7 +123,7 @@ async def test_a_watch_that_runs_past_its_timeout_is_cut_and_counted_as_a_timeou
         await asyncio.Event().wait()
         yield {}
 
-    kube.watch = endless  # type: ignore[method-assign]
+    kube.watch = endless  # type: ignore[method-assign]  # this server's watches, for this test
     await run_until(informer, lambda: len(rec.restarts) >= 2)
     assert set(rec.restarts) == {"timeout"}
     assert "no end 0.05s past its timeout of 0.05s" in informer.last_error
@@ -150,7 +150,7 @@ async def test_a_list_that_fails_or_has_no_items_is_not_fresh() -> None:
         await informer.list_now()
     assert informer.failing and not rec.lists
     kube.clear()
-    kube.request = _answer({"kind": "Status"})  # type: ignore[method-assign]
+    kube.request = _answer({"kind": "Status"})  # type: ignore[method-assign]  # its answers, for this test
     with pytest.raises(Exception, match="no items"):
         await informer.list_now()
 

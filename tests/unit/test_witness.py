@@ -69,7 +69,7 @@ def test_a_kubelet_proves_the_path_after_its_agent_went_quiet_until_it_misses_a_
     unseen_at, seen = bracket
     kubelet = KubeletObs(T + timedelta(seconds=kubelet_s), seen, unseen_at=unseen_at)
     got = kubelet_says(T, 100.0, kubelet, read_at, margin_s=MARGIN, slack_s=SLACK)
-    assert got == (says, pytest.approx(due))
+    assert got == pytest.approx((says, due))
 
 
 def test_a_bracket_wider_than_the_reads_interval_is_not_narrowed_by_the_nodes_clock() -> None:
@@ -77,9 +77,9 @@ def test_a_bracket_wider_than_the_reads_interval_is_not_narrowed_by_the_nodes_cl
     30 s: the stepped time falls inside the wide bracket, and would make the kubelet overdue."""
     kubelet = KubeletObs(T + timedelta(seconds=-20), 110.0, unseen_at=70.0)  # renewed at ~108
     trusting = kubelet_says(T, 100.0, kubelet, 110.0, margin_s=MARGIN, slack_s=SLACK)
-    assert trusting == ("silent", pytest.approx(80.0 + DUE))
+    assert trusting == pytest.approx(("silent", 80.0 + DUE))
     says = kubelet_says(T, 100.0, kubelet, 110.0, margin_s=MARGIN, slack_s=SLACK, bracket_s=11.5)
-    assert says == ("pending", pytest.approx(110.0 + DUE))
+    assert says == pytest.approx(("pending", 110.0 + DUE))
 
 
 def test_a_kubelet_lease_of_another_duration_is_due_at_a_quarter_of_it() -> None:
@@ -275,7 +275,7 @@ async def test_the_interlock_reads_the_kubelets_beside_the_confirming_list_not_a
         finally:
             in_flight -= 1
 
-    w.shoot.request = request  # type: ignore[method-assign]
+    w.shoot.request = request  # type: ignore[method-assign]  # counted, for this test
     refusal = await w.target.refusal()
     assert refusal is not None and refusal.interlock is Interlock.LIST_DISAGREES  # healthy
     assert most == 2, "the two LISTs ran one after the other"

@@ -37,8 +37,8 @@ from tests.unit.fakekube import FakeKube, managed
 
 NS = "shoot--p--s"
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-INTERVAL_FIELDS = {"f:metadata": {"f:annotations": {f"f:{RENEW_INTERVAL}": {}}}}
-RENEW_FIELDS = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
+INTERVAL_FIELDS: dict[str, Any] = {"f:metadata": {"f:annotations": {f"f:{RENEW_INTERVAL}": {}}}}
+RENEW_FIELDS: dict[str, Any] = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
 
 
 # The wall clock the target's sample rotates on: the fake clock, from a fixed epoch.
