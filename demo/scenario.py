@@ -42,6 +42,7 @@ from typing import Any, TextIO
 
 from aggregator.model.observed import KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION, NODE_LEASE_NAMESPACE
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
+from aggregator.model.settings import Decider
 from core.lease import leases_path, parse_micro_time
 from testenv import workload
 from testenv.client import node_leases
@@ -64,6 +65,7 @@ WARM_S = 12
 HOLD_PAST_GRACE_S = 10
 
 KUBELET_RENEW_S = KUBELET_LEASE_DURATION_S * KUBELET_RENEW_FRACTION
+AGENT_RENEW_S = Decider().fast_interval_s
 
 NAMESPACE = "shoot--demo--local"
 SHOWN_EVENTS = {
@@ -202,8 +204,13 @@ def _start_spread(kubelets: list[HollowKubelet]) -> None:
 
 
 def start_agents(w: dict[str, Any], tmp: Path, env_base: dict[str, str]) -> None:
+    """An agent per node, started spread over a renew interval as a DaemonSet's pods start (the
+    kubelets' reason, ``_start_spread``): started at once, they renewed in step, and a cut
+    just after their common renewal found every lease a whole interval later to go stale."""
     shoot: ControlPlane = w["shoot"]
-    for node in w["names"]:
+    for i, node in enumerate(w["names"]):
+        if i:
+            time.sleep(AGENT_RENEW_S / len(w["names"]))
         token = tmp / f"{node}.token"
         token.write_text(shoot.node_token(node))
         # The node's kubelet kubeconfig, naming the load balancer the kubelets use:
