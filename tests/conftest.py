@@ -9,6 +9,7 @@ from image import build
 from testenv import binaries
 from testenv.controlplane import ControlPlane
 from testenv.process import kill_python_children
+from tests.tasks import fail_on_tasks_left
 
 pytest_plugins = ["testenv.pytest_plugin"]
 
@@ -69,10 +70,4 @@ async def _no_task_left_behind() -> AsyncIterator[None]:
     """A test must not leave tasks running: they would fire into the next test (kopf checks the same)."""
     before = asyncio.all_tasks()
     yield
-    current = asyncio.current_task()
-    leftover = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
-    for t in leftover:
-        t.cancel()
-    if leftover:
-        await asyncio.gather(*leftover, return_exceptions=True)
-        pytest.fail(f"test left tasks running: {[t.get_name() for t in leftover]}")
+    await fail_on_tasks_left(before)

@@ -72,6 +72,14 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+async def _create_or_merge(seed: KubeApi, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` created at ``path``, or merged over what is there (what it says is ours to say)."""
+    try:
+        return await seed.create(path.rsplit("/", 1)[0], body)
+    except Conflict:
+        return await seed.merge_patch(path, body)
+
+
 def _micro_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -158,10 +166,7 @@ class Reconciler:
         path = LEASES.format(ns=self.heartbeat_ns) + "/" + HEARTBEAT
         try:
             async with asyncio.timeout(HEARTBEAT_S):
-                try:
-                    await self.seed.create(LEASES.format(ns=self.heartbeat_ns), lease)
-                except Conflict:
-                    await self.seed.merge_patch(path, {"spec": lease["spec"]})
+                await _create_or_merge(self.seed, path, lease)
         except (KubeError, TimeoutError) as e:
             log.warning("extension_heartbeat_failed", error=str(e) or "timed out")
             return
@@ -261,11 +266,7 @@ class Reconciler:
         return True
 
     async def _apply(self, namespace: str, path: str, body: dict[str, Any]) -> None:
-        """Created, or merged over what is there (labels, data and spec are ours to say)."""
-        try:
-            await self._call(namespace, path, partial(self.seed.create, path.rsplit("/", 1)[0], body))
-        except Conflict:
-            await self._call(namespace, path, partial(self.seed.merge_patch, path, body))
+        await self._call(namespace, path, partial(_create_or_merge, self.seed, path, body))
 
     async def _migrate(self, view: ExtensionView) -> None:
         """gardenlet moves the shoot's control plane to another seed: our target stops (the

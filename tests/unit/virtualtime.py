@@ -15,7 +15,7 @@ import selectors
 from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec
 
-import pytest
+from tests.tasks import fail_on_tasks_left
 
 EPOCH = 1000.0
 
@@ -73,10 +73,4 @@ def in_virtual_time(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P,
 async def _alone(body: Coroutine[Any, Any, None]) -> None:
     before = asyncio.all_tasks()
     await body
-    current = asyncio.current_task()
-    leftover = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
-    for t in leftover:
-        t.cancel()
-    if leftover:
-        await asyncio.gather(*leftover, return_exceptions=True)
-        pytest.fail(f"test left tasks running: {[t.get_name() for t in leftover]}")
+    await fail_on_tasks_left(before)
