@@ -68,13 +68,15 @@ def shoot(
     deleting: bool = False,
     node_conditions: dict[str, list[str]] | None = None,
     grace: str = "",
+    force_deletion: str | None = None,
 ) -> dict[str, Any]:
     """A Shoot as gardenlet embeds it in a Cluster (``core.gardener.cloud/v1beta1``), with the
     fields dependency-watchdog and the aggregator read under their wire names:
     ``metadata.deletionTimestamp`` (``deleting``), ``spec.hibernation.enabled`` (``hibernation``,
     None: not set), ``status.hibernated``, ``spec.provider.workers`` (``workers`` pools, each
     ``pool``, ``pool-1``, ...; ``node_conditions`` gives a pool MCM settings with that list),
-    ``status.lastOperation`` (type and state; None: absent), and the shoot's KCM grace."""
+    ``status.lastOperation`` (type and state; None: absent), the shoot's KCM grace, and the
+    force-deletion confirmation's value (None: not annotated)."""
     spec: dict[str, Any] = {
         "cloudProfileName": "local",
         "region": "local",
@@ -93,6 +95,8 @@ def shoot(
     if deleting:
         meta["deletionTimestamp"] = DELETED_AT
         meta["finalizers"] = ["gardener"]
+    if force_deletion is not None:
+        meta["annotations"] = {"confirmation.gardener.cloud/force-deletion": force_deletion}
     return {
         "apiVersion": "core.gardener.cloud/v1beta1",
         "kind": "Shoot",

@@ -86,6 +86,13 @@ def extension_verdicts(extensions: Sequence[dict[str, Any]], timeout_s: float = 
     return parse_answers(_run("check-extension", list(extensions), timeout_s), len(extensions))
 
 
+def force_deletions(clusters: Sequence[dict[str, Any]], timeout_s: float = 60.0) -> list[bool]:
+    """Whether Gardener's ``ShootNeedsForceDeletion`` says each Cluster's Shoot is confirmed for
+    force deletion (a Cluster that does not decode strictly is a RuntimeError naming it)."""
+    answers = parse_answers(_run("force-deletion", list(clusters), timeout_s), len(clusters))
+    return [a == "true" for a in answers]
+
+
 @dataclass(frozen=True)
 class GardenletValues:
     """What gardenlet makes its ``gardener.*`` chart values of: the Seed it runs for (a

@@ -9,8 +9,9 @@ message, Progressing passes through, and a condition whose controller's heartbea
 reads as outdated. So a shoot whose protection is off says so in its own status.
 
 The condition is read from what the target already knows: it judges a quorum of renewing
-agents (True), it is starting (Progressing), or it cannot protect: no view of the shoot, too
-few agents renewing to judge, a target that failed (False, and why).
+agents (True; while it holds the controllers down or restores them, True with that reason), it
+is starting (Progressing), or it cannot protect: no view of the shoot, too few agents renewing
+to judge, a target that failed (False, and why).
 
 Pure: the reconciler writes what these return.
 """
@@ -24,6 +25,8 @@ from aggregator.extension.contract import CONDITION
 from aggregator.model.verdict import Phase
 
 HEARTBEAT = "gardener-extension-heartbeat"
+HELD_DOWN = "dwd-lease holds the shoot's controllers down: a quorum of its nodes cannot reach the API server"
+RESTORING = "dwd-lease is restoring the shoot's controllers: its nodes reach the API server again"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
 
 
@@ -83,6 +86,12 @@ def health(status: Judged | None, error: str) -> Health:
         return Health("False", "ProtectionOff", f"dwd-lease has no trusted view of the shoot: {status.view}")
     if not status.judging:
         return Health("False", "ProtectionOff", f"dwd-lease cannot judge a quorum: {status.reason}")
+    # Protection doing its work, said in the Shoot's status so that nobody wonders why its
+    # controllers are at 0. Fixed texts: the verdict's own words change every tick.
+    if status.phase is Phase.DOWN:
+        return Health("True", "ControllersHeldDown", HELD_DOWN)
+    if status.phase is Phase.RECOVERING:
+        return Health("True", "ControllersRestoring", RESTORING)
     return Health("True", "ProtectionActive", "dwd-lease judges the nodes' agents and protects the shoot")
 
 

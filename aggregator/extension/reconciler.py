@@ -10,7 +10,9 @@ decides the controllers, a shoot deleted, hibernated or migrated: our marks hand
 aggregator/act/scaler.py ``hand_back``; else restored to its recorded replicas, since nobody
 else would raise them: an Extension removed in an outage never strands its shoot), Delete
 Succeeded, then our finalizer dropped; one under way stays Processing, one that failed is Delete
-Error, each tried again, the finalizer kept.
+Error, each tried again, the finalizer kept. A Shoot confirmed for force deletion (its Cluster's
+``confirmation.gardener.cloud/force-deletion``) has its shoot part deleted without waiting for
+the resource manager to clean the shoot, which may be beyond reach; the marks still go first.
 
 Every step is read from the Extension as it is now, so a controller stopped in the middle
 (a restart, a new leader) finishes the operation. Only the leader writes (aggregator/lead/).
@@ -234,27 +236,32 @@ class Reconciler:
             return (f"delivering the shoot part: {e}",)
         return ()
 
-    async def _removed(self, namespace: str, *, keep_objects: bool) -> tuple[bool, tuple[str, ...]]:
+    async def _removed(
+        self, namespace: str, *, keep_objects: bool, wait: bool = True
+    ) -> tuple[bool, tuple[str, ...]]:
         """``_remove``: whether all is gone, and the problem met."""
         if self.part is None:
             return True, ()
         try:
-            return await self._remove(namespace, keep_objects=keep_objects), ()
+            return await self._remove(namespace, keep_objects=keep_objects, wait=wait), ()
         except NotLeading:
             raise
         except KubeError as e:
             return False, (f"removing the shoot part: {e}",)
 
-    async def _remove(self, namespace: str, *, keep_objects: bool) -> bool:
+    async def _remove(self, namespace: str, *, keep_objects: bool, wait: bool) -> bool:
         """The ManagedResource deleted (its objects left in the shoot with ``keep_objects``), then
-        its Secrets once the resource manager has let it go: whether all of it is gone."""
+        its Secrets once the resource manager has let it go (at once without ``wait``, as
+        Gardener's force deletion has it: the shoot may be beyond reach, and gardenlet finalizes
+        what is left): whether all of it is gone."""
         assert self.part is not None
         path = managed_resource_path(namespace)
         try:
             if keep_objects:
                 await self._call(namespace, path, partial(self.seed.merge_patch, path, KEEP_OBJECTS))
             await self._call(namespace, path, partial(self.seed.delete, path))
-            return False  # the resource manager's finalizer: gone on a later pass
+            if wait:
+                return False  # the resource manager's finalizer: gone on a later pass
         except NotFound:
             pass
         for secret in (
@@ -294,7 +301,9 @@ class Reconciler:
             return  # its target still runs (the fleet stops it on the source's next answer)
         if view.last_operation[:2] != ("Delete", "Processing"):
             view = await self._status(view, processing("Delete", self.wall()))
-        removed, problem = await self._removed(view.namespace, keep_objects=False)
+        cluster = self.source.clusters.clusters.get(view.namespace)
+        force = cluster is not None and cluster.force_deletion
+        removed, problem = await self._removed(view.namespace, keep_objects=False, wait=not force)
         done, problems = await self._give_back(view.namespace)
         problems = problem + problems
         if not (done and removed) and not problems:
@@ -307,7 +316,7 @@ class Reconciler:
             log.warning("extension_delete_failed", namespace=view.namespace, error=outcome.description)
             return
         await self._patch(view, release(view))
-        log.info("extension_deleted", namespace=view.namespace)
+        log.info("extension_deleted", namespace=view.namespace, force=force)
 
     async def _give_back(self, namespace: str) -> tuple[bool, tuple[str, ...]]:
         """Every dependent of the shoot's and the seed's handed back to its owner, or restored

@@ -26,6 +26,16 @@ from typing import Any
 from aggregator.model.candidates import pools_of_workers
 from aggregator.model.objects import metadata, section
 
+# Gardener's confirmation (v1beta1constants.AnnotationConfirmationForceDeletion), read as its
+# ShootNeedsForceDeletion reads it: Go's strconv.ParseBool, anything else false.
+FORCE_DELETION = "confirmation.gardener.cloud/force-deletion"
+_GO_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+
+
+def go_bool(value: object) -> bool:
+    """``value`` as Go's ``strconv.ParseBool`` reads it, its error read as false."""
+    return isinstance(value, str) and value in _GO_TRUE
+
 
 @dataclass(frozen=True)
 class ClusterView:
@@ -36,6 +46,8 @@ class ClusterView:
     name: str
     lifecycle: Lifecycle
     node_conditions: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # The Shoot confirmed for force deletion: its Extension's deletion waits on nothing in it.
+    force_deletion: bool = False
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> ClusterView:
@@ -44,7 +56,9 @@ class ClusterView:
             raise ValueError("cluster object without metadata.name")
         shoot_spec = section(section(section(obj, "spec"), "shoot"), "spec")
         pools = pools_of_workers(section(shoot_spec, "provider").get("workers"))
-        return cls(name, Lifecycle.of(obj), tuple(sorted(pools.items())))
+        shoot_meta = metadata(section(section(obj, "spec"), "shoot"))
+        force = (shoot_meta.get("annotations") or {}).get(FORCE_DELETION)
+        return cls(name, Lifecycle.of(obj), tuple(sorted(pools.items())), go_bool(force))
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,11 @@ from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.observe.sources import CLUSTERS
 from core.errors import NotFound, TooManyRequests
 from testenv import grm
+from testenv.agents import Agents
 from testenv.apply import RESOURCES, apply
-from testenv.client import Client
-from testenv.controllers import CONTROLLERS
-from testenv.controlplane import ControlPlane, free_port
+from testenv.client import Client, node_leases
+from testenv.controllers import CONTROLLERS, DOWN
+from testenv.controlplane import ControlPlane, ensure_node, free_port
 from testenv.gardener import cluster, extension, module_crds
 from testenv.gardener_types import extension_verdicts, strict_errors
 from testenv.process import Process
@@ -203,6 +204,74 @@ def test_a_migration_keeps_the_agents_and_the_replicas_and_leaves_nothing_behind
     assert agents["metadata"]["uid"] == uid  # taken over, never deleted
     assert b.shoot.replicas() == CONTROLLERS
     print(f"restore in seed b: ready; the agents' DaemonSet the same ({uid}); replicas {b.shoot.replicas()}")
+
+
+def test_a_cut_is_told_on_the_extension_and_a_force_deletion_waits_on_nothing_in_the_shoot(
+    seeds: tuple[Seed, Seed], tmp_path: Path
+) -> None:
+    """The restored shoot, the Gardener way on: its nodes' agents run (as the delivered
+    DaemonSet's pods would: no container runtime here), renew the leases the controller made,
+    and a cut of every agent is held down and restored, the Extension's condition saying so
+    throughout. Then the shoot is deleted while its API server is gone: a deletion waits for the
+    resource manager, which cannot clean the shoot; a force deletion waits on nothing."""
+    _, b = seeds
+    if b.controller is None:
+        pytest.fail("needs the shoot restored by the test before it (module order)")
+    cp, shoot_admin = b.shoot.shoot, b.shoot.shoot_admin
+    # gardenlet's restore done: the shoot's control plane is the second seed's now.
+    b.admin.merge_patch(f"{CLUSTERS}/{NS}", cluster(NS, last_operation=("Restore", "Succeeded")))
+    nodes = [f"node-{i}" for i in range(4)]
+    for node in nodes:
+        ensure_node(shoot_admin, node)
+    wait_for(lambda: set(node_leases(shoot_admin)) >= set(nodes), 30, "the controller's leases for the nodes")
+    agents = Agents(cp, tmp_path, shoot_admin)  # authorized by the delivered RBAC alone
+    try:
+        for node in nodes:
+            agents.start(agents.env(node))
+        said = [_reason(b.admin, "ProtectionActive", 60, b.controller)]
+        for proc in agents.procs:  # the cut: no agent reaches the API server
+            proc.kill()
+        agents.procs.clear()
+        wait_for(lambda: b.shoot.replicas() == DOWN, 30, "the controllers held down")
+        said.append(_reason(b.admin, "ControllersHeldDown", 30, b.controller))
+        assert verdict(b.admin, NS) == ("Restore", "Succeeded", "")  # the condition is no operation
+        for node in nodes:  # healed
+            agents.start(agents.env(node))
+        wait_for(lambda: b.shoot.replicas() == CONTROLLERS, 30, "the controllers restored")
+        said.append(_reason(b.admin, "ProtectionActive", 30, b.controller))
+    finally:
+        agents.close()
+    for condition in said:
+        print(f"{condition['type']}={condition['status']} {condition['reason']}: {condition['message']}")
+
+    cp.stop_apiserver()
+    try:
+        b.admin.merge_patch(f"{CLUSTERS}/{NS}", cluster(NS, deleting=True))
+        b.admin.delete(_extension_path(NS))
+        wait_for(lambda: _deleting(b.admin), 30, "the ManagedResource deleted")
+        time.sleep(5)  # the resource manager cannot reach the shoot: nothing moves
+        assert verdict(b.admin, NS)[:2] == ("Delete", "Processing") and _deleting(b.admin)
+        b.admin.merge_patch(f"{CLUSTERS}/{NS}", cluster(NS, deleting=True, force_deletion="true"))
+        wait_for(lambda: not _exists(b.admin, _extension_path(NS)), 30, "the Extension gone")
+        assert [p for p in _secrets(NS) if _exists(b.admin, p)] == []
+        assert _deleting(b.admin)  # gardenlet's force deletion finalizes it
+        assert b.shoot.replicas() == CONTROLLERS and ours_in(b.admin, NS) == [managed_resource_path(NS)]
+        print("delete with the shoot's API server gone: Processing; force-deleted: the Extension gone")
+    finally:
+        cp.start_apiserver()
+
+
+def _reason(admin: Client, reason: str, timeout_s: float, controller: Process) -> dict[str, Any]:
+    def said() -> dict[str, Any] | None:
+        condition = _condition(admin, NS, "True")
+        return condition if condition is not None and condition["reason"] == reason else None
+
+    return dict(wait_for(said, timeout_s, f"SystemComponentsHealthy {reason} (log: {controller.log_path})"))
+
+
+def _deleting(admin: Client) -> bool:
+    mr = _get(admin, managed_resource_path(NS)) or {}
+    return bool((mr.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def _applied(admin: Client) -> bool:

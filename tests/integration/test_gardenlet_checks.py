@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
+from aggregator.model.lifecycle import ClusterView
 from core.errors import NotFound, TooManyRequests
 from testenv import binaries, gardener_types, grm
 from testenv.apply import RESOURCES, apply
 from testenv.client import Client
 from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.gardener import OPERATION, TIMESTAMP, extension, extension_status, module_crds
+from testenv.gardener import OPERATION, TIMESTAMP, cluster, extension, extension_status, module_crds
 from testenv.wait import wait_for
 
 pytestmark = [
@@ -89,6 +90,18 @@ def test_an_object_that_is_not_an_extension_gets_no_verdict() -> None:
     misspelt["status"]["observedgeneration"] = misspelt["status"].pop("observedGeneration")
     with pytest.raises(RuntimeError, match=r"object 1: .*status\.observedgeneration"):
         gardener_types.extension_verdicts([_ext(), misspelt])
+
+
+# Go's strconv.ParseBool's spellings and some it refuses (read as false by Gardener).
+FORCE_VALUES = ["true", "True", "TRUE", "1", "t", "T", "false", "0", "f", "yes", "on", "y", " true", "", None]
+
+
+def test_force_deletion_is_read_as_gardener_reads_it() -> None:
+    clusters = [cluster(NS, deleting=True, force_deletion=v) for v in FORCE_VALUES]
+    gardeners = gardener_types.force_deletions(clusters)
+    ours = [ClusterView.from_object(c).force_deletion for c in clusters]
+    print("force deletion:", dict(zip(map(repr, FORCE_VALUES), gardeners, strict=True)))
+    assert ours == gardeners and any(gardeners) and not all(gardeners)
 
 
 def _registration(**resource: Any) -> dict[str, Any]:

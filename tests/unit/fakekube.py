@@ -158,8 +158,13 @@ class FakeKube:
         if method == "PUT":
             return self._put(path, body)
         if method == "DELETE":
-            if self.objects.pop(path, None) is None:
+            obj = self.objects.get(path)
+            if obj is None:
                 raise NotFound(404, "NotFound", path)
+            if obj["metadata"].get("finalizers"):  # the server waits for their owners
+                obj["metadata"].setdefault("deletionTimestamp", "2026-01-01T00:00:00Z")
+                return copy.deepcopy(obj)
+            del self.objects[path]
             return {}
         raise AssertionError(f"unexpected {method} {path}")
 

@@ -25,6 +25,7 @@ from aggregator.extension.delivery import (
     secret_path,
 )
 from aggregator.extension.source import ExtensionSource
+from aggregator.model.lifecycle import ClusterView
 from aggregator.observe.sources import CLUSTERS
 from core.errors import ConfigError
 from testenv.gardener import DELETED_AT, cluster
@@ -119,6 +120,34 @@ async def test_a_deletion_takes_the_shoot_part_away_before_the_finalizer() -> No
     assert PATH in kube.objects and MR not in kube.objects  # the ManagedResource first
     await passes(kube)
     assert PATH not in kube.objects and delivered(kube) == set()
+
+
+async def test_a_deletion_waits_for_the_resource_manager_and_a_force_deletion_does_not() -> None:
+    kube = world()
+    await passes(kube)
+    kube.objects[MR]["metadata"]["finalizers"] = ["resources.gardener.cloud/gardener-resource-manager"]
+    kube.objects[PATH]["metadata"]["deletionTimestamp"] = DELETED_AT
+    await passes(kube, 3)
+    # The shoot beyond reach: the resource manager never lets the ManagedResource go.
+    assert PATH in kube.objects and status_writes(kube)[-1] == ("Delete", "Processing")
+    assert delivered(kube) == {MR, *SECRETS}
+
+    # The Shoot confirmed for force deletion: nothing of the shoot's is waited on.
+    deleting = cluster(NS, deleting=True, force_deletion="true")
+    kube.put(f"{CLUSTERS}/{NS}", deleting)
+    await passes(kube)
+    assert PATH not in kube.objects  # Delete Succeeded, then the finalizer gone
+    assert delivered(kube) == {MR}  # its Secrets gone; gardenlet finalizes what it left
+    assert kube.objects[MR]["metadata"].get("deletionTimestamp")
+    assert status_writes(kube)[-1] == ("Delete", "Succeeded")
+
+
+@pytest.mark.parametrize(
+    ("value", "force"),
+    [("true", True), ("True", True), ("1", True), ("t", True), ("yes", False), ("", False), (None, False)],
+)
+def test_force_deletion_is_read_as_gardeners_parse_bool(value: str | None, force: bool) -> None:
+    assert ClusterView.from_object(cluster(NS, force_deletion=value)).force_deletion is force
 
 
 async def test_a_migration_leaves_the_objects_in_the_shoot_and_a_restore_takes_them_over() -> None:

@@ -22,8 +22,13 @@ class Judged:
 
 
 def test_the_condition_says_when_protection_is_off_and_why() -> None:
-    assert health(Judged(), "") == health(Judged(phase=Phase.DOWN), "")
+    assert health(Judged(), "") == health(Judged(phase=Phase.CONFIRMING), "")
     assert health(Judged(), "").status == "True"
+    down, restoring = health(Judged(phase=Phase.DOWN), ""), health(Judged(phase=Phase.RECOVERING), "")
+    assert (down.status, down.reason) == ("True", "ControllersHeldDown")
+    assert (restoring.status, restoring.reason) == ("True", "ControllersRestoring")
+    # The verdict's changing words stay out: one write per phase, not per tick.
+    assert down == health(Judged(phase=Phase.DOWN, reason="10/10 stale (100%) for 3.7s"), "")
     assert health(None, "").status == "Progressing"
     assert health(Judged(phase=Phase.STARTING), "").status == "Progressing"
     off = health(Judged(), "secret shoot-access-dwd-lease-aggregator: no token")

@@ -4,7 +4,7 @@
 // builds it in the same `go build` as gardener-resource-manager, so it decodes, judges and
 // renders with the very code (and the very release) the seed's components run.
 //
-// Four verbs (argv[1]; none: check), each reading JSON on stdin and writing JSON on stdout:
+// Five verbs (argv[1]; none: check), each reading JSON on stdin and writing JSON on stdout:
 //
 //	check            an array of objects -> an array of error strings, one per object, "" for
 //	                 one that decodes. "Strictly": sigs.k8s.io/json's UnmarshalStrict,
@@ -21,6 +21,9 @@
 //	                 reconciler renders it, with the seed's name injected as it injects it.
 //	find-images      an array of imageRequests -> an array of imageAnswers: an image as
 //	                 Gardener's image vector resolves it under an overwrite.
+//	force-deletion   an array of Clusters -> an array of "true" or "false": whether the Shoot
+//	                 each embeds is confirmed for force deletion, by the extensions library's
+//	                 ShootFromCluster and v1beta1helper.ShootNeedsForceDeletion.
 package main
 
 import (
@@ -29,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
@@ -76,10 +80,11 @@ func main() {
 		"check-extension": checkExtensions,
 		"render-chart":    renderChart,
 		"find-images":     findImages,
+		"force-deletion":  forceDeletion,
 	}
 	run, ok := verbs[verb]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "unknown verb %q: want check, check-extension, render-chart or find-images\n", verb)
+		fmt.Fprintf(os.Stderr, "unknown verb %q: want check, check-extension, render-chart, find-images or force-deletion\n", verb)
 		os.Exit(2)
 	}
 	out, err := run(os.Stdin)
@@ -247,6 +252,26 @@ func viaExtensions(cluster *extensionsv1alpha1.Cluster) error {
 		return fmt.Errorf("CloudProfileFromCluster: %w", err)
 	}
 	return nil
+}
+
+func forceDeletion(in io.Reader) (any, error) {
+	objects, err := readArray(in)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(objects))
+	for i, raw := range objects {
+		cluster := &extensionsv1alpha1.Cluster{}
+		if err := checkTyped(raw, extensionsv1alpha1.SchemeGroupVersion.String(), "Cluster", cluster); err != nil {
+			return nil, fmt.Errorf("object %d: %w", i, err)
+		}
+		shoot, err := extensions.ShootFromCluster(cluster)
+		if err != nil {
+			return nil, fmt.Errorf("object %d: ShootFromCluster: %w", i, err)
+		}
+		out[i] = strconv.FormatBool(v1beta1helper.ShootNeedsForceDeletion(shoot))
+	}
+	return out, nil
 }
 
 func joined(errs []string) error {
