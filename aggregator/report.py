@@ -41,6 +41,8 @@ class TargetStatus:
     blocked: Refusal | None = None
     # Why the view of the shoot is not trusted now ("" when it is).
     view: str = "not listed yet"
+    # The view is fresh and waits out a lease duration before it is trusted: starting to judge.
+    view_opening: bool = False
     error: str = ""
     # Per zone of the sample: (candidates, stale), so a whole-zone outage shows as one.
     zones: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -86,12 +88,13 @@ class Reporter:
     def view(self, view: TrustWindow) -> None:
         """The view as the tick starts: ``dwd_target_synced`` says whether the watches have
         listed and are fresh, and is written only here."""
-        self.status.view = view.why
+        self.gaps(view)
         self.metrics.synced.set(1 if view.since is not None else 0, target=self.name)
 
     def gaps(self, view: TrustWindow) -> None:
         """Why the view is not trusted after the interlocks (a failed probe or LIST is a gap)."""
         self.status.view = view.why
+        self.status.view_opening = view.since is not None and bool(view.why)
 
     def ticked(self, seconds: float) -> None:
         # Every target shares the loop: a slow tick is a gap in the others' too (bench/seed.py).

@@ -93,6 +93,22 @@ def force_deletions(clusters: Sequence[dict[str, Any]], timeout_s: float = 60.0)
     return [a == "true" for a in answers]
 
 
+def shoot_conditions(
+    asked: Sequence[tuple[dict[str, Any], dict[str, Any] | None]],
+    threshold: str = "5m",
+    timeout_s: float = 60.0,
+) -> list[tuple[str, str, str]]:
+    """What gardenlet's shoot care makes of each (Extension, its controller's heartbeat Lease or
+    None) for the Shoot's ``SystemComponentsHealthy`` (``checker.CheckExtensionCondition``, with
+    ``threshold`` for outdated reports): (status, reason, message) of the condition it forces, or
+    ("", "", "") where it leaves the Shoot's condition to its other checks."""
+    payload = [{"extension": ext, "heartbeat": beat, "threshold": threshold} for ext, beat in asked]
+    answers = json.loads(_run("shoot-condition", payload, timeout_s))
+    if not isinstance(answers, list) or len(answers) != len(asked):
+        raise RuntimeError(f"{CHECKER.name} answered {str(answers)[:200]!r} for {len(asked)} requests")
+    return [(str(a["status"]), str(a["reason"]), str(a["message"])) for a in answers]
+
+
 @dataclass(frozen=True)
 class GardenletValues:
     """What gardenlet makes its ``gardener.*`` chart values of: the Seed it runs for (a

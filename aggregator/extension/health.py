@@ -41,6 +41,8 @@ class Judged(Protocol):
     def reason(self) -> str: ...
     @property
     def view(self) -> str: ...
+    @property
+    def view_opening(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,9 @@ def health(status: Judged | None, error: str) -> Health:
     error its last life ended with ("" for none)."""
     if error:
         return Health("False", "ProtectionOff", f"dwd-lease cannot protect this shoot: {error}")
-    if status is None or status.phase is Phase.STARTING:
+    # A view waiting out its first lease duration is no lack of one: a leader's start would
+    # otherwise turn every shoot's condition False for that long.
+    if status is None or status.phase is Phase.STARTING or (status.view and status.view_opening):
         return Health(
             "Progressing", "ProtectionStarting", "dwd-lease is starting to judge the agents' leases"
         )

@@ -35,7 +35,7 @@ from testenv.client import Client, node_leases
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import ControlPlane, ensure_node, free_port
 from testenv.gardener import cluster, extension, module_crds
-from testenv.gardener_types import extension_verdicts, strict_errors
+from testenv.gardener_types import extension_verdicts, shoot_conditions, strict_errors
 from testenv.process import Process
 from testenv.shoot import Shoot
 from testenv.wait import wait_for
@@ -169,6 +169,9 @@ def test_a_new_shoot_gets_its_agents_from_one_reconcile_and_an_opted_out_one_non
     print(f"{NS}: {condition['type']}={condition['status']} {condition['reason']}: {condition['message']}")
     beat = a.admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gardener-extension-heartbeat")
     assert beat["spec"]["holderIdentity"] == "dwd-lease" and beat["spec"]["renewTime"]
+    ((status, reason, message),) = shoot_conditions([(a.admin.get(_extension_path(NS)), beat)])
+    print(f"  gardenlet's shoot care: {status} {reason}: {message}")
+    assert (status, reason) == ("False", "ExtensionUnhealthyReport") and condition["message"] in message
 
 
 def test_a_migration_keeps_the_agents_and_the_replicas_and_leaves_nothing_behind(
@@ -185,7 +188,9 @@ def test_a_migration_keeps_the_agents_and_the_replicas_and_leaves_nothing_behind
     wait_for(
         lambda: answered(a.admin, NS, "Migrate"), 60, f"the migration answered (log: {a.controller.log_path})"
     )
-    print(f"\nmigrate in seed a: {verdict(a.admin, NS)[:2]}")
+    kind, state, said = verdict(a.admin, NS)
+    print(f"\nmigrate in seed a: {kind} {state}, gardenlet says {said or 'ready'}")
+    assert (kind, state, said) == ("Migrate", "Succeeded", "")
     assert a.admin.get(_extension_path(NS))["metadata"].get("finalizers") in (None, [])
     a.admin.delete(_extension_path(NS))
     assert not _exists(a.admin, _extension_path(NS))
@@ -241,8 +246,10 @@ def test_a_cut_is_told_on_the_extension_and_a_force_deletion_waits_on_nothing_in
         said.append(_reason(b.admin, "ProtectionActive", 30, b.controller))
     finally:
         agents.close()
-    for condition in said:
+    for condition, shoots in said:
         print(f"{condition['type']}={condition['status']} {condition['reason']}: {condition['message']}")
+        print(f"  gardenlet's shoot care: {shoots or 'the Shoot condition left to its other checks'}")
+        assert shoots == ""
 
     cp.stop_apiserver()
     try:
@@ -250,23 +257,31 @@ def test_a_cut_is_told_on_the_extension_and_a_force_deletion_waits_on_nothing_in
         b.admin.delete(_extension_path(NS))
         wait_for(lambda: _deleting(b.admin), 30, "the ManagedResource deleted")
         time.sleep(5)  # the resource manager cannot reach the shoot: nothing moves
-        assert verdict(b.admin, NS)[:2] == ("Delete", "Processing") and _deleting(b.admin)
+        kind, state, judged = verdict(b.admin, NS)
+        print(f"delete with the shoot's API server gone: {kind} {state}, gardenlet says {judged}")
+        assert (kind, state) == ("Delete", "Processing") and judged and _deleting(b.admin)
         b.admin.merge_patch(f"{CLUSTERS}/{NS}", cluster(NS, deleting=True, force_deletion="true"))
         wait_for(lambda: not _exists(b.admin, _extension_path(NS)), 30, "the Extension gone")
         assert [p for p in _secrets(NS) if _exists(b.admin, p)] == []
         assert _deleting(b.admin)  # gardenlet's force deletion finalizes it
         assert b.shoot.replicas() == CONTROLLERS and ours_in(b.admin, NS) == [managed_resource_path(NS)]
-        print("delete with the shoot's API server gone: Processing; force-deleted: the Extension gone")
+        print("force-deleted: the Extension gone, its Secrets gone, the ManagedResource left to gardenlet")
     finally:
         cp.start_apiserver()
 
 
-def _reason(admin: Client, reason: str, timeout_s: float, controller: Process) -> dict[str, Any]:
+def _reason(admin: Client, reason: str, timeout_s: float, controller: Process) -> tuple[dict[str, Any], str]:
+    """Our condition once it says ``reason``, and what gardenlet's shoot care makes of it for the
+    Shoot's (with the controller's heartbeat; "" where it leaves that to the other checks)."""
+
     def said() -> dict[str, Any] | None:
         condition = _condition(admin, NS, "True")
         return condition if condition is not None and condition["reason"] == reason else None
 
-    return dict(wait_for(said, timeout_s, f"SystemComponentsHealthy {reason} (log: {controller.log_path})"))
+    condition = wait_for(said, timeout_s, f"SystemComponentsHealthy {reason} (log: {controller.log_path})")
+    beat = admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gardener-extension-heartbeat")
+    ((status, why, message),) = shoot_conditions([(admin.get(_extension_path(NS)), beat)])
+    return dict(condition), " ".join(x for x in (status, why, message) if x)
 
 
 def _deleting(admin: Client) -> bool:

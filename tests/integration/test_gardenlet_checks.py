@@ -1,6 +1,8 @@
 """gardenlet's own code run on our objects, through our checker built from Gardener's release
 (testenv/gardener_types.py): its verdict on an Extension (``health.CheckExtensionObject``, one
-case per condition it checks), the extension registration kinds decoded strictly, and a chart
+case per condition it checks), what its shoot care makes of our health condition
+(``checker.CheckExtensionCondition``), how it reads a force deletion, the extension
+registration kinds decoded strictly, and a chart
 rendered by its ``chartrenderer`` with the values gardenlet mixes in, then applied to a real
 kube-apiserver."""
 
@@ -8,12 +10,16 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from aggregator.extension.health import Health, health, heartbeat
 from aggregator.model.lifecycle import ClusterView
+from aggregator.model.verdict import Phase
 from core.errors import NotFound, TooManyRequests
 from testenv import binaries, gardener_types, grm
 from testenv.apply import RESOURCES, apply
@@ -102,6 +108,50 @@ def test_force_deletion_is_read_as_gardener_reads_it() -> None:
     ours = [ClusterView.from_object(c).force_deletion for c in clusters]
     print("force deletion:", dict(zip(map(repr, FORCE_VALUES), gardeners, strict=True)))
     assert ours == gardeners and any(gardeners) and not all(gardeners)
+
+
+@dataclass
+class _Judged:
+    phase: Phase = Phase.HEALTHY
+    judging: bool = True
+    reason: str = "0/10 stale"
+    view: str = ""
+    view_opening: bool = False
+
+
+def _reported(said: Health, beat_age_s: float | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """An Extension carrying ``said`` as the reconciler writes it, and its controller's heartbeat
+    Lease as it renews it, ``beat_age_s`` ago (None: no heartbeat)."""
+    now = datetime.now(UTC)
+    obj = _ext()
+    obj["status"]["conditions"] = [said.condition(now.strftime("%Y-%m-%dT%H:%M:%SZ"), None)]
+    if beat_age_s is None:
+        return obj, None
+    renewed = (now - timedelta(seconds=beat_age_s)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return obj, heartbeat(NS, "dwd-lease", 30, renewed)
+
+
+def test_gardenlet_reads_our_condition_into_the_shoots_as_we_mean_it() -> None:
+    """Each condition the extension writes, read by gardenlet's shoot care with the heartbeat
+    beside it: protection on or acting leaves the Shoot's SystemComponentsHealthy to its other
+    checks, starting is Progressing, off is False with our words, and a controller whose heartbeat
+    stopped has its report read as outdated."""
+    cases = [
+        ("judging", health(_Judged(), ""), 10.0, ""),
+        ("holding down", health(_Judged(phase=Phase.DOWN), ""), 10.0, ""),
+        ("restoring", health(_Judged(phase=Phase.RECOVERING), ""), 10.0, ""),
+        ("view opening", health(_Judged(view="not listed yet", view_opening=True), ""), 10.0, "Progressing"),
+        ("too few agents", health(_Judged(judging=False, reason="2 candidates"), ""), 10.0, "False"),
+        ("heartbeat stopped", health(_Judged(), ""), 600.0, "Unknown"),
+        ("no heartbeat", health(_Judged(), ""), None, "Unknown"),
+    ]
+    answers = gardener_types.shoot_conditions([_reported(said, age) for _, said, age, _ in cases])
+    for (why, said, _, expected), (status, reason, message) in zip(cases, answers, strict=True):
+        shoots = f"{status} {reason}" if status else "(left to its other checks)"
+        print(f"{why}: ours {said.status} {said.reason}; the Shoot's: {shoots}")
+        assert status == expected, f"{why}: {status} {reason}: {message}"
+        if status == "False":
+            assert message.endswith(said.message), message
 
 
 def _registration(**resource: Any) -> dict[str, Any]:

@@ -19,6 +19,7 @@ class Judged:
     judging: bool = True
     reason: str = "3/10 stale"
     view: str = ""
+    view_opening: bool = False
 
 
 def test_the_condition_says_when_protection_is_off_and_why() -> None:
@@ -35,6 +36,8 @@ def test_the_condition_says_when_protection_is_off_and_why() -> None:
     assert (off.status, off.reason) == ("False", "ProtectionOff") and off.message.endswith("no token")
     blind = health(Judged(view="leases: watch failed 40s ago"), "")
     assert blind.status == "False" and "no trusted view" in blind.message
+    opening = health(Judged(judging=False, view="not listed yet", view_opening=True), "")
+    assert opening.status == "Progressing"
     few = health(Judged(judging=False, reason="2 candidates, fewer than 3"), "")
     assert few.status == "False" and few.message.endswith("2 candidates, fewer than 3")
 

@@ -4,7 +4,7 @@
 // builds it in the same `go build` as gardener-resource-manager, so it decodes, judges and
 // renders with the very code (and the very release) the seed's components run.
 //
-// Five verbs (argv[1]; none: check), each reading JSON on stdin and writing JSON on stdout:
+// Six verbs (argv[1]; none: check), each reading JSON on stdin and writing JSON on stdout:
 //
 //	check            an array of objects -> an array of error strings, one per object, "" for
 //	                 one that decodes. "Strictly": sigs.k8s.io/json's UnmarshalStrict,
@@ -24,6 +24,10 @@
 //	force-deletion   an array of Clusters -> an array of "true" or "false": whether the Shoot
 //	                 each embeds is confirmed for force deletion, by the extensions library's
 //	                 ShootFromCluster and v1beta1helper.ShootNeedsForceDeletion.
+//	shoot-condition  an array of conditionRequests -> an array of conditionAnswers: what
+//	                 gardenlet's shoot care makes of an Extension's SystemComponentsHealthy
+//	                 (checker.CheckExtensionCondition, given its controller's heartbeat Lease):
+//	                 the Shoot's condition it forces, or status "" where it lets the others decide.
 package main
 
 import (
@@ -34,6 +38,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
 
 	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
 	gardencorev1 "github.com/gardener/gardener/pkg/apis/core/v1"
@@ -51,14 +58,18 @@ import (
 	"github.com/gardener/gardener/pkg/utils/imagevector"
 	kubernetesutils "github.com/gardener/gardener/pkg/utils/kubernetes"
 	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
+	healthchecker "github.com/gardener/gardener/pkg/utils/kubernetes/health/checker"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 	apimachineryversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/component-base/featuregate"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	kjson "sigs.k8s.io/json"
 )
@@ -81,10 +92,11 @@ func main() {
 		"render-chart":    renderChart,
 		"find-images":     findImages,
 		"force-deletion":  forceDeletion,
+		"shoot-condition": shootCondition,
 	}
 	run, ok := verbs[verb]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "unknown verb %q: want check, check-extension, render-chart, find-images or force-deletion\n", verb)
+		fmt.Fprintf(os.Stderr, "unknown verb %q: want check, check-extension, render-chart, find-images, force-deletion or shoot-condition\n", verb)
 		os.Exit(2)
 	}
 	out, err := run(os.Stdin)
@@ -270,6 +282,65 @@ func forceDeletion(in io.Reader) (any, error) {
 			return nil, fmt.Errorf("object %d: ShootFromCluster: %w", i, err)
 		}
 		out[i] = strconv.FormatBool(v1beta1helper.ShootNeedsForceDeletion(shoot))
+	}
+	return out, nil
+}
+
+type conditionRequest struct {
+	Extension json.RawMessage `json:"extension"`
+	// The controller's heartbeat Lease; null for none (gardenlet then reads the report as
+	// outdated, as for a controller that never beat).
+	Heartbeat json.RawMessage `json:"heartbeat"`
+	// gardenlet's staleExtensionHealthChecks threshold.
+	Threshold string `json:"threshold"`
+}
+
+type conditionAnswer struct {
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+}
+
+func shootCondition(in io.Reader) (any, error) {
+	var requests []conditionRequest
+	if err := json.NewDecoder(in).Decode(&requests); err != nil {
+		return nil, fmt.Errorf("stdin: not a JSON array of condition requests: %w", err)
+	}
+	checker := healthchecker.NewHealthChecker(logr.Discard(), nil, clock.RealClock{})
+	out := make([]conditionAnswer, len(requests))
+	for i, req := range requests {
+		ext := &extensionsv1alpha1.Extension{}
+		if err := checkTyped(req.Extension, extensionsv1alpha1.SchemeGroupVersion.String(), "Extension", ext); err != nil {
+			return nil, fmt.Errorf("request %d: extension: %w", i, err)
+		}
+		var heartbeat *metav1.MicroTime
+		if len(req.Heartbeat) > 0 && string(req.Heartbeat) != "null" {
+			lease := &coordinationv1.Lease{}
+			if err := checkTyped(req.Heartbeat, coordinationv1.SchemeGroupVersion.String(), "Lease", lease); err != nil {
+				return nil, fmt.Errorf("request %d: heartbeat: %w", i, err)
+			}
+			heartbeat = lease.Spec.RenewTime
+		}
+		threshold, err := time.ParseDuration(req.Threshold)
+		if err != nil {
+			return nil, fmt.Errorf("request %d: threshold: %w", i, err)
+		}
+		var reports []healthchecker.ExtensionCondition
+		for _, c := range ext.Status.Conditions {
+			if c.Type == gardencorev1beta1.ShootSystemComponentsHealthy {
+				reports = append(reports, healthchecker.ExtensionCondition{
+					Condition:          c,
+					ExtensionType:      "Extension",
+					ExtensionName:      ext.Name,
+					ExtensionNamespace: ext.Namespace,
+					LastHeartbeatTime:  heartbeat,
+				})
+			}
+		}
+		initial := v1beta1helper.InitConditionWithClock(clock.RealClock{}, gardencorev1beta1.ShootSystemComponentsHealthy)
+		if c := checker.CheckExtensionCondition(initial, reports, &metav1.Duration{Duration: threshold}); c != nil {
+			out[i] = conditionAnswer{Status: string(c.Status), Reason: c.Reason, Message: c.Message}
+		}
 	}
 	return out, nil
 }
