@@ -30,6 +30,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -367,7 +368,15 @@ def run(
             (tmp / label.replace(" ", "-"), Show(out, Timeline(start), label if len(acts) > 1 else ""), act)
             for label, act in acts
         ]
-        measured = _play(played, nodes)
+        try:
+            measured = _play(played, nodes)
+        except Exception:
+            if keep is None:  # the temporary directory goes: what went wrong is in its logs
+                kept = Path(tempfile.mkdtemp(prefix="dwd-demo-failed-"))
+                with contextlib.suppress(shutil.Error):  # sockets are not copied; the logs are
+                    shutil.copytree(tmp, kept, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+                print(f"the demo failed: its logs are kept in {kept}", file=sys.stderr)
+            raise
         if unprotected:
             Show(out, Timeline(start))(side_by_side(measured, nodes))
         return measured
