@@ -47,7 +47,7 @@ from aggregator.model.settings import Decider
 from core.lease import leases_path, parse_micro_time
 from testenv import workload
 from testenv.client import node_leases
-from testenv.controllers import CONTROLLERS, DOWN, MCM
+from testenv.controllers import CONTROLLERS, DOWN, KCM, MCM
 from testenv.controlplane import ControlPlane, ensure_namespace
 from testenv.hollow import HollowKubelet
 from testenv.kcm import NODE_GRACE_S as GRACE_S
@@ -457,6 +457,22 @@ def _stop_aggregator(stage: Stage) -> None:
     stage.tail = stage.aggregator = None
 
 
+def _kcm_written(stage: Stage, cut_wall: datetime) -> float:
+    """Seconds from the cut to the aggregator's write of KCM's replicas to 0, by its log."""
+    assert stage.aggregator is not None
+    at = [
+        datetime.fromisoformat(e["timestamp"])
+        for e in json_log(stage.aggregator.log_path)
+        if e.get("event") == "resource_scaling"
+        and e.get("resource") == KCM
+        and e.get("replicas_to") == 0
+        and datetime.fromisoformat(e["timestamp"]) > cut_wall
+    ]
+    if not at:
+        raise TimeoutError(f"demo: KCM at 0 with no write of it in {stage.aggregator.log_path}")
+    return (at[0] - cut_wall).total_seconds()
+
+
 def _cut(stage: Stage) -> datetime:
     """The load balancer closed: the nodes lose KAPI, KAPI itself is fine. Returns when, on the
     wall clock (the leases' renewTimes are on it)."""
@@ -535,8 +551,10 @@ def _act_unprotected(
     }
 
 
-def _scaled_down(stage: Stage) -> dict[str, float]:
-    """MCM first, then every controller at 0; measured from the cut and from the last renewal."""
+def _scaled_down(stage: Stage, cut_wall: datetime) -> dict[str, float]:
+    """MCM first, then every controller at 0; measured from the cut and from the last renewal:
+    as seen by the demo's polling, and as the aggregator logged KCM's write (a poll is late by
+    up to its own round of requests)."""
     tl, replicas = stage.tl, stage.replicas
     wait(lambda: replicas().get(MCM) == 0, 120, "MCM scaled down", stage.tick)
     tl.mark("mcm_down")
@@ -547,11 +565,14 @@ def _scaled_down(stage: Stage) -> dict[str, float]:
     last_renewal = max(
         parse_micro_time(lease["spec"]["renewTime"]) for lease in node_leases(stage.w["shoot_admin"]).values()
     )
+    written = _kcm_written(stage, cut_wall)
     stage.show(
         f"protected: MCM down {tl.since('cut', 'mcm_down'):.1f}s and KCM down "
-        f"{tl.since('cut', 'all_down'):.1f}s after the cut (KCM's node grace period is 40-50s)"
+        f"{tl.since('cut', 'all_down'):.1f}s after the cut (KCM's replicas written 0 at "
+        f"{written:.1f}s, the aggregator's log; KCM's node grace period is 40-50s)"
     )
     return {
+        "cut_to_kcm_written_s": written,
         "last_renewal_to_mcm_down_s": (mcm_down_wall - last_renewal).total_seconds(),
         "last_renewal_to_kcm_down_s": (all_down_wall - last_renewal).total_seconds(),
         "cut_to_mcm_down_s": tl.since("cut", "mcm_down"),
@@ -604,8 +625,8 @@ def _act_protected(
     """Act 2: the same cut with the aggregator acting."""
     stage.show(">>> act 2, protection: the aggregator with its defaults")
     _aggregator(stage, tmp, env_base, overrides, "aggregator.log")
-    _cut(stage)
-    measured = _scaled_down(stage)
+    cut_wall = _cut(stage)
+    measured = _scaled_down(stage, cut_wall)
     _hold_past_grace(stage)
     _restored(stage)
     return {
