@@ -119,6 +119,8 @@ class Live:
 def render(tracks: Sequence[Track], now: float) -> list[str]:
     """The board framed for a terminal of this width (a line as wide would wrap, and the
     cursor-up that redraws it would count one line short)."""
-    width = shutil.get_terminal_size((100, 24)).columns - 1
-    rule = "─" * min(width, 78)
-    return [rule, *board(tracks, now, width), rule]
+    # A terminal that reports no size (a bare pty) reads as 0 columns.
+    width = max(60, shutil.get_terminal_size((100, 24)).columns - 1)
+    lines = board(tracks, now, width)
+    rule = "─" * max(len(line) for line in lines)
+    return [rule, *lines, rule]
