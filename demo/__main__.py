@@ -1,4 +1,5 @@
-"""``make demo``: python -m demo [--fast] [--protected-only] [--keep DIR] [--setting DWD_NAME=VALUE]..."""
+"""``make demo``: python -m demo [--fast] [--protected-only] [--keep DIR] [--picture FILE] [--plain]
+[--setting DWD_NAME=VALUE]..."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ def main() -> int:
     parser.add_argument("--protected-only", action="store_true", help="act 2 alone, without act 1")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep its logs in DIR")
     parser.add_argument(
+        "--picture",
+        type=Path,
+        metavar="FILE",
+        help="the race drawn as an SVG (default: demo-result.svg in DIR of --keep, else here)",
+    )
+    parser.add_argument(
+        "--plain", action="store_true", help="a line per sample on a terminal too, not the board"
+    )
+    parser.add_argument(
         "--setting",
         action="append",
         default=[],
@@ -42,6 +52,8 @@ def main() -> int:
             overrides=settings or None,
             unprotected=not args.protected_only,
             keep=args.keep,
+            picture=args.picture or (args.keep or Path()) / "demo-result.svg",
+            live=False if args.plain else None,
         )
     except TimeoutError as e:
         print(e, file=sys.stderr)

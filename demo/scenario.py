@@ -45,6 +45,9 @@ from aggregator.model.observed import KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FR
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.model.settings import Decider
 from core.lease import leases_path, parse_micro_time
+from demo import picture as draw
+from demo.live import Live
+from demo.track import Sample, Track, status_line
 from testenv import workload
 from testenv.client import node_leases
 from testenv.controllers import CONTROLLERS, DOWN, KCM, MCM
@@ -94,22 +97,50 @@ class Timeline:
 
 
 class Show:
-    """Prints what happens, as it happens; ``label`` says which act's world (both play at once)."""
+    """Prints what happens, as it happens, and keeps each sample of its world (``track``) for the
+    picture; ``label`` says which act's world (both play at once). On a terminal (``live``) a
+    sample redraws the board of both worlds instead of printing a line."""
 
-    def __init__(self, out: TextIO | None, timeline: Timeline, label: str = "") -> None:
+    def __init__(
+        self,
+        out: TextIO | None,
+        timeline: Timeline,
+        label: str = "",
+        *,
+        track: Track | None = None,
+        live: Live | None = None,
+    ) -> None:
         self.out = out
         self.timeline = timeline
         self.prefix = f"{label:13} | " if label else ""
+        self.track = track or Track(label, timeline.marks)
+        self.live = live
+        self.last_status = ""
 
     # Both acts print from threads of their own: a line is written whole.
     lock = threading.Lock()
 
     def __call__(self, text: str) -> None:
-        if self.out is not None:
-            line = f"[{time.monotonic() - self.timeline.start:6.1f}s] {self.prefix}{text}\n"
-            with self.lock:
-                self.out.write(line)
-                self.out.flush()
+        if self.out is None:
+            return
+        line = f"[{time.monotonic() - self.timeline.start:6.1f}s] {self.prefix}{text}\n"
+        if self.live is not None:
+            self.live.say(line)
+            return
+        with self.lock:
+            self.out.write(line)
+            self.out.flush()
+
+    def sample(self, sample: Sample) -> None:
+        """Kept for the picture; shown on the board, or as a line when it differs from the last."""
+        self.track.samples.append(sample)
+        if self.live is not None:
+            self.live.update()
+            return
+        status = status_line(sample)
+        if status != self.last_status:
+            self(status)
+            self.last_status = status
 
 
 def lease_ages(admin: Any) -> list[float]:
@@ -282,7 +313,6 @@ class Stage:
     together: threading.Barrier | None = None
     tail: LogTail | None = None
     aggregator: Process | None = None
-    last_status: str = ""
     # From the cut on: the most nodes Unknown at once, the fewest ready endpoints, and when
     # each node was first seen Unknown.
     unknown: int = 0
@@ -302,25 +332,27 @@ class Stage:
                 detail = {k: v for k, v in e.items() if k not in ("event", "timestamp", "level", "target")}
                 self.show(f"aggregator: {e['event']} {detail}")
         ages = lease_ages(self.w["shoot_admin"])
-        fresh = sum(1 for a in ages if a < 4)
-        r = self.replicas()
+        replicas = self.replicas()
         o = workload.observe(self.w["shoot_admin"])
-        ready = sum(1 for v in o.nodes.values() if v == "True")
-        status = (
-            f"leases renewed in the last 4s: {fresh}/{len(ages)}   "
-            f"KCM {r.get('kube-controller-manager')} ({self.w['kcm'].count()} running)  "
-            f"MCM {r.get('machine-controller-manager')}  CA {r.get('cluster-autoscaler')}   "
-            f"nodes Ready {ready}/{len(o.nodes)}, Unknown {len(o.unknown())}   "
-            f"ready endpoints {o.ready_endpoints}/{self.nodes}"
+        self.show.sample(
+            Sample(
+                at=time.monotonic(),
+                leases_renewed=sum(1 for a in ages if a < 4),
+                leases=len(ages),
+                replicas=replicas,
+                kcm_running=self.w["kcm"].count(),
+                nodes_ready=sum(1 for v in o.nodes.values() if v == "True"),
+                nodes_seen=len(o.nodes),
+                nodes_unknown=len(o.unknown()),
+                endpoints=o.ready_endpoints,
+                nodes=self.nodes,
+            )
         )
         self.unknown = max(self.unknown, len(o.unknown()))
         self.min_endpoints = min(self.min_endpoints, o.ready_endpoints)
         if "cut" in self.tl.marks:
             for n in o.unknown():
                 self.unknown_at.setdefault(n, time.monotonic() - self.tl.marks["cut"])
-        if status != self.last_status:
-            self.show(status)
-            self.last_status = status
 
     def healthy(self, *, renewing: bool = True) -> bool:
         """Every node Ready, every endpoint ready, KCM running and (``renewing``) every agent
@@ -344,12 +376,16 @@ def run(
     unprotected: bool = True,
     renewals: list[float] | None = None,
     keep: Path | None = None,
+    picture: Path | None = None,
+    live: bool | None = None,
 ) -> dict[str, float]:
     """Runs the scenario: without protection (``unprotected``: the aggregator in dry-run beside
     KCM) and with it, each act in a world of its own, both at once and cut at the same moment;
     returns the measured times in seconds. ``renewals`` gets, from act 1, each kubelet lease's
     last renewal in seconds from the cut; ``keep`` is a directory for the logs and kubeconfigs
-    (kept), else a temporary one."""
+    (kept), else a temporary one; ``picture`` a file for the race drawn (demo/picture.py);
+    ``live`` shows a board redrawn in place instead of a line per sample, by default where
+    ``out`` is a terminal."""
     overrides = {"DWD_NODE_GRACE": "0s", **(overrides or {})}
     start = time.monotonic()
     env_base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
@@ -364,9 +400,9 @@ def run(
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
         tmp = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dwd-demo-")))
+        shows = _shows(out, start, [label for label, _ in acts], live)
         played = [
-            (tmp / label.replace(" ", "-"), Show(out, Timeline(start), label if len(acts) > 1 else ""), act)
-            for label, act in acts
+            (tmp / label.replace(" ", "-"), show, act) for (label, act), show in zip(acts, shows, strict=True)
         ]
         try:
             measured = _play(played, nodes)
@@ -377,9 +413,32 @@ def run(
                     shutil.copytree(tmp, kept, dirs_exist_ok=True, ignore_dangling_symlinks=True)
                 print(f"the demo failed: its logs are kept in {kept}", file=sys.stderr)
             raise
-        if unprotected:
-            Show(out, Timeline(start))(side_by_side(measured, nodes))
+        finally:
+            if shows[0].live is not None:
+                shows[0].live.close()
+        summary = side_by_side(measured, nodes) if unprotected else ""
+        if summary:
+            Show(out, Timeline(start))(summary)
+        if picture is not None:
+            picture.parent.mkdir(parents=True, exist_ok=True)
+            picture.write_text(draw.svg([show.track for show in shows], summary))
+            Show(out, Timeline(start))(f"the race as a picture: {picture.resolve()}")
         return measured
+
+
+def _shows(out: TextIO | None, start: float, labels: list[str], live: bool | None) -> list[Show]:
+    """A Show per act, each keeping its world's track; on a terminal (or ``live``) one board
+    for them all."""
+    timelines = [Timeline(start) for _ in labels]
+    tracks = [Track(label, tl.marks) for label, tl in zip(labels, timelines, strict=True)]
+    if live is None:
+        live = out is not None and out.isatty() and os.environ.get("TERM") != "dumb"
+    board = Live(out, tracks) if live and out is not None else None
+    prefixed = len(labels) > 1
+    return [
+        Show(out, tl, track.label if prefixed else "", track=track, live=board)
+        for tl, track in zip(timelines, tracks, strict=True)
+    ]
 
 
 def _play(played: list[tuple[Path, Show, Act]], nodes: int) -> dict[str, float]:
@@ -415,8 +474,8 @@ def side_by_side(m: dict[str, float], nodes: int) -> str:
     return (
         f"the same cut, side by side: without protection KCM marked {m['unprotected_unknown']:.0f} nodes "
         f"Unknown from {m['unprotected_first_unknown_s']:.0f}s on and left "
-        f"{m['unprotected_endpoints_min']:.0f}/{nodes} endpoints; with it KCM was stopped "
-        f"{m['cut_to_all_down_s']:.0f}s after the cut, "
+        f"{m['unprotected_endpoints_min']:.0f}/{nodes} endpoints; with it KCM was at 0 "
+        f"{m['cut_to_kcm_written_s']:.1f}s after the cut, "
         f"{m['nodes_unknown_max']:.0f} nodes Unknown, {m['endpoints_ready_min']:.0f}/{nodes} endpoints kept"
     )
 
@@ -537,12 +596,12 @@ def _act_unprotected(
         renewals += _kubelet_renewals(stage, cut_wall)
     show(">>> the load balancer is back")
     stage.w["lb"].open()
+    stage.tl.mark("heal")
     # The real kubelet may write into a connection the cut left dead for up to 42 s after the
     # heal (docs/measured.md); on a loaded machine three of ten took more than 90 s once.
     wait(stage.healthy, 150, "every node Ready and every endpoint back", stage.tick)
     show(f"every node Ready again, {nodes}/{nodes} endpoints")
     _stop_aggregator(stage)
-    del stage.tl.marks["cut"]
     return {
         "unprotected_first_unknown_s": unknown_at[0] if unknown_at else math.inf,
         "unprotected_last_unknown_s": unknown_at[-1] if unknown_at else math.inf,
@@ -599,7 +658,7 @@ def _restored(stage: Stage) -> None:
     tl.mark("all_up")
     wait(lambda: stage.w["kcm"].ready() >= 1, 60, "KCM running again", stage.tick)
     stage.show(
-        f"protected: KCM stopped {tl.since('cut', 'all_down'):.0f}s after the cut; at most {stage.unknown} "
+        f"protected: KCM at 0 {tl.since('cut', 'all_down'):.0f}s after the cut; at most {stage.unknown} "
         f"nodes Unknown, {stage.min_endpoints}/{nodes} endpoints kept; all restored "
         f"{tl.since('heal', 'all_up'):.0f}s after the heal"
     )

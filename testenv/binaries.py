@@ -20,13 +20,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from image import lockfile
+from testenv.progress import Progress, StepFailed, run_logged
 
 GO_DIR = Path(__file__).resolve().parent / "go"
 
@@ -156,17 +156,32 @@ def build(
     log: TextIO = sys.stderr,
     only: tuple[Component, ...] = COMPONENTS,
     flavor: Flavor = OPTIMIZED,
+    progress: Progress | None = None,
 ) -> dict[str, Path]:
     """Build any missing binary (of ``only``); returns the path of each. The missing ones of
     one wrapper module go in one ``go build``: its packages are loaded once and the binaries
-    link side by side (kube-controller-manager cost 103 s after kube-apiserver on its own)."""
+    link side by side (kube-controller-manager cost 103 s after kube-apiserver on its own).
+    Each module's fetch and build are steps of ``progress`` (one of its own on ``log`` if none)."""
     out = {c.name: binary_path(c, flavor) for c in only}
     for module_dir in dict.fromkeys(c.module_dir for c in only):
         with building(module_dir.name):
             missing = [c for c in only if c.module_dir == module_dir and (force or not out[c.name].exists())]
             if missing:
-                _build_together(missing, flavor, log)
+                progress = progress or Progress(steps(only, flavor, force=force), log)
+                _build_together(missing, flavor, progress)
     return out
+
+
+def steps(only: tuple[Component, ...], flavor: Flavor, *, force: bool = False) -> int:
+    """How many steps ``build`` takes: its modules' fetch and build, for each with a binary
+    missing (another process may build one meanwhile: then fewer)."""
+    missing = {c.module_dir for c in only if force or not binary_path(c, flavor).exists()}
+    return 2 * len(missing)
+
+
+def build_log(module_dir: Path, flavor: Flavor) -> Path:
+    """Where go's own output of a module's last build goes."""
+    return cache_root() / "logs" / f"{module_dir.name}{flavor.suffix}.log"
 
 
 def go_build_env() -> dict[str, str]:
@@ -247,15 +262,28 @@ def install(built: Path, target: Path) -> None:
     staged.replace(target)
 
 
-def _build_together(components: list[Component], flavor: Flavor, log: TextIO) -> None:
-    started = time.monotonic()
-    names = ", ".join(f"{c.name} {c.version()}{flavor.suffix}" for c in components)
-    print(f"testenv: building {names} (cold builds take minutes)", file=log, flush=True)
-    env = go_build_env()
-    # One module, one pinned release: the same version stamp for each.
-    ldflags = components[0].ldflags()
-    with tempfile.TemporaryDirectory(prefix="dwd-testenv-build-") as tmp:
-        subprocess.run(
+def _build_together(components: list[Component], flavor: Flavor, progress: Progress) -> None:
+    """Two steps: the modules the packages need fetched (``go list -deps`` loads exactly what
+    the build loads), then the build, each said as it starts and ends, go's own output (200
+    lines of "go: downloading" cold, then minutes of nothing) in the module's log."""
+    version = components[0].version()
+    release = f"{components[0].pinned_module.split('/')[1]} {version}"
+    names = _listed([c.name for c in components])
+    quick = " (unoptimized)" if flavor == QUICK else ""
+    log = build_log(components[0].module_dir, flavor)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")  # this build's alone
+    env, cwd = go_build_env(), components[0].module_dir
+    packages = [c.main_package for c in components]
+    with progress.step(
+        f"fetching Go modules for {release}", f"fetched Go modules for {release}", f" (go's output: {log})"
+    ):
+        run_logged(["go", "list", "-deps", *packages], log, cwd=cwd, env=env, stdout=False)
+    with (
+        progress.step(f"building {names} {version}{quick}", f"built {names} {version}{quick}"),
+        tempfile.TemporaryDirectory(prefix="dwd-testenv-build-") as tmp,
+    ):
+        run_logged(
             [
                 "go",
                 "build",
@@ -263,18 +291,22 @@ def _build_together(components: list[Component], flavor: Flavor, log: TextIO) ->
                 # After GOFLAGS' -gcflags, so this one is the one applied.
                 f"-gcflags={flavor.gcflags}",
                 "-ldflags",
-                ldflags,
+                # One module, one pinned release: the same version stamp for each.
+                components[0].ldflags(),
                 "-o",
                 tmp + "/",
-                *(c.main_package for c in components),
+                *packages,
             ],
-            cwd=components[0].module_dir,
+            log,
+            cwd=cwd,
             env=env,
-            check=True,
         )
         for c in components:
             install(Path(tmp) / _go_binary_name(c.main_package), binary_path(c, flavor))
-    print(f"testenv: built {names} in {time.monotonic() - started:.0f}s", file=log, flush=True)
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _go_binary_name(package: str) -> str:
@@ -285,23 +317,30 @@ def _go_binary_name(package: str) -> str:
 
 
 def build_side_by_side(
-    groups: list[tuple[Component, ...]], *, force: bool = False, flavor: Flavor = OPTIMIZED
+    groups: list[tuple[Component, ...]],
+    *,
+    force: bool = False,
+    flavor: Flavor = OPTIMIZED,
+    log: TextIO = sys.stderr,
 ) -> None:
-    """Each group's ``build`` in a thread of its own: the first failure is raised once the
-    others have finished."""
+    """Each group's ``build`` in a thread of its own, their steps numbered together: the first
+    failure is raised once the others have finished."""
+    progress = Progress(sum(steps(only, flavor, force=force) for only in groups), log)
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(groups)) as pool:
-        builds = [pool.submit(build, force=force, only=only, flavor=flavor) for only in groups]
+        builds = [
+            pool.submit(build, force=force, only=only, flavor=flavor, progress=progress) for only in groups
+        ]
         for done in concurrent.futures.as_completed(builds):
             done.result()
 
 
-def build_demo(*, force: bool = False) -> None:
+def build_demo(*, force: bool = False, log: TextIO = sys.stderr) -> None:
     """What ``make demo`` runs, kube-apiserver's go build beside etcd's: nothing where the
     tests' optimized binaries are there, else the quick ones (270 s against 369 s from a warm
     module cache here, docs/measured.md)."""
     if not force and all(binary_path(c).exists() for c in DEMO):
         return
-    build_side_by_side([KUBERNETES, (ETCD,)], force=force, flavor=QUICK)
+    build_side_by_side([KUBERNETES, (ETCD,)], force=force, flavor=QUICK, log=log)
 
 
 def find(only: tuple[Component, ...] = COMPONENTS) -> dict[str, Path]:
@@ -327,5 +366,10 @@ def _best(component: Component) -> Path:
 if __name__ == "__main__":
     # ``python3 -m testenv.binaries``: what ``make demo`` runs, built with the standard library
     # alone, so that it starts before the venv exists and builds while pip installs (a cold
-    # ``make demo`` paid pip's 40 s before the build's first second).
-    build_demo()
+    # ``make demo`` paid pip's 40 s before the build's first second). A failed step says so and
+    # shows the end of go's log, without a traceback through this module.
+    try:
+        build_demo()
+    except StepFailed as e:
+        print(f"testenv: {e}", file=sys.stderr)
+        sys.exit(1)
