@@ -408,10 +408,7 @@ def run(
             measured = _play(played, nodes)
         except Exception:
             if keep is None:  # the temporary directory goes: what went wrong is in its logs
-                kept = Path(tempfile.mkdtemp(prefix="dwd-demo-failed-"))
-                with contextlib.suppress(shutil.Error):  # sockets are not copied; the logs are
-                    shutil.copytree(tmp, kept, dirs_exist_ok=True, ignore_dangling_symlinks=True)
-                print(f"the demo failed: its logs are kept in {kept}", file=sys.stderr)
+                _keep_logs(tmp)
             raise
         finally:
             if shows[0].live is not None:
@@ -424,6 +421,13 @@ def run(
             picture.write_text(draw.svg([show.track for show in shows], summary))
             Show(out, Timeline(start))(f"the race as a picture: {picture.resolve()}")
         return measured
+
+
+def _keep_logs(tmp: Path) -> None:
+    kept = Path(tempfile.mkdtemp(prefix="dwd-demo-failed-"))
+    with contextlib.suppress(shutil.Error):  # sockets are not copied; the logs are
+        shutil.copytree(tmp, kept, dirs_exist_ok=True, ignore_dangling_symlinks=True)
+    print(f"the demo failed: its logs are kept in {kept}", file=sys.stderr)
 
 
 def _shows(out: TextIO | None, start: float, labels: list[str], live: bool | None) -> list[Show]:
