@@ -413,14 +413,20 @@ def run(
         finally:
             if shows[0].live is not None:
                 shows[0].live.close()
-        summary = side_by_side(measured, nodes) if unprotected else ""
-        if summary:
-            Show(out, Timeline(start))(summary)
-        if picture is not None:
-            picture.parent.mkdir(parents=True, exist_ok=True)
-            picture.write_text(draw.svg([show.track for show in shows], summary))
-            Show(out, Timeline(start))(f"the race as a picture: {picture.resolve()}")
+        _tell(
+            Show(out, Timeline(start)), side_by_side(measured, nodes) if unprotected else "", shows, picture
+        )
         return measured
+
+
+def _tell(show: Show, summary: str, shows: list[Show], picture: Path | None) -> None:
+    """The side-by-side summary (if both acts played), and the race drawn into ``picture``."""
+    if summary:
+        show(summary)
+    if picture is not None:
+        picture.parent.mkdir(parents=True, exist_ok=True)
+        picture.write_text(draw.svg([s.track for s in shows], summary))
+        show(f"the race as a picture: {picture.resolve()}")
 
 
 def _keep_logs(tmp: Path) -> None:
