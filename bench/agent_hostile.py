@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench import imagelike
-from bench.agent_footprint import proc_rss_mib
+from bench.sampling import rss_mib
 from bench.table import print_table
 from testenv.pki import CertificateAuthority
 from testenv.process import spawn_python
@@ -57,7 +57,7 @@ def _one(mode: str, tmp: Path, ca: CertificateAuthority, seconds: float) -> tupl
         agent = spawn_python(f"agent-{mode}", "agent", log_path=log, env=env)
         try:
             time.sleep(seconds)
-            peak, now = proc_rss_mib(agent.pid, "VmHWM"), proc_rss_mib(agent.pid)
+            peak, now = rss_mib(agent.pid, "VmHWM"), rss_mib(agent.pid)
         finally:
             agent.stop(5)
         failures = [line for line in log.read_text().splitlines() if "renew_fail" in line or "error" in line]

@@ -357,6 +357,15 @@ class FleetThread:
         future: Future[T] = asyncio.run_coroutine_threadsafe(run(), self._loop)
         return future.result(timeout_s)
 
+    def read(self, fn: Callable[[], T]) -> T:
+        """``fn()`` run on the fleet's loop: its counters and nodes change under a reader in
+        another thread."""
+
+        async def run() -> T:
+            return fn()
+
+        return self.call(run)
+
     def add(self, count: int) -> list[str]:
         return self.call(lambda: self.fleet.add(count))
 
@@ -365,53 +374,29 @@ class FleetThread:
         self.call(lambda: self.fleet.remove(names))
 
     def start_renewing(self) -> None:
-        async def start() -> None:
-            self.fleet.start_renewing()
-
-        self.call(start)
+        self.read(self.fleet.start_renewing)
 
     def silence(self, names: Iterable[str]) -> None:
-        names = list(names)
-        self._loop.call_soon_threadsafe(self.fleet.silence, names)
+        self._loop.call_soon_threadsafe(self.fleet.silence, list(names))
 
     def resume(self, names: Iterable[str] | None = None) -> None:
-        names = None if names is None else list(names)
-        self._loop.call_soon_threadsafe(self.fleet.resume, names)
+        self._loop.call_soon_threadsafe(self.fleet.resume, None if names is None else list(names))
 
     def sent(self, method: str | None = None, resource: str | None = None, code: str | None = None) -> int:
-        """The fleet's own request count, read on its loop (the counter changes under a reader
-        in another thread)."""
-
-        async def read() -> int:
-            return self.fleet.sent(method, resource, code)
-
-        return self.call(read)
+        return self.read(lambda: self.fleet.sent(method, resource, code))
 
     def zones(self) -> dict[str, str]:
-        async def read() -> dict[str, str]:
-            return self.fleet.zones()
-
-        return self.call(read)
+        return self.read(self.fleet.zones)
 
     def at_interval(self, seconds: float) -> frozenset[str]:
-        async def read() -> frozenset[str]:
-            return self.fleet.at_interval(seconds)
-
-        return self.call(read)
+        return self.read(lambda: self.fleet.at_interval(seconds))
 
     def landed(self, start: float, end: float) -> list[int]:
         """Renewals landed in each whole second from ``start`` to ``end`` (time.monotonic())."""
-
-        async def read() -> list[int]:
-            return [self.fleet.landed[t] for t in range(math.ceil(start), math.floor(end))]
-
-        return self.call(read)
+        return self.read(lambda: [self.fleet.landed[t] for t in range(math.ceil(start), math.floor(end))])
 
     def requests(self) -> dict[tuple[str, str, str], int]:
-        async def read() -> dict[tuple[str, str, str], int]:
-            return dict(self.fleet.requests)
-
-        return self.call(read)
+        return self.read(lambda: dict(self.fleet.requests))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

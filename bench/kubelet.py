@@ -30,7 +30,6 @@ import argparse
 import contextlib
 import itertools
 import math
-import statistics
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -40,7 +39,8 @@ from urllib.parse import urlparse
 
 from aggregator.model.observed import KUBELET_JITTER, KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION
 from aggregator.model.settings import Decider
-from bench.agent_footprint import proc_cpu_s, proc_rss_mib
+from bench.sampling import cpu_s, rss_mib
+from bench.stats import min_median_max
 from bench.table import print_table
 from core.lease import parse_micro_time
 from testenv.client import Client
@@ -108,9 +108,6 @@ class Reads(Poller):
     def renewals_between(self, node: str, start: float, end: float) -> list[Seen]:
         return [s for s in self.leases[node] if start <= s.at <= end]
 
-    def first_after(self, series: dict[str, list[Seen]], node: str, start: float) -> Seen | None:
-        return next((s for s in series[node] if s.unseen_at >= start), None)
-
 
 @dataclass
 class Rig:
@@ -170,12 +167,12 @@ class Steady:
 def steady(r: Rig, seconds: float) -> Steady:
     """The kubelets left alone for ``seconds`` on a working path."""
     pids = [k.process.pid for k in r.kubelets if k.process is not None]
-    cpu0 = {pid: proc_cpu_s(pid) for pid in pids}
+    cpu0 = {pid: cpu_s(pid) for pid in pids}
     start = time.time()
     time.sleep(seconds)  # the window measured
     end = time.time()
-    out = Steady(seconds, [], [], [], [], 0, [proc_rss_mib(pid) for pid in pids], [])
-    out.cpu_ms_per_s.extend((proc_cpu_s(pid) - cpu0[pid]) * 1000 / (end - start) for pid in pids)
+    out = Steady(seconds, [], [], [], [], 0, [rss_mib(pid) for pid in pids], [])
+    out.cpu_ms_per_s.extend((cpu_s(pid) - cpu0[pid]) * 1000 / (end - start) for pid in pids)
     for node in r.nodes:
         seen = r.reads.renewals_between(node, start, end)
         out.landing.extend(s.at - s.stamp for s in seen)
@@ -259,14 +256,6 @@ def _recovered(r: Rig, heal: float, marked: Sequence[str]) -> bool:
     renewed = all(any(s.at > heal for s in r.reads.leases[n]) for n in r.nodes)
     ready = all(any(s.at > heal and s.value.startswith("True ") for s in r.reads.ready[n]) for n in marked)
     return renewed and ready
-
-
-def mmm(xs: Sequence[float], digits: int = 1, unit: str = "s") -> str:
-    """min / median / max; "-" for none."""
-    if not xs:
-        return "-"
-    f = f"{{:.{digits}f}}"
-    return f"{f.format(min(xs))} / {f.format(statistics.median(xs))} / {f.format(max(xs))} {unit}"
 
 
 def failed(result: CutResult, node: str, start: float, end: float) -> list[KlogLine]:
@@ -360,14 +349,17 @@ def print_steady(s: Steady, nodes: int) -> None:
         f"({len(s.intervals)} renewal intervals; min / median / max)",
         ["measure", "value"],
         [
-            ["renewTime -> next renewTime (the node's clock)", mmm(s.intervals, 3)],
-            [f"  the same as stretch over {MODEL_INTERVAL_S:g} s", mmm(jitter, 2, "%")],
-            ["the next renewal as our reads saw it (every 100 ms)", mmm(s.seen_intervals, 2)],
-            ["renewTime -> first seen by a read", mmm(s.landing, 3)],
-            [f"a renewTime -> the next renewal seen (model: due {MODEL_DUE_S:.1f} s)", mmm(s.next_seen, 2)],
+            ["renewTime -> next renewTime (the node's clock)", min_median_max(s.intervals, "s", 3)],
+            [f"  the same as stretch over {MODEL_INTERVAL_S:g} s", min_median_max(jitter, "%", 2)],
+            ["the next renewal as our reads saw it (every 100 ms)", min_median_max(s.seen_intervals, "s", 2)],
+            ["renewTime -> first seen by a read", min_median_max(s.landing, "s", 3)],
+            [
+                f"a renewTime -> the next renewal seen (model: due {MODEL_DUE_S:.1f} s)",
+                min_median_max(s.next_seen, "s", 2),
+            ],
             ["NodeStatus posts (an unchanged status)", str(s.status_posts)],
-            ["RSS per hollow kubelet", mmm(s.rss_mib, 1, "MiB")],
-            ["CPU per hollow kubelet", mmm(s.cpu_ms_per_s, 1, "ms/s")],
+            ["RSS per hollow kubelet", min_median_max(s.rss_mib, "MiB")],
+            ["CPU per hollow kubelet", min_median_max(s.cpu_ms_per_s, "ms/s")],
         ],
     )
 
@@ -375,7 +367,7 @@ def print_steady(s: Steady, nodes: int) -> None:
 def _cell(label: str, values: list[float], result: CutResult) -> str:
     if label == _CUT_FIGURES[-1]:
         return f"{sum(values):.0f} of {len(values)} in {result.end - result.heal:.0f} s" if values else "-"
-    return mmm(values, 0, "") if label in _COUNTS else mmm(values, 1)
+    return min_median_max(values, "", 0) if label in _COUNTS else min_median_max(values)
 
 
 def print_cuts(results: Sequence[CutResult]) -> None:
@@ -385,7 +377,9 @@ def print_cuts(results: Sequence[CutResult]) -> None:
         for label in _CUT_FIGURES
     ]
     rows.insert(5, ["back-off waits logged (ensureLease)", *(backoffs(r) for r in results)])
-    rows.insert(6, ["longest wait between failed requests", *(mmm(longest_wait(r)) for r in results)])
+    rows.insert(
+        6, ["longest wait between failed requests", *(min_median_max(longest_wait(r)) for r in results)]
+    )
     print_table(
         "Every load balancer cut, then healed (per node: min / median / max; marked: half the "
         "nodes set Ready=Unknown half-way, as KCM would)",
@@ -404,7 +398,7 @@ def print_model(s: Steady, results: Sequence[CutResult]) -> None:
         [
             "renewal interval (working path)",
             f"{MODEL_INTERVAL_S:g} s, each wait stretched by up to {KUBELET_JITTER:.0%}: at most {top:.1f} s",
-            mmm(s.intervals, 3),
+            min_median_max(s.intervals, "s", 3),
             "yes" if intervals_hold else "NO",
         ],
         [

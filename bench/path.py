@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from bench.stats import percentile
 from bench.table import print_table
 from testenv import netns
 from testenv.chain import AGGREGATOR_DEFAULTS, Chain, agent_counters, agent_record, chain, latencies
@@ -74,14 +75,6 @@ class Level:
     def ok_ratio(self) -> str:
         ok = self.attempted - self.failed
         return f"{ok}/{self.attempted} ({ok / self.attempted:.1%})" if self.attempted else "-"
-
-
-def percentile(xs: Sequence[float], q: float) -> float:
-    """Nearest rank: the smallest value with at least q of them at or below it."""
-    if not xs:
-        return math.nan
-    s = sorted(xs)
-    return s[max(0, math.ceil(q * len(s)) - 1)]
 
 
 def ms(x: float) -> str:
