@@ -1,5 +1,5 @@
 """Agent footprint: RSS and CPU per renewal against a real kube-apiserver, with the interpreter
-settings of the agent's image (bench/imagelike.py)."""
+settings of the agent's image (testenv/imagelike.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import imagelike
 from bench.sampling import cpu_s, rss_mib
 from bench.table import print_table
 from image import build
-from testenv import containers
+from testenv import containers, imagelike
 from testenv.agents import Agents, agents_for
 from testenv.controlplane import ControlPlane
 from testenv.wait import wait_for

@@ -34,7 +34,7 @@ from typing import Any
 
 from aggregator.act import budget
 from bench.fleet import ZONES, Fleet, FleetThread
-from bench.kapi_metrics import Audit, Kapi, audit_args, audited_kubeconfig
+from bench.kapi_metrics import Kapi
 from bench.scale_model import FAST_S
 from bench.scale_scenarios import (
     Run,
@@ -48,6 +48,7 @@ from bench.scale_scenarios import (
 )
 from bench.scale_tables import print_analysis, print_results
 from core.lease import MISSING_MAX_WAIT_S
+from testenv.audit import Audit, audit_args, audited_kubeconfig
 from testenv.controlplane import ControlPlane
 from testenv.shoot import Shoot
 

@@ -15,12 +15,13 @@ import httpx
 
 from aggregator.act import budget
 from bench.fleet import FleetThread
-from bench.kapi_metrics import Audit, Kapi, Series, histogram_quantile, requests
+from bench.kapi_metrics import Kapi, Series, histogram_quantile, requests
 from bench.sampling import Window
 from bench.scale_model import BUDGET, DECIDER, FAST_S, THRESHOLD
 from bench.stats import estimate
 from core.durations import format_duration
 from core.lease import RENEW_INTERVAL
+from testenv.audit import Audit
 from testenv.controllers import CONTROLLERS, DOWN
 from testenv.controlplane import free_port
 from testenv.process import Process

@@ -31,101 +31,38 @@ before it is read, once per cut, and its max since the process started. What the
 refused in each cut is ``dwd_scale_down_blocked_total`` read from the aggregators' /metrics
 before the cut and once the last target's three are at 0: by reason (the label's values, none
 assumed), the refusals and the targets refused. The seed's deployments get a status that
-follows their spec from the benchmark (bench/seedwatch.py), as a deployment controller would.
+follows their spec from the benchmark (testenv/deployment_watch.py), as a deployment controller would.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from aggregator.model.records import RECORD
 from bench.fleet import Fleet, FleetThread
-from bench.kapi_metrics import Audit, Series, audit_args, audited_kubeconfig, parse_metrics
+from bench.kapi_metrics import Series, parse_metrics
 from bench.sampling import cpu_s, rss_mib
-from bench.seedwatch import DeploymentWatch
 from bench.stats import min_median_max
 from bench.table import print_table
-from core.lease import DEFAULT_LEASE_NAMESPACE
-from testenv.apply import RESOURCES, apply, load_docs
-from testenv.client import Client
+from testenv.audit import Audit, audit_args, audited_kubeconfig
 from testenv.controllers import CONTROLLERS
-from testenv.controlplane import ControlPlane, ensure_namespace, free_port
-from testenv.gardener import CLUSTER_CRD, cluster
-from testenv.process import Process, spawn, stop_all
-from testenv.standins import DEPLOYMENTS, deployment
+from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.deployment_watch import DeploymentWatch
+from testenv.targets import SHOOT_USER, access_kubeconfig, aggregators, namespace, populate
 from testenv.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOOT_ACCESS = ROOT / "manifests" / "shoot-access" / "rbac.yaml"
-SECRET = "shoot-access-dwd-lease-aggregator"
-MACHINE_TYPES = 200  # a Cluster of ~25 KB
-SHOOT_USER = "system:serviceaccount:kube-system:dwd-lease-aggregator"
 BLOCKED = "dwd_scale_down_blocked_total"
-
-
-def access_kubeconfig(shoot: ControlPlane) -> str:
-    """A token kubeconfig for the aggregator's service account in the shoot."""
-    with shoot.admin_client() as admin:
-        ensure_namespace(admin, DEFAULT_LEASE_NAMESPACE)
-        apply(admin, load_docs(SHOOT_ACCESS.read_text()))
-        token = admin.create(
-            "/api/v1/namespaces/kube-system/serviceaccounts/dwd-lease-aggregator/token",
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": 7200},
-            },
-        )["status"]["token"]
-    ca = base64.b64encode(shoot.ca_file.read_bytes()).decode()
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "shoot",
-            "clusters": [
-                {"name": "shoot", "cluster": {"server": shoot.url, "certificate-authority-data": ca}}
-            ],
-            "contexts": [{"name": "shoot", "context": {"cluster": "shoot", "user": "aggregator"}}],
-            "users": [{"name": "aggregator", "user": {"token": token}}],
-        }
-    )
-
-
-def populate(seed: Client, targets: int, kubeconfig: str) -> None:
-    RESOURCES.setdefault("Cluster", ("clusters", False))
-    apply(seed, [CLUSTER_CRD])
-    wait_for(lambda: _served(seed), 30, "the Cluster CRD")
-    data = {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}
-    for i in range(targets):
-        ns = f"shoot--bench--s{i:03d}"
-        ensure_namespace(seed, ns)
-        seed.ensure(f"/api/v1/namespaces/{ns}/secrets", {"metadata": {"name": SECRET}, "data": data})
-        for name, replicas in CONTROLLERS.items():
-            seed.ensure(DEPLOYMENTS.format(ns=ns), deployment(name, replicas))
-        seed.ensure(
-            "/apis/extensions.gardener.cloud/v1alpha1/clusters", cluster(ns, machine_types=MACHINE_TYPES)
-        )
-
-
-def _served(seed: Client) -> bool:
-    with contextlib.suppress(Exception):
-        seed.get("/apis/extensions.gardener.cloud/v1alpha1/clusters")
-        return True
-    return False
 
 
 def status(port: int) -> dict[str, Any]:
@@ -174,39 +111,6 @@ def refusals_text(cuts: list[Refusals]) -> str:
         per_cut = f"; each cut {' / '.join(f'{n:.0f}' for n in each)}" if len(cuts) > 1 else ""
         parts.append(f"{reason} {sum(each):.0f} ({len(hit)} targets{per_cut})")
     return ", ".join(parts) or "none"
-
-
-@contextlib.contextmanager
-def aggregators(
-    kubeconfig: Path, code: Path, tmp: Path, replicas: int = 1, shards: int = 1
-) -> Iterator[list[tuple[Process, int]]]:
-    """``replicas`` aggregators; more than one elect on shard Leases (``shards``) in ``garden``."""
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(code),
-        "PYTHONSAFEPATH": "1",
-        "DWD_TARGETS": "gardener",
-        "DWD_SEED_KUBECONFIG": str(kubeconfig),
-        "DWD_NODE_GRACE": "0s",
-        "DWD_LOG_FORMAT": "json",
-    }
-    if replicas > 1:
-        env |= {"DWD_LEADER_ELECTION": "true", "DWD_SHARDS": str(shards)}
-    procs: list[tuple[Process, int]] = []
-    try:
-        for i in range(replicas):
-            port = free_port()
-            argv = [sys.executable, "-m", "aggregator"]
-            with_port = env | {"DWD_METRICS_ADDR": f"127.0.0.1:{port}"}
-            log_path = tmp / f"aggregator-{i}.log"
-            procs.append((spawn(f"aggregator-{i}", argv, log_path=log_path, env=with_port, cwd=tmp), port))
-        yield procs
-    finally:
-        stop_all(p for p, _ in procs)
-
-
-def namespace(i: int) -> str:
-    return f"shoot--bench--s{i:03d}"
 
 
 class Sampler:
@@ -296,7 +200,7 @@ def measure(
             names = fleet.add(nodes)
             fleet.start_renewing()
             with (
-                DeploymentWatch(seed.admin_client) as deps,
+                DeploymentWatch(seed.admin_client, RECORD) as deps,
                 aggregators(kubeconfig, code, tmp, replicas, shards) as procs,
             ):
                 pids, ports = [p.pid for p, _ in procs], [port for _, port in procs]
