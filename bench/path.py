@@ -237,40 +237,54 @@ def detect(c: Chain) -> Detection:
     return Detection(first, all_down)
 
 
+# A table's columns: the header, and the cell of a level.
+Columns = Sequence[tuple[str, Callable[[Level], object]]]
+OK: tuple[str, Callable[[Level], object]] = ("renewals ok / attempted", lambda x: x.ok_ratio)
+P50: tuple[str, Callable[[Level], object]] = ("p50 ms", lambda x: ms(percentile(x.took, 0.5)))
+P99: tuple[str, Callable[[Level], object]] = ("p99 ms", lambda x: ms(percentile(x.took, 0.99)))
+BY_CLASS: tuple[str, Callable[[Level], object]] = (
+    "failures by class",
+    lambda x: ", ".join(f"{k} {v}" for k, v in x.failures_by_class.items()) or "-",
+)
+SCALED: tuple[str, Callable[[Level], object]] = ("scaled down", lambda x: "yes" if x.scaled_down else "no")
+RTT: Columns = (
+    ("added RTT", lambda x: x.name),
+    OK,
+    P50,
+    P99,
+    ("max ms", lambda x: ms(max(x.took, default=math.nan))),
+    ("landed unacknowledged", lambda x: x.unacknowledged),
+    BY_CLASS,
+    ("max stale", lambda x: x.max_stale),
+    ("longest age seen, s", lambda x: f"{x.longest_age_s:.1f}"),
+    SCALED,
+    ("judged", lambda x: "BROKEN" if x.broken else "fine"),
+)
+LOSS: Columns = (
+    ("loss", lambda x: x.name),
+    OK,
+    ("failed renewals", lambda x: x.failed),
+    BY_CLASS,
+    P50,
+    P99,
+    ("longest renewTime gap, s", lambda x: f"{x.longest_gap_s:.1f}"),
+    ("renewTime went back", lambda x: x.went_back),
+    ("max stale at once", lambda x: x.max_stale),
+    SCALED,
+)
+
+
+def print_levels(title: str, columns: Columns, levels: list[Level]) -> None:
+    print_table(title, [h for h, _ in columns], [[cell(x) for _, cell in columns] for x in levels])
+
+
 def print_rtt(levels: list[Level]) -> None:
     seconds = levels[0].seconds if levels else 0
-    print_table(
+    print_levels(
         f"Renewals against added RTT ({len(levels)} levels of "
         f"{seconds:.0f}s, load balancer connections cut half-way)",
-        [
-            "added RTT",
-            "renewals ok / attempted",
-            "p50 ms",
-            "p99 ms",
-            "max ms",
-            "landed unacknowledged",
-            "failures by class",
-            "max stale",
-            "longest age seen, s",
-            "scaled down",
-            "judged",
-        ],
-        [
-            [
-                x.name,
-                x.ok_ratio,
-                ms(percentile(x.took, 0.5)),
-                ms(percentile(x.took, 0.99)),
-                ms(max(x.took, default=math.nan)),
-                x.unacknowledged,
-                ", ".join(f"{k} {v}" for k, v in x.failures_by_class.items()) or "-",
-                x.max_stale,
-                f"{x.longest_age_s:.1f}",
-                "yes" if x.scaled_down else "no",
-                "BROKEN" if x.broken else "fine",
-            ]
-            for x in levels
-        ],
+        RTT,
+        levels,
     )
     first = next((x.name for x in levels if x.broken), None)
     print(f"\nFirst added RTT judged broken: {first or 'none of these'}")
@@ -278,35 +292,10 @@ def print_rtt(levels: list[Level]) -> None:
 
 def print_loss(levels: list[Level]) -> None:
     seconds = levels[0].seconds if levels else 0
-    print_table(
+    print_levels(
         f"Loss soak: random loss each way between every node and its load balancer, {seconds:.0f}s per level",
-        [
-            "loss",
-            "renewals ok / attempted",
-            "failed renewals",
-            "failures by class",
-            "p50 ms",
-            "p99 ms",
-            "longest renewTime gap, s",
-            "renewTime went back",
-            "max stale at once",
-            "scaled down",
-        ],
-        [
-            [
-                x.name,
-                x.ok_ratio,
-                x.failed,
-                ", ".join(f"{k} {v}" for k, v in x.failures_by_class.items()) or "-",
-                ms(percentile(x.took, 0.5)),
-                ms(percentile(x.took, 0.99)),
-                f"{x.longest_gap_s:.1f}",
-                x.went_back,
-                x.max_stale,
-                "yes" if x.scaled_down else "no",
-            ]
-            for x in levels
-        ],
+        LOSS,
+        levels,
     )
 
 
