@@ -32,6 +32,7 @@ Where each figure comes from:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import signal
 import tempfile
@@ -43,7 +44,7 @@ from pathlib import Path
 from types import FrameType
 
 from bench.stats import percentile
-from bench.table import print_table
+from bench.table import Column, print_columns, print_table
 from testenv import netns
 from testenv.chain import AGGREGATOR_DEFAULTS, Chain, agent_counters, agent_record, chain, latencies
 from testenv.controllers import CONTROLLERS
@@ -237,17 +238,15 @@ def detect(c: Chain) -> Detection:
     return Detection(first, all_down)
 
 
-# A table's columns: the header, and the cell of a level.
-Columns = Sequence[tuple[str, Callable[[Level], object]]]
-OK: tuple[str, Callable[[Level], object]] = ("renewals ok / attempted", lambda x: x.ok_ratio)
-P50: tuple[str, Callable[[Level], object]] = ("p50 ms", lambda x: ms(percentile(x.took, 0.5)))
-P99: tuple[str, Callable[[Level], object]] = ("p99 ms", lambda x: ms(percentile(x.took, 0.99)))
-BY_CLASS: tuple[str, Callable[[Level], object]] = (
+OK: Column[Level] = ("renewals ok / attempted", lambda x: x.ok_ratio)
+P50: Column[Level] = ("p50 ms", lambda x: ms(percentile(x.took, 0.5)))
+P99: Column[Level] = ("p99 ms", lambda x: ms(percentile(x.took, 0.99)))
+BY_CLASS: Column[Level] = (
     "failures by class",
     lambda x: ", ".join(f"{k} {v}" for k, v in x.failures_by_class.items()) or "-",
 )
-SCALED: tuple[str, Callable[[Level], object]] = ("scaled down", lambda x: "yes" if x.scaled_down else "no")
-RTT: Columns = (
+SCALED: Column[Level] = ("scaled down", lambda x: "yes" if x.scaled_down else "no")
+RTT: Sequence[Column[Level]] = (
     ("added RTT", lambda x: x.name),
     OK,
     P50,
@@ -260,7 +259,7 @@ RTT: Columns = (
     SCALED,
     ("judged", lambda x: "BROKEN" if x.broken else "fine"),
 )
-LOSS: Columns = (
+LOSS: Sequence[Column[Level]] = (
     ("loss", lambda x: x.name),
     OK,
     ("failed renewals", lambda x: x.failed),
@@ -274,13 +273,9 @@ LOSS: Columns = (
 )
 
 
-def print_levels(title: str, columns: Columns, levels: list[Level]) -> None:
-    print_table(title, [h for h, _ in columns], [[cell(x) for _, cell in columns] for x in levels])
-
-
 def print_rtt(levels: list[Level]) -> None:
     seconds = levels[0].seconds if levels else 0
-    print_levels(
+    print_columns(
         f"Renewals against added RTT ({len(levels)} levels of "
         f"{seconds:.0f}s, load balancer connections cut half-way)",
         RTT,
@@ -292,7 +287,7 @@ def print_rtt(levels: list[Level]) -> None:
 
 def print_loss(levels: list[Level]) -> None:
     seconds = levels[0].seconds if levels else 0
-    print_levels(
+    print_columns(
         f"Loss soak: random loss each way between every node and its load balancer, {seconds:.0f}s per level",
         LOSS,
         levels,
@@ -396,12 +391,9 @@ def print_side_by_side(runs: list[Run]) -> None:
     print_table(f"The same paths, side by side ({len(runs)} settings)", columns, rows)
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
+def _numbers(kind: type[float]) -> Callable[[str], list[float]]:
+    """A comma-separated list of ``kind`` ('' for none)."""
+    return lambda text: [kind(x) for x in text.split(",") if x.strip()]
 
 
 def _settings(text: str) -> dict[str, str]:
@@ -415,29 +407,38 @@ def _settings(text: str) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.path", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
+    d, add = Levels(), parser.add_argument
+    add(
         "--rtt-ms",
-        type=_ints,
-        default=[0, 150, 300, 600, 1000],
-        help="added RTT levels (default 0,150,300,600,1000; '' for none)",
+        dest="rtts_ms",
+        type=_numbers(int),
+        default=d.rtts_ms,
+        help="added RTT levels (default %(default)s; '' for none)",
     )
-    parser.add_argument("--rtt-seconds", type=float, default=60.0, help="per RTT level (default 60)")
-    parser.add_argument(
+    add("--rtt-seconds", type=float, default=d.rtt_seconds, help="per RTT level (default %(default)s)")
+    add(
         "--loss-percent",
-        type=_ints,
-        default=[20, 40, 50],
-        help="loss levels, each way (default 20,40,50; '' for none)",
+        dest="loss_percents",
+        type=_numbers(int),
+        default=d.loss_percents,
+        help="loss levels, each way (default %(default)s; '' for none)",
     )
-    parser.add_argument("--loss-seconds", type=float, default=120.0, help="per loss level (default 120)")
-    parser.add_argument(
-        "--half-open-s", type=_floats, default=[2.0, 4.0], help="half-open blips, seconds (default 2,4)"
+    add("--loss-seconds", type=float, default=d.loss_seconds, help="per loss level (default %(default)s)")
+    add(
+        "--half-open-s",
+        type=_numbers(float),
+        default=d.half_open_s,
+        help="half-open blips, seconds (default %(default)s)",
     )
-    parser.add_argument(
-        "--fault-seconds", type=float, default=60.0, help="each short fault observed for (default 60)"
+    add(
+        "--fault-seconds",
+        type=float,
+        default=d.fault_seconds,
+        help="each short fault observed for (default %(default)s)",
     )
-    parser.add_argument("--no-faults", action="store_true", help="no half-open or DNS levels")
-    parser.add_argument("--no-detect", action="store_true", help="no real cut at the end")
-    parser.add_argument(
+    add("--no-faults", dest="faults", action="store_false", help="no half-open or DNS levels")
+    add("--no-detect", dest="detect", action="store_false", help="no real cut at the end")
+    add(
         "--against",
         type=_settings,
         action="append",
@@ -445,18 +446,9 @@ def main() -> None:
         help="also run every level with these aggregator settings, side by side with the defaults "
         "(e.g. DWD_LEASE_DURATION=6s,DWD_CONFIRM_PERIOD=3s); repeatable",
     )
-    parser.add_argument("--nodes", type=int, default=10, help="nodes, each with its agent (default 10)")
+    add("--nodes", type=int, default=10, help="nodes, each with its agent (default %(default)s)")
     args = parser.parse_args()
-    levels = Levels(
-        args.rtt_ms,
-        args.rtt_seconds,
-        args.loss_percent,
-        args.loss_seconds,
-        args.half_open_s,
-        args.fault_seconds,
-        not args.no_faults,
-        not args.no_detect,
-    )
+    levels = Levels(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Levels)})
     run(levels, [{}, *args.against], args.nodes)
 
 

@@ -51,21 +51,12 @@ def status(port: int) -> dict[str, Any]:
 
 def watch_status(
     port: int, seconds: float, until: Callable[[dict[str, Any]], bool] | None = None
-) -> list[Any]:
-    """(time, phase, stale, candidates, fraction) every second for ``seconds`` or until ``until``."""
+) -> list[dict[str, Any]]:
+    """The target's /status every second for ``seconds`` or until ``until``."""
     seen = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        s = status(port)
-        seen.append(
-            (
-                time.monotonic(),
-                s.get("phase"),
-                s.get("stale", 0),
-                s.get("candidates", 0),
-                s.get("fraction", 0.0),
-            )
-        )
+        seen.append(s := status(port))
         if until is not None and until(s):
             break
         time.sleep(1.0)
@@ -263,12 +254,12 @@ def _healed(run: Run) -> None:
     wait_for(lambda: status(run.port).get("stale") == 0, 30, "no stale lease after resuming", every_s=0.5)
 
 
-def _fractions(run: Run, cut: Sequence[str], expected: float, seen: list[Any]) -> dict[str, Any]:
+def _fractions(run: Run, cut: Sequence[str], expected: float, seen: list[dict[str, Any]]) -> dict[str, Any]:
     """The cut's true fraction, the sample's, and the most the aggregator reported."""
     return {
         "true_fraction": round(len(cut) / len(run.names), 3),
         "sample_fraction_expected": round(expected, 3),
-        "max_fraction_reported": round(max(f for *_, f in seen), 3),
+        "max_fraction_reported": round(max(s.get("fraction", 0.0) for s in seen), 3),
     }
 
 
@@ -281,7 +272,7 @@ def must_not_scale(run: Run, sampler: Sampler, cut: Sequence[str], watch_s: floa
     _healed(run)
     return {
         **_fractions(run, cut, expected, seen),
-        "phases": sorted({p for _, p, *_ in seen}),
+        "phases": sorted({s.get("phase") for s in seen}),
         "scaled_down": down is not None,
         "watched_s": watch_s,
     }

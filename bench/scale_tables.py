@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.scale_model import BUDGET, DECIDER, THRESHOLD, error_analysis, plan_cost_ms, uneven
-from bench.table import print_table
+from bench.table import Column, print_columns, print_table
 from core.durations import format_duration
 
 LEASE_DURATION = format_duration(DECIDER.lease_duration_s)
@@ -77,29 +77,16 @@ OUTAGES = (
     ("70 % spread", "spread_70"),
     ("zones b+c + a few of a", "zones_bc_plus"),
 )
-OUTAGE_HEADER = (
-    "cut",
-    "true frac",
-    "sample frac",
-    "reported max",
-    "MCM+CA at 0",
-    "all at 0",
-    "resume -> all up",
-    "scaled down",
-)
-
-
-def _outage_row(label: str, x: dict[str, Any]) -> list[object]:
-    return [
-        label,
-        x["true_fraction"],
-        x["sample_fraction_expected"],
-        x["max_fraction_reported"],
-        x.get("to_mcm_ca_down_s") or "-",
-        x.get("to_all_down_s") or "-",
-        x.get("resume_to_all_up_s") or "-",
-        "yes" if x["scaled_down"] else f"no ({x.get('watched_s', 45)} s watched)",
-    ]
+OUTAGE: list[Column[dict[str, Any]]] = [
+    ("cut", lambda x: x["cut"]),
+    ("true frac", lambda x: x["true_fraction"]),
+    ("sample frac", lambda x: x["sample_fraction_expected"]),
+    ("reported max", lambda x: x["max_fraction_reported"]),
+    ("MCM+CA at 0", lambda x: x.get("to_mcm_ca_down_s") or "-"),
+    ("all at 0", lambda x: x.get("to_all_down_s") or "-"),
+    ("resume -> all up", lambda x: x.get("resume_to_all_up_s") or "-"),
+    ("scaled down", lambda x: "yes" if x["scaled_down"] else f"no ({x.get('watched_s', 45)} s watched)"),
+]
 
 
 def _startup_rows(r: dict[str, Any]) -> list[list[object]]:
@@ -136,17 +123,13 @@ def _startup_rows(r: dict[str, Any]) -> list[list[object]]:
     ]
 
 
-def _trial_rows(trials: list[dict[str, Any]]) -> list[list[object]]:
-    return [
-        [
-            t["true"],
-            t["expected_sample_fraction"],
-            t["reported"],
-            f"{t['stale']}/{t['candidates']}",
-            t["verdict_down"],
-        ]
-        for t in trials
-    ]
+TRIAL: list[Column[dict[str, Any]]] = [
+    ("true", lambda t: t["true"]),
+    ("sample (predicted)", lambda t: t["expected_sample_fraction"]),
+    ("reported", lambda t: t["reported"]),
+    ("stale/candidates", lambda t: f"{t['stale']}/{t['candidates']}"),
+    (f"verdict >= {THRESHOLD:g}", lambda t: t["verdict_down"]),
+]
 
 
 def print_results(r: dict[str, Any]) -> None:
@@ -156,22 +139,16 @@ def print_results(r: dict[str, Any]) -> None:
         rows += _no_budget_rows(r["no_budget"])
     print_table(f"{n} nodes: heartbeat writes", ["what", "value"], rows)
     print_table(f"{n} nodes: CPU (% of one core) and RSS (MiB)", ["when", *PROCESSES], _process_rows(r))
-    print_table(
-        f"{n} nodes: outages (seconds from silencing)",
-        OUTAGE_HEADER,
-        [_outage_row(label, r[key]) for label, key in OUTAGES],
-    )
+    cuts = [{"cut": label, **r[key]} for label, key in OUTAGES]
+    print_columns(f"{n} nodes: outages (seconds from silencing)", OUTAGE, cuts)
     print_table(
         f"{n} nodes: start-up and churn (lease writes on KAPI)",
         ["what", "time", "creates", "aggregator patches", "deletes"],
         _startup_rows(r),
     )
     if r.get("trials"):
-        print_table(
-            f"{n} nodes: random cuts, the fraction the aggregator reports against the sample's",
-            ["true", "sample (predicted)", "reported", "stale/candidates", f"verdict >= {THRESHOLD:g}"],
-            _trial_rows(r["trials"]),
-        )
+        title = f"{n} nodes: random cuts, the fraction the aggregator reports against the sample's"
+        print_columns(title, TRIAL, r["trials"])
 
 
 def print_analysis(n: int) -> None:

@@ -53,7 +53,7 @@ from bench.fleet import Fleet, FleetThread
 from bench.kapi_metrics import Series, parse_metrics
 from bench.sampling import cpu_s, rss_mib
 from bench.stats import min_median_max
-from bench.table import print_table
+from bench.table import Column, print_columns, print_table
 from testenv.audit import Audit, audit_args, audited_kubeconfig
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace
@@ -309,77 +309,64 @@ def _outage(rig: Rig, out: dict[str, Any], sampler: Sampler) -> None:
     out["restored"] += wait_all(rig.deps, rig.targets, since=t_heal, want=up, timeout_s=240, sampler=sampler)
 
 
-def _never(times: list[float], wanted: int) -> str:
-    return "" if len(times) == wanted else f" ({wanted - len(times)} never)"
-
-
 def _lag(lags: list[dict[str, Any]], key: str = "p99_s") -> str:
     """The loop lag p99 (or ``key``) of each replica."""
     return ", ".join(f"{lag[key] * 1000:.0f} ms" if lag.get(key) is not None else "-" for lag in lags)
 
 
-HEALTHY_HEADER = (
-    "targets",
-    "start -> all judging",
-    "CPU",
-    "RSS",
-    "seed req/s",
-    "by verb and resource",
-    "loop lag p99",
-    "false scale-downs",
-)
-OUTAGE_HEADER = (
-    "targets",
-    "cut -> all three at 0 (min / median / max, every cut)",
-    "each cut",
-    "heal -> restored",
-    "CPU cut -> restored",
-    "RSS max",
-    "loop lag p99 (each cut)",
-    "loop lag max since start (healthy; each cut)",
-    "interlocks refused, cut -> all at 0 (by reason: refusals, distinct targets)",
-)
+def _never(times: list[float], m: dict[str, Any]) -> str:
+    wanted = m["targets"] * len(m["down_runs"])  # every target, every cut
+    return "" if len(times) == wanted else f" ({wanted - len(times)} never)"
 
 
-def _work_row(n: int, m: dict[str, Any]) -> list[object]:
+def _by_kind(rates: dict[str, float]) -> str:
+    return ", ".join(f"{k} {rate:.2f}/s" for k, rate in sorted(rates.items()) if rate >= 0.005) or "none"
+
+
+# A size's measure, m, in a row of each table.
+HEALTHY: list[Column[dict[str, Any]]] = [
+    ("targets", lambda m: m["targets"]),
+    ("start -> all judging", lambda m: f"{m['ready_s']:.0f} s"),
+    ("CPU", lambda m: f"{m['cpu_healthy']:.1f} %"),
+    ("RSS", lambda m: f"{m['rss_healthy']:.0f} MiB"),
+    ("seed req/s", lambda m: f"{sum(m['rates'].values()):.2f}"),
+    ("by verb and resource", lambda m: _by_kind(m["rates"])),
+    ("loop lag p99", lambda m: _lag(m["lag_healthy"])),
+    ("false scale-downs", lambda m: m["false"]),
+]
+OUTAGE: list[Column[dict[str, Any]]] = [
+    ("targets", lambda m: m["targets"]),
+    (
+        "cut -> all three at 0 (min / median / max, every cut)",
+        lambda m: min_median_max(m["down"]) + _never(m["down"], m),
+    ),
+    ("each cut", lambda m: "; ".join(m["down_runs"])),
+    ("heal -> restored", lambda m: min_median_max(m["restored"]) + _never(m["restored"], m)),
+    ("CPU cut -> restored", lambda m: f"{m['cpu_outage']:.1f} %"),
+    ("RSS max", lambda m: f"{m['rss_outage']:.0f} MiB"),
+    ("loop lag p99 (each cut)", lambda m: " / ".join(_lag(lag) for lag in m["lag_outage"])),
+    (
+        "loop lag max since start (healthy; each cut)",
+        lambda m: "; ".join(_lag(lag, "max_s") for lag in [m["lag_healthy"], *m["lag_outage"]]),
+    ),
+    (
+        "interlocks refused, cut -> all at 0 (by reason: refusals, distinct targets)",
+        lambda m: refusals_text(m["refused"]),
+    ),
+]
+
+
+def _work_row(m: dict[str, Any]) -> list[object]:
     """Each outage's span and CPU, averaged: one cut is one draw of where the agents' renewals
     and the periodic reads happen to fall."""
     span_s = statistics.mean(m["burst_s"])
     cpu = {k: statistics.mean(c[k] for c in m["burst_cpu"]) for k in m["burst_cpu"][0]}
     at_rest = {name: rate * span_s for name, rate in m["healthy_cpu"].items()}
     return (
-        [n, f"{span_s:.1f} s"]
+        [m["targets"], f"{span_s:.1f} s"]
         + [f"{v:.2f} ({at_rest[k]:.2f})" for k, v in cpu.items()]
         + [f"{sum(cpu.values()):.2f} ({sum(at_rest.values()):.2f})"]
     )
-
-
-def _healthy_row(n: int, m: dict[str, Any]) -> list[object]:
-    by_kind = ", ".join(f"{k} {rate:.2f}/s" for k, rate in sorted(m["rates"].items()) if rate >= 0.005)
-    return [
-        n,
-        f"{m['ready_s']:.0f} s",
-        f"{m['cpu_healthy']:.1f} %",
-        f"{m['rss_healthy']:.0f} MiB",
-        f"{sum(m['rates'].values()):.2f}",
-        by_kind or "none",
-        _lag(m["lag_healthy"]),
-        m["false"],
-    ]
-
-
-def _outage_row(n: int, m: dict[str, Any], outages: int) -> list[object]:
-    return [
-        n,
-        f"{min_median_max(m['down'])}" + _never(m["down"], n * outages),
-        "; ".join(m["down_runs"]),
-        f"{min_median_max(m['restored'])}" + _never(m["restored"], n * outages),
-        f"{m['cpu_outage']:.1f} %",
-        f"{m['rss_outage']:.0f} MiB",
-        " / ".join(_lag(lag) for lag in m["lag_outage"]),
-        "; ".join(_lag(lag, "max_s") for lag in [m["lag_healthy"], *m["lag_outage"]]),
-        refusals_text(m["refused"]),
-    ]
 
 
 def run(
@@ -393,23 +380,12 @@ def run(
     replicas: int = 1,
     shards: int = 1,
 ) -> None:
-    healthy, outage, work = [], [], []
     who = "One aggregator" if replicas == 1 else f"{replicas} aggregators, {shards} shards"
-    groups: list[str] = []
-    for n in sizes:
-        m = measure(n, nodes, code, window_s, outages=outages, replicas=replicas, shards=shards)
-        groups = list(m["burst_cpu"][0])
-        work.append(_work_row(n, m))
-        healthy.append(_healthy_row(n, m))
-        outage.append(_outage_row(n, m, outages))
-    print_table(
-        f"{who}, a seed of targets, healthy ({label}; {nodes} nodes a shoot, {window_s:.0f} s)",
-        HEALTHY_HEADER,
-        healthy,
-    )
-    print_table(
-        f"The same, every shoot cut at once, then healed, {outages} times ({label})", OUTAGE_HEADER, outage
-    )
+    ms = [measure(n, nodes, code, window_s, outages=outages, replicas=replicas, shards=shards) for n in sizes]
+    title = f"{who}, a seed of targets, healthy ({label}; {nodes} nodes a shoot, {window_s:.0f} s)"
+    print_columns(title, HEALTHY, ms)
+    print_columns(f"The same, every shoot cut at once, then healed, {outages} times ({label})", OUTAGE, ms)
+    groups = list(ms[-1]["burst_cpu"][0])
     print_table(
         f"The outage's work: CPU seconds from the cut until every target's three were at 0 (the "
         f"cuts' mean), in brackets the same span at the healthy window's pace ({label})",
@@ -419,7 +395,7 @@ def run(
             *(g.removesuffix(" (agents, deployment controller)").removesuffix(" and etcd") for g in groups),
             f"all ({os.cpu_count()} cores here)",
         ],
-        work,
+        [_work_row(m) for m in ms],
     )
 
 
