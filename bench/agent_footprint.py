@@ -10,8 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.sampling import cpu_s, rss_mib
-from bench.table import print_table
+from bench.tools.sampling import cpu_s, rss_mib
+from bench.tools.table import print_table
 from image import build
 from testenv import containers, imagelike
 from testenv.agents import Agents, agents_for

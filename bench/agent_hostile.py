@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.sampling import rss_mib
-from bench.table import print_table
+from bench.tools.sampling import rss_mib
+from bench.tools.table import print_table
 from testenv import imagelike
 from testenv.pki import CertificateAuthority
 from testenv.process import spawn, spawn_python

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.table import print_table
+from bench.tools.table import print_table
 from testenv import imagelike
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,9 +37,9 @@ from pathlib import Path
 
 from aggregator.model.observed import KUBELET_JITTER, KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION
 from aggregator.model.settings import Decider
-from bench.sampling import cpu_s, rss_mib
-from bench.stats import min_median_max
-from bench.table import print_table
+from bench.tools.sampling import cpu_s, rss_mib
+from bench.tools.stats import min_median_max
+from bench.tools.table import print_table
 from testenv.hollow import KlogLine
 from testenv.hollow_world import Rig, Seen, mark_unknown, rig, set_cut
 from testenv.wait import eventually

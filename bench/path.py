@@ -43,8 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from bench.stats import percentile
-from bench.table import Column, print_columns, print_table
+from bench.tools.stats import percentile
+from bench.tools.table import Column, print_columns, print_table
 from testenv import netns
 from testenv.chain import AGGREGATOR_DEFAULTS, Chain, agent_counters, agent_record, chain, latencies
 from testenv.controllers import CONTROLLERS

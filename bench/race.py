@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 
 from bench.dwdrule import Outcome, over_phases
-from bench.stats import min_median_max
-from bench.table import print_table
+from bench.tools.stats import min_median_max
+from bench.tools.table import print_table
 from demo import scenario
 
 

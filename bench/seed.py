@@ -5,7 +5,7 @@
 
 Real seed and shoot kube-apiservers; per target a control-plane namespace with a Cluster of a
 real one's size (25 KB), the kubeconfig Secret and the three dependents. The targets share one
-shoot API server and its nodes: ``--nodes`` simulated agents (bench/fleet.py) renew the leases
+shoot API server and its nodes: ``--nodes`` simulated agents (bench/tools/fleet.py) renew the leases
 every target judges, so every target sees the same shoot and a cut of those agents is a cut of
 every shoot at the same instant. What differs from a real seed: 250 targets provision the same
 leases (their creates collide and are answered 409 at start-up) and send their watches, probes
@@ -49,11 +49,11 @@ from pathlib import Path
 from typing import Any
 
 from aggregator.model.records import RECORD
-from bench.fleet import Fleet, FleetThread
-from bench.kapi_metrics import Series, parse_metrics
-from bench.sampling import cpu_s, rss_mib
-from bench.stats import min_median_max
-from bench.table import Column, print_columns, print_table
+from bench.tools.fleet import Fleet, FleetThread
+from bench.tools.kapi_metrics import Series, parse_metrics
+from bench.tools.sampling import cpu_s, rss_mib
+from bench.tools.stats import min_median_max
+from bench.tools.table import Column, print_columns, print_table
 from testenv.audit import Audit, audit_args, audited_kubeconfig
 from testenv.controllers import CONTROLLERS
 from testenv.controlplane import ControlPlane, ensure_namespace

@@ -1,4 +1,4 @@
-"""bench/stats.py: min / median / max of measured values and the exact distribution of the
+"""bench/tools/stats.py: min / median / max of measured values and the exact distribution of the
 aggregator's sampled estimate, on inputs small enough to count by hand."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from bench.stats import (
+from bench.tools.stats import (
     estimate,
     hypergeom_pmf,
     log_comb,

@@ -1,24 +1,5 @@
-"""The write budget, detection and start-up cost at 100, 1000 and 5000 nodes, measured.
-
-``python -m bench.scale [--nodes 100,1000,5000] [--no-budget-at 5000] [--out FILE]``
-
-Per size: a fresh shoot control plane (a real kube-apiserver + etcd) beside one seed
-control plane, the REAL aggregator as its own process at its defaults (``DEFAULTS`` in
-bench/scale_scenarios.py, read from its settings' fields) except DWD_NODE_GRACE=0s: a node
-younger than the default grace is no candidate, and every run here creates its nodes minutes
-before. The dependents
-are testenv/shoot.py's (no initial delays, MCM 500 ms after KCM on the way up).
-The agents are bench/fleet.py's simulated ones (its docstring says how they differ from
-real ones).
-
-Every write and request rate is read from kube-apiserver's own /metrics
-(apiserver_request_total, apiserver_request_duration_seconds); the aggregator's share is
-the API server's count minus the simulator's own (and the benchmark's, which reads
-nothing from the shoot API server during a window), so it may be off by the few requests
-in flight at either end. CPU is from /proc/<pid>/stat over the window, in % of one core,
-on this 2-core machine where the simulator, the aggregator, kube-apiserver and etcd all
-run. Tables are printed; the raw numbers go to --out (JSON).
-"""
+"""bench.scale's runner: each size measured in a fresh shoot beside one seed, printed, and its
+raw numbers written; --analysis prints the sampling error on paper instead."""
 
 from __future__ import annotations
 
@@ -33,10 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from aggregator.act import budget
-from bench.fleet import ZONES, Fleet, FleetThread
-from bench.kapi_metrics import Kapi
-from bench.scale_model import FAST_S
-from bench.scale_scenarios import (
+from bench.scale.model import FAST_S
+from bench.scale.scenarios import (
     Run,
     churn,
     must_not_scale,
@@ -46,7 +25,9 @@ from bench.scale_scenarios import (
     startup,
     steady,
 )
-from bench.scale_tables import print_analysis, print_results
+from bench.scale.tables import print_analysis, print_results
+from bench.tools.fleet import ZONES, Fleet, FleetThread
+from bench.tools.kapi_metrics import Kapi
 from core.lease import MISSING_MAX_WAIT_S
 from testenv.audit import Audit, audit_args, audited_kubeconfig
 from testenv.controlplane import ControlPlane

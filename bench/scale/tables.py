@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.scale_model import BUDGET, DECIDER, THRESHOLD, error_analysis, plan_cost_ms, uneven
-from bench.table import Column, print_columns, print_table
+from bench.scale.model import BUDGET, DECIDER, THRESHOLD, error_analysis, plan_cost_ms, uneven
+from bench.tools.table import Column, print_columns, print_table
 from core.durations import format_duration
 
 LEASE_DURATION = format_duration(DECIDER.lease_duration_s)

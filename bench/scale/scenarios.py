@@ -14,11 +14,11 @@ from typing import Any
 import httpx
 
 from aggregator.act import budget
-from bench.fleet import FleetThread
-from bench.kapi_metrics import Kapi, Series, histogram_quantile, requests
-from bench.sampling import Window
-from bench.scale_model import BUDGET, DECIDER, FAST_S, THRESHOLD
-from bench.stats import estimate
+from bench.scale.model import BUDGET, DECIDER, FAST_S, THRESHOLD
+from bench.tools.fleet import FleetThread
+from bench.tools.kapi_metrics import Kapi, Series, histogram_quantile, requests
+from bench.tools.sampling import Window
+from bench.tools.stats import estimate
 from core.durations import format_duration
 from core.lease import RENEW_INTERVAL
 from testenv.audit import Audit
