@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import signal
 import tempfile
@@ -129,47 +130,45 @@ def measure(
     )
 
 
+def delay(c: Chain, seconds: float) -> None:
+    for lb in c.lbs:
+        lb.delay_s = seconds
+
+
+def loss(c: Chain, share: float) -> None:
+    for node in c.nodes:
+        node.set_loss(share)
+
+
+def blackhole(c: Chain, on: bool) -> None:
+    for lb in c.lbs:
+        lb.blackhole = on
+
+
+def dns_drop(c: Chain, share: float) -> None:
+    c.dns.drop = share
+
+
 def rtt_levels(c: Chain, rtts_ms: Sequence[int], seconds: float) -> list[Level]:
     out = []
     for rtt in rtts_ms:
 
         def slow(rtt: int = rtt) -> None:
-            for lb in c.lbs:
-                lb.delay_s = rtt / 1000
+            delay(c, rtt / 1000)
             time.sleep(seconds / 2)
             c.cut_connections()
 
-        def fast() -> None:
-            for lb in c.lbs:
-                lb.delay_s = 0.0
-
-        level = measure(c, f"+{rtt} ms", seconds, slow, fast)
-        print(f"  RTT {level.name}: {level.ok_ratio} ok, max stale {level.max_stale}", flush=True)
-        out.append(level)
+        out.append(measure(c, f"+{rtt} ms", seconds, slow, lambda: delay(c, 0.0)))
+        print(f"  RTT {out[-1].name}: {out[-1].ok_ratio} ok, max stale {out[-1].max_stale}", flush=True)
     return out
 
 
 def loss_levels(c: Chain, percents: Sequence[int], seconds: float) -> list[Level]:
     out = []
     for pct in percents:
-
-        def lossy(pct: int = pct) -> None:
-            for node in c.nodes:
-                node.set_loss(pct / 100)
-
-        def clean() -> None:
-            for node in c.nodes:
-                node.set_loss(0)
-
-        level = measure(c, f"{pct} %", seconds, lossy, clean)
-        print(f"  loss {level.name}: {level.failed} failed, max stale {level.max_stale}", flush=True)
-        out.append(level)
+        out.append(measure(c, f"{pct} %", seconds, functools.partial(loss, c, pct / 100), lambda: loss(c, 0)))
+        print(f"  loss {out[-1].name}: {out[-1].failed} failed, max stale {out[-1].max_stale}", flush=True)
     return out
-
-
-def blackhole(c: Chain, on: bool) -> None:
-    for lb in c.lbs:
-        lb.blackhole = on
 
 
 def fault_levels(c: Chain, half_open_s: Sequence[float], seconds: float) -> list[Level]:
@@ -188,22 +187,21 @@ def fault_levels(c: Chain, half_open_s: Sequence[float], seconds: float) -> list
 
         out.append(measure(c, f"load balancer half-open {blip:g} s", seconds, half_open, lambda: None))
 
-    def dns_dead() -> None:
-        c.dns.drop = 1.0
-
-    def dns_back() -> None:
-        c.dns.drop = 0.0
-
-    out.append(measure(c, "DNS failing, connections kept", seconds, dns_dead, dns_back))
-
     def dns_flaky() -> None:
-        c.dns.drop = 0.5
+        dns_drop(c, 0.5)
         end = time.time() + seconds
         while time.time() < end - 10:
             c.cut_connections()
             time.sleep(10)
 
-    out.append(measure(c, "DNS 50 % lost, connections cut every 10 s", seconds, dns_flaky, dns_back))
+    out.append(
+        measure(
+            c, "DNS failing, connections kept", seconds, lambda: dns_drop(c, 1.0), lambda: dns_drop(c, 0.0)
+        )
+    )
+    out.append(
+        measure(c, "DNS 50 % lost, connections cut every 10 s", seconds, dns_flaky, lambda: dns_drop(c, 0.0))
+    )
     for level in out:
         print(f"  {level.name}: {level.ok_ratio} ok, max stale {level.max_stale}", flush=True)
     return out
