@@ -12,10 +12,11 @@ leases (their creates collide and are answered 409 at start-up) and send their w
 and confirming LISTs to one shoot API server instead of 250; that API server's load is
 this benchmark's, not a seed's.
 
-The aggregator (``DWD_TARGETS=gardener``, ``DWD_NODE_GRACE=0s`` because the nodes are minutes
-old, its defaults otherwise) runs as its own process with a certificate of its own, from this
-tree or from another (``--code DIR``: an older checkout, for a before and after). Its seed
-requests are counted from the seed API server's audit log, which records its user alone.
+The aggregator (``DWD_TARGETS=gardener``, no node grace because the nodes are minutes old,
+its defaults otherwise: testenv/targets.py) runs as its own process with a certificate of its
+own, from this tree or from another (``--code DIR``: an older checkout, for a before and
+after). Its seed requests are counted from the seed API server's audit log, which records its
+user alone.
 
 Per size: start-up until every target judges the shoot healthy; a healthy window
 (``--window``, 10 minutes by default) with the aggregator's CPU, RSS and seed requests by verb
