@@ -222,6 +222,8 @@ def detect(c: Chain) -> Detection:
         lb.close()
 
     def down(all_of_them: bool) -> float | None:
+        if (latest := c.replicas.latest()) is None or latest.t < t0:
+            return None  # not one sample since the cut: between() would call the window unseen
         for sample in c.replicas.between(t0):
             low = [n for n, r in sample.replicas.items() if r < CONTROLLERS[n]]
             if (len(low) == len(CONTROLLERS)) if all_of_them else low:
