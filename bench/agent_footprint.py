@@ -1,5 +1,5 @@
 """Agent footprint: RSS and CPU per renewal against a real kube-apiserver, with the interpreter
-settings of the agent's image (bench/imagelike.py)."""
+settings of the agent's image (testenv/imagelike.py)."""
 
 from __future__ import annotations
 
@@ -10,25 +10,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import imagelike
-from bench.table import print_table
+from bench.tools.sampling import cpu_s, rss_mib
+from bench.tools.table import print_table
 from image import build
-from testenv import containers
+from testenv import containers, imagelike
 from testenv.agents import Agents, agents_for
 from testenv.controlplane import ControlPlane
 from testenv.wait import wait_for
-
-
-def proc_rss_mib(pid: int, field: str = "VmRSS") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def proc_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime in clock ticks (100 Hz)
 
 
 def run(renewals: int = 1000, steady_s: float = 30.0) -> None:
@@ -104,10 +92,10 @@ def _steady(pid: int, interval_s: float, steady_s: float, label: str) -> list[li
     """An agent's RSS (anonymous and file-backed apart) and CPU per renewal over ``steady_s``
     after it has settled; the rows for the table."""
     time.sleep(2)
-    cpu0, t0 = proc_cpu_s(pid), time.monotonic()
+    cpu0, t0 = cpu_s(pid), time.monotonic()
     time.sleep(steady_s)
-    cpu1, t1 = proc_cpu_s(pid), time.monotonic()
-    rss, anon, shared = (proc_rss_mib(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
+    cpu1, t1 = cpu_s(pid), time.monotonic()
+    rss, anon, shared = (rss_mib(pid, f) for f in ("VmRSS", "RssAnon", "RssFile"))
     cpu_ms = (cpu1 - cpu0) * 1000 / ((t1 - t0) / interval_s)
     return [
         [f"{label} for {steady_s:.0f}s: RSS, MiB", f"{rss:.1f}"],

@@ -1,7 +1,7 @@
 """The real agent against servers that mean harm, its peak RSS measured: a server that answers
 nothing (the baseline: every renewal times out), one that streams HTTP/1.1 header lines without
 end, one that floods HTTP/2 PINGs and reads none of the answers. Each server runs in a process
-of its own (bench/hostile_server.py); the agent as its image runs it (bench/imagelike.py), with
+of its own (testenv/hostile_server.py); the agent as its image runs it (testenv/imagelike.py), with
 its server and CA set (DWD_APISERVER_URL, DWD_CA_FILE).
 
     python -m bench agent_hostile        (about 1 min)
@@ -12,19 +12,19 @@ Before agent/wire.py bounded what it parses (2026-12-04): the header stream grew
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench import imagelike
-from bench.agent_footprint import proc_rss_mib
-from bench.table import print_table
+from bench.tools.sampling import rss_mib
+from bench.tools.table import print_table
+from testenv import imagelike
 from testenv.pki import CertificateAuthority
-from testenv.process import spawn_python
+from testenv.process import spawn, spawn_python
 from testenv.wait import wait_for
 
+ROOT = str(Path(__file__).resolve().parents[1])
 SERVERS = {
     "silent": "accepts TLS and the request, answers nothing",
     "headers": "HTTP/1.1: a status line, then header lines without end",
@@ -35,9 +35,17 @@ SERVERS = {
 def _one(mode: str, tmp: Path, ca: CertificateAuthority, seconds: float) -> tuple[float, float, str]:
     pair = ca.issue("srv", "srv", ip_addresses=["127.0.0.1"], server=True)
     port_file = tmp / f"{mode}.port"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "bench.hostile_server", mode, str(pair.cert), str(pair.key), str(port_file)],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    argv = [
+        sys.executable,
+        "-m",
+        "testenv.hostile_server",
+        mode,
+        str(pair.cert),
+        str(pair.key),
+        str(port_file),
+    ]
+    server = spawn(
+        f"server-{mode}", argv, log_path=tmp / f"server-{mode}.log", env={**os.environ, "PYTHONPATH": ROOT}
     )
     try:
         port = wait_for(lambda: port_file.exists() and port_file.read_text().strip(), 10, "the server's port")
@@ -46,7 +54,7 @@ def _one(mode: str, tmp: Path, ca: CertificateAuthority, seconds: float) -> tupl
         env = {
             **imagelike.env(),
             "PATH": os.environ.get("PATH", ""),
-            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+            "PYTHONPATH": ROOT,
             "NODE_NAME": "bench-hostile",
             "DWD_APISERVER_URL": f"https://127.0.0.1:{port}",
             "DWD_CA_FILE": str(ca.cert_path),
@@ -57,14 +65,13 @@ def _one(mode: str, tmp: Path, ca: CertificateAuthority, seconds: float) -> tupl
         agent = spawn_python(f"agent-{mode}", "agent", log_path=log, env=env)
         try:
             time.sleep(seconds)
-            peak, now = proc_rss_mib(agent.pid, "VmHWM"), proc_rss_mib(agent.pid)
+            peak, now = rss_mib(agent.pid, "VmHWM"), rss_mib(agent.pid)
         finally:
             agent.stop(5)
         failures = [line for line in log.read_text().splitlines() if "renew_fail" in line or "error" in line]
         return peak, now, (failures[-1][:160] if failures else "")
     finally:
         server.kill()
-        server.wait(5)
 
 
 def run(seconds: float = 15.0) -> None:

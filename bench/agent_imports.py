@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench import imagelike
-from bench.table import print_table
+from bench.tools.table import print_table
+from testenv import imagelike
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,11 +58,11 @@ print(json.dumps({**status(), "ms": took * 1000, "heap_mib": heap / 2**20,
 """
 
 
-def _probe(stages: list[list[str]], trace: bool) -> dict[str, float]:
+def _probe(stages: list[list[str]], trace: bool, env: dict[str, str]) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, "-c", _PROBE, "1" if trace else "0", json.dumps(stages)],
         cwd=ROOT,
-        env={**os.environ, **_IMAGE_LIKE},
+        env=env,
         capture_output=True,
         text=True,
         check=True,
@@ -70,19 +70,16 @@ def _probe(stages: list[list[str]], trace: bool) -> dict[str, float]:
     return dict(json.loads(out.stdout))
 
 
-_IMAGE_LIKE: dict[str, str] = {}
-
-
 def measure(repeat: int = 3) -> list[dict[str, float | str]]:
     """One row per stage: RSS after it (median of ``repeat`` fresh interpreters), what it adds,
     its Python heap and import time; with the settings of the agent's image."""
-    _IMAGE_LIKE.update(imagelike.env())
+    env = {**os.environ, **imagelike.env()}
     rows: list[dict[str, float | str]] = []
     for i, (label, _) in enumerate(STAGES):
         stages = [mods for _, mods in STAGES[: i + 1]]
-        runs = sorted((_probe(stages, False) for _ in range(repeat)), key=lambda r: r["VmRSS"])
+        runs = sorted((_probe(stages, False, env) for _ in range(repeat)), key=lambda r: r["VmRSS"])
         plain = runs[len(runs) // 2]
-        traced = _probe(stages, True)
+        traced = _probe(stages, True, env)
         rows.append(
             {
                 "stage": label,

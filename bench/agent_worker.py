@@ -16,7 +16,7 @@ import time
 from agent.client import LeaseClient
 from agent.renewer import Renewer
 from agent.settings import Settings
-from bench.sampling import rss_mib
+from bench.tools.sampling import rss_mib
 from core import logs
 
 

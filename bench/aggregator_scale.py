@@ -19,7 +19,7 @@ from aggregator.model.objects import NodeView
 from aggregator.model.settings import Decider, Provisioning
 from aggregator.model.verdict import Memory, Phase
 from aggregator.observe.watcher import Observed
-from bench.table import print_table
+from bench.tools.table import print_table
 from core.durations import format_duration
 from core.lease import RENEW_INTERVAL, LeaseView, format_micro_time, lease_metadata
 

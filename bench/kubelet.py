@@ -5,11 +5,11 @@
     python -m bench.kubelet [--nodes 5] [--steady-seconds 60] [--cut-seconds 30]
                             [--blip-seconds 3] [--after-seconds 75]
 
-The rig: a control plane on loopback and N hollow kubelets (kubemark, the kubelet's own code:
-testenv/hollow.py), each reaching KAPI through a load balancer of its own (testenv/tcpproxy.py)
-with its node credentials. The leases and Nodes are listed every 100 ms through the admin
-client, straight to KAPI: a renewal's time on the node's clock (renewTime; the same machine's
-clock here) and when our read first showed it.
+The rig (testenv/hollow_world.py): a control plane on loopback and N hollow kubelets (kubemark,
+the kubelet's own code: testenv/hollow.py), each reaching KAPI through a load balancer of its
+own (testenv/tcpproxy.py) with its node credentials. The leases and Nodes are listed every
+100 ms through the admin client, straight to KAPI: a renewal's time on the node's clock
+(renewTime; the same machine's clock here) and when our read first showed it.
 
 Three cuts of every load balancer, each healed and followed until every kubelet has renewed:
 - blackhole: the backend gone, packets dropped; the open connections never hear a close and
@@ -27,132 +27,30 @@ from its load balancer (connections it accepted during the cut).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import itertools
 import math
-import statistics
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
 
 from aggregator.model.observed import KUBELET_JITTER, KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION
 from aggregator.model.settings import Decider
-from bench.agent_footprint import proc_cpu_s, proc_rss_mib
-from bench.table import print_table
-from core.lease import parse_micro_time
-from testenv.client import Client
-from testenv.controlplane import ControlPlane
-from testenv.hollow import NODE_LEASE_NAMESPACE, HollowKubelet, KlogLine, ready_condition, running
-from testenv.poller import Poller
-from testenv.tcpproxy import TcpProxy
-from testenv.wait import eventually, wait_for
+from bench.tools.sampling import cpu_s, rss_mib
+from bench.tools.stats import min_median_max
+from bench.tools.table import print_table
+from testenv.hollow import KlogLine
+from testenv.hollow_world import Rig, Seen, mark_unknown, rig, set_cut
+from testenv.wait import eventually
 
 MODEL_INTERVAL_S = KUBELET_LEASE_DURATION_S * KUBELET_RENEW_FRACTION
 # The model's due time after a renewal: a read sent later that still shows it finds the node silent.
 MODEL_DUE_S = MODEL_INTERVAL_S * (1 + KUBELET_JITTER) + Decider().witness_slack_s
-POLL_S = 0.1
 # What the lease controller logs for each failed request (an update, or the GET of ensureLease).
 FAILED_REQUEST = ("Failed to update lease", "Failed to ensure lease exists")
 # A request's 10 s timeout, as client-go words it (its own timer, or the request's context).
 TIMED_OUT = ("Client.Timeout exceeded", "context deadline exceeded")
-
-
-@dataclass(frozen=True)
-class Seen:
-    """A value of a node's lease or Ready condition, and when our reads first showed it."""
-
-    value: str
-    at: float  # time.time() when the read that first showed it answered
-    unseen_at: float  # when the read before it was sent: the write came after that
-
-    @property
-    def stamp(self) -> float:
-        """A renewTime as time.time() (the node's clock, this machine's here)."""
-        return parse_micro_time(self.value).timestamp()
-
-
-class Reads(Poller):
-    """Every lease in kube-node-lease and every Node, listed every 100 ms straight to KAPI;
-    each change of a node's renewTime and of its Ready condition, with when it was seen."""
-
-    def __init__(self, cp: ControlPlane, nodes: Sequence[str]) -> None:
-        super().__init__("bench-kubelet-reads", POLL_S, fixed_rate=True)
-        self.client = cp.admin_client()
-        self.leases: dict[str, list[Seen]] = {n: [] for n in nodes}
-        self.ready: dict[str, list[Seen]] = {n: [] for n in nodes}
-        self._sent = -math.inf
-
-    def step(self) -> None:
-        sent = time.time()
-        leases = self.client.get(f"/apis/coordination.k8s.io/v1/namespaces/{NODE_LEASE_NAMESPACE}/leases")
-        nodes = self.client.get("/api/v1/nodes")
-        at = time.time()
-        for lease in leases["items"]:
-            self._note(self.leases, lease["metadata"]["name"], lease["spec"].get("renewTime"), at)
-        for node in nodes["items"]:
-            ready = ready_condition(node) or {}
-            value = f"{ready.get('status')} {ready.get('lastHeartbeatTime')}" if ready else None
-            self._note(self.ready, node["metadata"]["name"], value, at)
-        self._sent = sent
-
-    def _note(self, series: dict[str, list[Seen]], node: str, value: str | None, at: float) -> None:
-        if node in series and value and (not series[node] or series[node][-1].value != value):
-            series[node].append(Seen(value, at, self._sent))
-
-    def close(self) -> None:
-        self.client.close()
-
-    def renewals_between(self, node: str, start: float, end: float) -> list[Seen]:
-        return [s for s in self.leases[node] if start <= s.at <= end]
-
-    def first_after(self, series: dict[str, list[Seen]], node: str, start: float) -> Seen | None:
-        return next((s for s in series[node] if s.unseen_at >= start), None)
-
-
-@dataclass
-class Rig:
-    cp: ControlPlane
-    kubelets: Sequence[HollowKubelet]
-    proxies: dict[str, TcpProxy]
-    reads: Reads
-    admin: Client
-
-    @property
-    def nodes(self) -> list[str]:
-        return [k.node for k in self.kubelets]
-
-
-@contextlib.contextmanager
-def rig(n: int, workdir: Path) -> Iterator[Rig]:
-    """A control plane, a load balancer and a hollow kubelet per node, the reads running; every
-    kubelet has registered, turned Ready and renewed its lease once."""
-    nodes = [f"hollow-{i}" for i in range(n)]
-    with contextlib.ExitStack() as stack:
-        cp = stack.enter_context(ControlPlane().running())
-        upstream = ("127.0.0.1", urlparse(cp.url).port or 443)
-        proxies = {node: TcpProxy(upstream).open() for node in nodes}
-        for proxy in proxies.values():
-            stack.callback(proxy.shutdown)
-        kubelets = [
-            HollowKubelet(node, cp, workdir, server=f"https://127.0.0.1:{proxies[node].port}")
-            for node in nodes
-        ]
-        stack.enter_context(running(kubelets))
-        reads = Reads(cp, nodes)
-        reads.start()
-        stack.callback(reads.stop)
-        r = Rig(cp, kubelets, proxies, reads, stack.enter_context(cp.admin_client()))
-        wait_for(lambda: all(r.reads.leases.values()) and _all_ready(r), 90, "every hollow kubelet Ready")
-        yield r
-
-
-def _all_ready(r: Rig) -> bool:
-    for k in r.kubelets:
-        assert k.alive(), k.tail()
-    return all(seen and seen[-1].value.startswith("True ") for seen in r.reads.ready.values())
 
 
 @dataclass
@@ -170,12 +68,12 @@ class Steady:
 def steady(r: Rig, seconds: float) -> Steady:
     """The kubelets left alone for ``seconds`` on a working path."""
     pids = [k.process.pid for k in r.kubelets if k.process is not None]
-    cpu0 = {pid: proc_cpu_s(pid) for pid in pids}
+    cpu0 = {pid: cpu_s(pid) for pid in pids}
     start = time.time()
     time.sleep(seconds)  # the window measured
     end = time.time()
-    out = Steady(seconds, [], [], [], [], 0, [proc_rss_mib(pid) for pid in pids], [])
-    out.cpu_ms_per_s.extend((proc_cpu_s(pid) - cpu0[pid]) * 1000 / (end - start) for pid in pids)
+    out = Steady(seconds, [], [], [], [], 0, [rss_mib(pid) for pid in pids], [])
+    out.cpu_ms_per_s.extend((cpu_s(pid) - cpu0[pid]) * 1000 / (end - start) for pid in pids)
     for node in r.nodes:
         seen = r.reads.renewals_between(node, start, end)
         out.landing.extend(s.at - s.stamp for s in seen)
@@ -209,34 +107,13 @@ class CutResult:
     ready: dict[str, Seen | None] = field(default_factory=dict)  # first Ready change seen after the heal
 
 
-def _set(r: Rig, kind: str, *, cut: bool) -> None:
-    for proxy in r.proxies.values():
-        if kind == "blackhole":
-            proxy.blackhole = cut
-        elif cut:
-            proxy.close()
-        else:
-            proxy.open()
-
-
-def mark_unknown(admin: Client, node: str) -> None:
-    """What KCM writes when a node's grace has passed: Ready=Unknown, the heartbeat kept."""
-    obj = admin.get(f"/api/v1/nodes/{node}")
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    for condition in obj["status"]["conditions"]:
-        if condition["type"] == "Ready":
-            condition.update(status="Unknown", reason="NodeStatusUnknown", lastTransitionTime=now)
-            condition["message"] = "Kubelet stopped posting node status."
-    admin.put(f"/api/v1/nodes/{node}/status", obj)
-
-
 def run_cut(r: Rig, cut: Cut, after_s: float) -> CutResult:
     """Every load balancer cut for ``cut.seconds``, then healed; followed until every kubelet
     renewed and every marked node is Ready again (at most ``after_s``)."""
     marked = r.nodes[: len(r.nodes) // 2] if cut.mark else []
     before = {n: p.connections for n, p in r.proxies.items()}
     start = time.time()
-    _set(r, cut.kind, cut=True)
+    set_cut(r, cut.kind, cut=True)
     if marked:
         time.sleep(cut.seconds / 2)  # the cut's first half
         for node in marked:
@@ -244,7 +121,7 @@ def run_cut(r: Rig, cut: Cut, after_s: float) -> CutResult:
     time.sleep(max(0.0, start + cut.seconds - time.time()))  # the rest of the cut
     connections = {n: p.connections - before[n] for n, p in r.proxies.items()}
     heal = time.time()
-    _set(r, cut.kind, cut=False)
+    set_cut(r, cut.kind, cut=False)
     eventually(lambda: _recovered(r, heal, marked), after_s)
     out = CutResult(cut, start, heal, time.time(), marked, connections)
     for k in r.kubelets:
@@ -259,14 +136,6 @@ def _recovered(r: Rig, heal: float, marked: Sequence[str]) -> bool:
     renewed = all(any(s.at > heal for s in r.reads.leases[n]) for n in r.nodes)
     ready = all(any(s.at > heal and s.value.startswith("True ") for s in r.reads.ready[n]) for n in marked)
     return renewed and ready
-
-
-def mmm(xs: Sequence[float], digits: int = 1, unit: str = "s") -> str:
-    """min / median / max; "-" for none."""
-    if not xs:
-        return "-"
-    f = f"{{:.{digits}f}}"
-    return f"{f.format(min(xs))} / {f.format(statistics.median(xs))} / {f.format(max(xs))} {unit}"
 
 
 def failed(result: CutResult, node: str, start: float, end: float) -> list[KlogLine]:
@@ -360,14 +229,17 @@ def print_steady(s: Steady, nodes: int) -> None:
         f"({len(s.intervals)} renewal intervals; min / median / max)",
         ["measure", "value"],
         [
-            ["renewTime -> next renewTime (the node's clock)", mmm(s.intervals, 3)],
-            [f"  the same as stretch over {MODEL_INTERVAL_S:g} s", mmm(jitter, 2, "%")],
-            ["the next renewal as our reads saw it (every 100 ms)", mmm(s.seen_intervals, 2)],
-            ["renewTime -> first seen by a read", mmm(s.landing, 3)],
-            [f"a renewTime -> the next renewal seen (model: due {MODEL_DUE_S:.1f} s)", mmm(s.next_seen, 2)],
+            ["renewTime -> next renewTime (the node's clock)", min_median_max(s.intervals, "s", 3)],
+            [f"  the same as stretch over {MODEL_INTERVAL_S:g} s", min_median_max(jitter, "%", 2)],
+            ["the next renewal as our reads saw it (every 100 ms)", min_median_max(s.seen_intervals, "s", 2)],
+            ["renewTime -> first seen by a read", min_median_max(s.landing, "s", 3)],
+            [
+                f"a renewTime -> the next renewal seen (model: due {MODEL_DUE_S:.1f} s)",
+                min_median_max(s.next_seen, "s", 2),
+            ],
             ["NodeStatus posts (an unchanged status)", str(s.status_posts)],
-            ["RSS per hollow kubelet", mmm(s.rss_mib, 1, "MiB")],
-            ["CPU per hollow kubelet", mmm(s.cpu_ms_per_s, 1, "ms/s")],
+            ["RSS per hollow kubelet", min_median_max(s.rss_mib, "MiB")],
+            ["CPU per hollow kubelet", min_median_max(s.cpu_ms_per_s, "ms/s")],
         ],
     )
 
@@ -375,7 +247,7 @@ def print_steady(s: Steady, nodes: int) -> None:
 def _cell(label: str, values: list[float], result: CutResult) -> str:
     if label == _CUT_FIGURES[-1]:
         return f"{sum(values):.0f} of {len(values)} in {result.end - result.heal:.0f} s" if values else "-"
-    return mmm(values, 0, "") if label in _COUNTS else mmm(values, 1)
+    return min_median_max(values, "", 0) if label in _COUNTS else min_median_max(values)
 
 
 def print_cuts(results: Sequence[CutResult]) -> None:
@@ -385,7 +257,9 @@ def print_cuts(results: Sequence[CutResult]) -> None:
         for label in _CUT_FIGURES
     ]
     rows.insert(5, ["back-off waits logged (ensureLease)", *(backoffs(r) for r in results)])
-    rows.insert(6, ["longest wait between failed requests", *(mmm(longest_wait(r)) for r in results)])
+    rows.insert(
+        6, ["longest wait between failed requests", *(min_median_max(longest_wait(r)) for r in results)]
+    )
     print_table(
         "Every load balancer cut, then healed (per node: min / median / max; marked: half the "
         "nodes set Ready=Unknown half-way, as KCM would)",
@@ -404,7 +278,7 @@ def print_model(s: Steady, results: Sequence[CutResult]) -> None:
         [
             "renewal interval (working path)",
             f"{MODEL_INTERVAL_S:g} s, each wait stretched by up to {KUBELET_JITTER:.0%}: at most {top:.1f} s",
-            mmm(s.intervals, 3),
+            min_median_max(s.intervals, "s", 3),
             "yes" if intervals_hold else "NO",
         ],
         [

@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.table import print_table
+from bench.tools.table import print_table
 from core.lease import (
     LEASE_LABEL,
     LEASE_SELECTOR,

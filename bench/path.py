@@ -32,6 +32,8 @@ Where each figure comes from:
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import math
 import signal
 import tempfile
@@ -42,7 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from bench.table import print_table
+from bench.tools.stats import percentile
+from bench.tools.table import Column, print_columns, print_table
 from testenv import netns
 from testenv.chain import AGGREGATOR_DEFAULTS, Chain, agent_counters, agent_record, chain, latencies
 from testenv.controllers import CONTROLLERS
@@ -74,14 +77,6 @@ class Level:
     def ok_ratio(self) -> str:
         ok = self.attempted - self.failed
         return f"{ok}/{self.attempted} ({ok / self.attempted:.1%})" if self.attempted else "-"
-
-
-def percentile(xs: Sequence[float], q: float) -> float:
-    """Nearest rank: the smallest value with at least q of them at or below it."""
-    if not xs:
-        return math.nan
-    s = sorted(xs)
-    return s[max(0, math.ceil(q * len(s)) - 1)]
 
 
 def ms(x: float) -> str:
@@ -135,47 +130,45 @@ def measure(
     )
 
 
+def delay(c: Chain, seconds: float) -> None:
+    for lb in c.lbs:
+        lb.delay_s = seconds
+
+
+def loss(c: Chain, share: float) -> None:
+    for node in c.nodes:
+        node.set_loss(share)
+
+
+def blackhole(c: Chain, on: bool) -> None:
+    for lb in c.lbs:
+        lb.blackhole = on
+
+
+def dns_drop(c: Chain, share: float) -> None:
+    c.dns.drop = share
+
+
 def rtt_levels(c: Chain, rtts_ms: Sequence[int], seconds: float) -> list[Level]:
     out = []
     for rtt in rtts_ms:
 
         def slow(rtt: int = rtt) -> None:
-            for lb in c.lbs:
-                lb.delay_s = rtt / 1000
+            delay(c, rtt / 1000)
             time.sleep(seconds / 2)
             c.cut_connections()
 
-        def fast() -> None:
-            for lb in c.lbs:
-                lb.delay_s = 0.0
-
-        level = measure(c, f"+{rtt} ms", seconds, slow, fast)
-        print(f"  RTT {level.name}: {level.ok_ratio} ok, max stale {level.max_stale}", flush=True)
-        out.append(level)
+        out.append(measure(c, f"+{rtt} ms", seconds, slow, lambda: delay(c, 0.0)))
+        print(f"  RTT {out[-1].name}: {out[-1].ok_ratio} ok, max stale {out[-1].max_stale}", flush=True)
     return out
 
 
 def loss_levels(c: Chain, percents: Sequence[int], seconds: float) -> list[Level]:
     out = []
     for pct in percents:
-
-        def lossy(pct: int = pct) -> None:
-            for node in c.nodes:
-                node.set_loss(pct / 100)
-
-        def clean() -> None:
-            for node in c.nodes:
-                node.set_loss(0)
-
-        level = measure(c, f"{pct} %", seconds, lossy, clean)
-        print(f"  loss {level.name}: {level.failed} failed, max stale {level.max_stale}", flush=True)
-        out.append(level)
+        out.append(measure(c, f"{pct} %", seconds, functools.partial(loss, c, pct / 100), lambda: loss(c, 0)))
+        print(f"  loss {out[-1].name}: {out[-1].failed} failed, max stale {out[-1].max_stale}", flush=True)
     return out
-
-
-def blackhole(c: Chain, on: bool) -> None:
-    for lb in c.lbs:
-        lb.blackhole = on
 
 
 def fault_levels(c: Chain, half_open_s: Sequence[float], seconds: float) -> list[Level]:
@@ -194,22 +187,21 @@ def fault_levels(c: Chain, half_open_s: Sequence[float], seconds: float) -> list
 
         out.append(measure(c, f"load balancer half-open {blip:g} s", seconds, half_open, lambda: None))
 
-    def dns_dead() -> None:
-        c.dns.drop = 1.0
-
-    def dns_back() -> None:
-        c.dns.drop = 0.0
-
-    out.append(measure(c, "DNS failing, connections kept", seconds, dns_dead, dns_back))
-
     def dns_flaky() -> None:
-        c.dns.drop = 0.5
+        dns_drop(c, 0.5)
         end = time.time() + seconds
         while time.time() < end - 10:
             c.cut_connections()
             time.sleep(10)
 
-    out.append(measure(c, "DNS 50 % lost, connections cut every 10 s", seconds, dns_flaky, dns_back))
+    out.append(
+        measure(
+            c, "DNS failing, connections kept", seconds, lambda: dns_drop(c, 1.0), lambda: dns_drop(c, 0.0)
+        )
+    )
+    out.append(
+        measure(c, "DNS 50 % lost, connections cut every 10 s", seconds, dns_flaky, lambda: dns_drop(c, 0.0))
+    )
     for level in out:
         print(f"  {level.name}: {level.ok_ratio} ok, max stale {level.max_stale}", flush=True)
     return out
@@ -230,6 +222,8 @@ def detect(c: Chain) -> Detection:
         lb.close()
 
     def down(all_of_them: bool) -> float | None:
+        if (latest := c.replicas.latest()) is None or latest.t < t0:
+            return None  # not one sample since the cut: between() would call the window unseen
         for sample in c.replicas.between(t0):
             low = [n for n, r in sample.replicas.items() if r < CONTROLLERS[n]]
             if (len(low) == len(CONTROLLERS)) if all_of_them else low:
@@ -244,40 +238,48 @@ def detect(c: Chain) -> Detection:
     return Detection(first, all_down)
 
 
+OK: Column[Level] = ("renewals ok / attempted", lambda x: x.ok_ratio)
+P50: Column[Level] = ("p50 ms", lambda x: ms(percentile(x.took, 0.5)))
+P99: Column[Level] = ("p99 ms", lambda x: ms(percentile(x.took, 0.99)))
+BY_CLASS: Column[Level] = (
+    "failures by class",
+    lambda x: ", ".join(f"{k} {v}" for k, v in x.failures_by_class.items()) or "-",
+)
+SCALED: Column[Level] = ("scaled down", lambda x: "yes" if x.scaled_down else "no")
+RTT: Sequence[Column[Level]] = (
+    ("added RTT", lambda x: x.name),
+    OK,
+    P50,
+    P99,
+    ("max ms", lambda x: ms(max(x.took, default=math.nan))),
+    ("landed unacknowledged", lambda x: x.unacknowledged),
+    BY_CLASS,
+    ("max stale", lambda x: x.max_stale),
+    ("longest age seen, s", lambda x: f"{x.longest_age_s:.1f}"),
+    SCALED,
+    ("judged", lambda x: "BROKEN" if x.broken else "fine"),
+)
+LOSS: Sequence[Column[Level]] = (
+    ("loss", lambda x: x.name),
+    OK,
+    ("failed renewals", lambda x: x.failed),
+    BY_CLASS,
+    P50,
+    P99,
+    ("longest renewTime gap, s", lambda x: f"{x.longest_gap_s:.1f}"),
+    ("renewTime went back", lambda x: x.went_back),
+    ("max stale at once", lambda x: x.max_stale),
+    SCALED,
+)
+
+
 def print_rtt(levels: list[Level]) -> None:
     seconds = levels[0].seconds if levels else 0
-    print_table(
+    print_columns(
         f"Renewals against added RTT ({len(levels)} levels of "
         f"{seconds:.0f}s, load balancer connections cut half-way)",
-        [
-            "added RTT",
-            "renewals ok / attempted",
-            "p50 ms",
-            "p99 ms",
-            "max ms",
-            "landed unacknowledged",
-            "failures by class",
-            "max stale",
-            "longest age seen, s",
-            "scaled down",
-            "judged",
-        ],
-        [
-            [
-                x.name,
-                x.ok_ratio,
-                ms(percentile(x.took, 0.5)),
-                ms(percentile(x.took, 0.99)),
-                ms(max(x.took, default=math.nan)),
-                x.unacknowledged,
-                ", ".join(f"{k} {v}" for k, v in x.failures_by_class.items()) or "-",
-                x.max_stale,
-                f"{x.longest_age_s:.1f}",
-                "yes" if x.scaled_down else "no",
-                "BROKEN" if x.broken else "fine",
-            ]
-            for x in levels
-        ],
+        RTT,
+        levels,
     )
     first = next((x.name for x in levels if x.broken), None)
     print(f"\nFirst added RTT judged broken: {first or 'none of these'}")
@@ -285,35 +287,10 @@ def print_rtt(levels: list[Level]) -> None:
 
 def print_loss(levels: list[Level]) -> None:
     seconds = levels[0].seconds if levels else 0
-    print_table(
+    print_columns(
         f"Loss soak: random loss each way between every node and its load balancer, {seconds:.0f}s per level",
-        [
-            "loss",
-            "renewals ok / attempted",
-            "failed renewals",
-            "failures by class",
-            "p50 ms",
-            "p99 ms",
-            "longest renewTime gap, s",
-            "renewTime went back",
-            "max stale at once",
-            "scaled down",
-        ],
-        [
-            [
-                x.name,
-                x.ok_ratio,
-                x.failed,
-                ", ".join(f"{k} {v}" for k, v in x.failures_by_class.items()) or "-",
-                ms(percentile(x.took, 0.5)),
-                ms(percentile(x.took, 0.99)),
-                f"{x.longest_gap_s:.1f}",
-                x.went_back,
-                x.max_stale,
-                "yes" if x.scaled_down else "no",
-            ]
-            for x in levels
-        ],
+        LOSS,
+        levels,
     )
 
 
@@ -414,12 +391,9 @@ def print_side_by_side(runs: list[Run]) -> None:
     print_table(f"The same paths, side by side ({len(runs)} settings)", columns, rows)
 
 
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in text.split(",") if x.strip()]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
+def _numbers(kind: type[float]) -> Callable[[str], list[float]]:
+    """A comma-separated list of ``kind`` ('' for none)."""
+    return lambda text: [kind(x) for x in text.split(",") if x.strip()]
 
 
 def _settings(text: str) -> dict[str, str]:
@@ -433,29 +407,38 @@ def _settings(text: str) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.path", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
+    d, add = Levels(), parser.add_argument
+    add(
         "--rtt-ms",
-        type=_ints,
-        default=[0, 150, 300, 600, 1000],
-        help="added RTT levels (default 0,150,300,600,1000; '' for none)",
+        dest="rtts_ms",
+        type=_numbers(int),
+        default=d.rtts_ms,
+        help="added RTT levels (default %(default)s; '' for none)",
     )
-    parser.add_argument("--rtt-seconds", type=float, default=60.0, help="per RTT level (default 60)")
-    parser.add_argument(
+    add("--rtt-seconds", type=float, default=d.rtt_seconds, help="per RTT level (default %(default)s)")
+    add(
         "--loss-percent",
-        type=_ints,
-        default=[20, 40, 50],
-        help="loss levels, each way (default 20,40,50; '' for none)",
+        dest="loss_percents",
+        type=_numbers(int),
+        default=d.loss_percents,
+        help="loss levels, each way (default %(default)s; '' for none)",
     )
-    parser.add_argument("--loss-seconds", type=float, default=120.0, help="per loss level (default 120)")
-    parser.add_argument(
-        "--half-open-s", type=_floats, default=[2.0, 4.0], help="half-open blips, seconds (default 2,4)"
+    add("--loss-seconds", type=float, default=d.loss_seconds, help="per loss level (default %(default)s)")
+    add(
+        "--half-open-s",
+        type=_numbers(float),
+        default=d.half_open_s,
+        help="half-open blips, seconds (default %(default)s)",
     )
-    parser.add_argument(
-        "--fault-seconds", type=float, default=60.0, help="each short fault observed for (default 60)"
+    add(
+        "--fault-seconds",
+        type=float,
+        default=d.fault_seconds,
+        help="each short fault observed for (default %(default)s)",
     )
-    parser.add_argument("--no-faults", action="store_true", help="no half-open or DNS levels")
-    parser.add_argument("--no-detect", action="store_true", help="no real cut at the end")
-    parser.add_argument(
+    add("--no-faults", dest="faults", action="store_false", help="no half-open or DNS levels")
+    add("--no-detect", dest="detect", action="store_false", help="no real cut at the end")
+    add(
         "--against",
         type=_settings,
         action="append",
@@ -463,18 +446,9 @@ def main() -> None:
         help="also run every level with these aggregator settings, side by side with the defaults "
         "(e.g. DWD_LEASE_DURATION=6s,DWD_CONFIRM_PERIOD=3s); repeatable",
     )
-    parser.add_argument("--nodes", type=int, default=10, help="nodes, each with its agent (default 10)")
+    add("--nodes", type=int, default=10, help="nodes, each with its agent (default %(default)s)")
     args = parser.parse_args()
-    levels = Levels(
-        args.rtt_ms,
-        args.rtt_seconds,
-        args.loss_percent,
-        args.loss_seconds,
-        args.half_open_s,
-        args.fault_seconds,
-        not args.no_faults,
-        not args.no_detect,
-    )
+    levels = Levels(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Levels)})
     run(levels, [{}, *args.against], args.nodes)
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 
 from bench.dwdrule import Outcome, over_phases
-from bench.stats import min_median_max
-from bench.table import print_table
+from bench.tools.stats import min_median_max
+from bench.tools.table import print_table
 from demo import scenario
 
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{m['cut_to_all_down_s']:.1f} s",
             f"{m['unprotected_first_unknown_s'] - m['cut_to_all_down_s']:.1f} s",
             f"{m['nodes_unknown_max']:.0f}, {m['endpoints_ready_min']:.0f}",
-            f"{model.low:.1f} / {model.median:.1f} / {model.high:.1f} s",
+            min_median_max(model.kcm_s),
         ]
         for i, (m, model) in enumerate(runs)
     ]

@@ -5,17 +5,18 @@
 
 Real seed and shoot kube-apiservers; per target a control-plane namespace with a Cluster of a
 real one's size (25 KB), the kubeconfig Secret and the three dependents. The targets share one
-shoot API server and its nodes: ``--nodes`` simulated agents (bench/fleet.py) renew the leases
+shoot API server and its nodes: ``--nodes`` simulated agents (bench/tools/fleet.py) renew the leases
 every target judges, so every target sees the same shoot and a cut of those agents is a cut of
 every shoot at the same instant. What differs from a real seed: 250 targets provision the same
 leases (their creates collide and are answered 409 at start-up) and send their watches, probes
 and confirming LISTs to one shoot API server instead of 250; that API server's load is
 this benchmark's, not a seed's.
 
-The aggregator (``DWD_TARGETS=gardener``, ``DWD_NODE_GRACE=0s`` because the nodes are minutes
-old, its defaults otherwise) runs as its own process with a certificate of its own, from this
-tree or from another (``--code DIR``: an older checkout, for a before and after). Its seed
-requests are counted from the seed API server's audit log, which records its user alone.
+The aggregator (``DWD_TARGETS=gardener``, no node grace because the nodes are minutes old,
+its defaults otherwise: testenv/targets.py) runs as its own process with a certificate of its
+own, from this tree or from another (``--code DIR``: an older checkout, for a before and
+after). Its seed requests are counted from the seed API server's audit log, which records its
+user alone.
 
 Per size: start-up until every target judges the shoot healthy; a healthy window
 (``--window``, 10 minutes by default) with the aggregator's CPU, RSS and seed requests by verb
@@ -31,101 +32,38 @@ before it is read, once per cut, and its max since the process started. What the
 refused in each cut is ``dwd_scale_down_blocked_total`` read from the aggregators' /metrics
 before the cut and once the last target's three are at 0: by reason (the label's values, none
 assumed), the refusals and the targets refused. The seed's deployments get a status that
-follows their spec from the benchmark (bench/seedwatch.py), as a deployment controller would.
+follows their spec from the benchmark (testenv/deployment_watch.py), as a deployment controller would.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import contextlib
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bench.fleet import Fleet, FleetThread
-from bench.kapi_metrics import Audit, Series, audit_args, audited_kubeconfig, parse_metrics
-from bench.sampling import cpu_s, rss_mib
-from bench.seedwatch import DeploymentWatch
-from bench.stats import min_median_max
-from bench.table import print_table
-from core.lease import DEFAULT_LEASE_NAMESPACE
-from testenv.apply import RESOURCES, apply, load_docs
-from testenv.client import Client
+from aggregator.model.records import RECORD
+from bench.tools.fleet import Fleet, FleetThread
+from bench.tools.kapi_metrics import Series, parse_metrics
+from bench.tools.sampling import cpu_s, rss_mib
+from bench.tools.stats import min_median_max
+from bench.tools.table import Column, print_columns, print_table
+from testenv.audit import Audit, audit_args, audited_kubeconfig
 from testenv.controllers import CONTROLLERS
-from testenv.controlplane import ControlPlane, ensure_namespace, free_port
-from testenv.gardener import CLUSTER_CRD, cluster
-from testenv.process import Process, spawn, stop_all
-from testenv.standins import DEPLOYMENTS, deployment
+from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.deployment_watch import DeploymentWatch
+from testenv.targets import SHOOT_USER, access_kubeconfig, aggregators, namespace, populate
 from testenv.wait import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
-SHOOT_ACCESS = ROOT / "manifests" / "shoot-access" / "rbac.yaml"
-SECRET = "shoot-access-dwd-lease-aggregator"
-MACHINE_TYPES = 200  # a Cluster of ~25 KB
-SHOOT_USER = "system:serviceaccount:kube-system:dwd-lease-aggregator"
 BLOCKED = "dwd_scale_down_blocked_total"
-
-
-def access_kubeconfig(shoot: ControlPlane) -> str:
-    """A token kubeconfig for the aggregator's service account in the shoot."""
-    with shoot.admin_client() as admin:
-        ensure_namespace(admin, DEFAULT_LEASE_NAMESPACE)
-        apply(admin, load_docs(SHOOT_ACCESS.read_text()))
-        token = admin.create(
-            "/api/v1/namespaces/kube-system/serviceaccounts/dwd-lease-aggregator/token",
-            {
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"expirationSeconds": 7200},
-            },
-        )["status"]["token"]
-    ca = base64.b64encode(shoot.ca_file.read_bytes()).decode()
-    return yaml.safe_dump(
-        {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "current-context": "shoot",
-            "clusters": [
-                {"name": "shoot", "cluster": {"server": shoot.url, "certificate-authority-data": ca}}
-            ],
-            "contexts": [{"name": "shoot", "context": {"cluster": "shoot", "user": "aggregator"}}],
-            "users": [{"name": "aggregator", "user": {"token": token}}],
-        }
-    )
-
-
-def populate(seed: Client, targets: int, kubeconfig: str) -> None:
-    RESOURCES.setdefault("Cluster", ("clusters", False))
-    apply(seed, [CLUSTER_CRD])
-    wait_for(lambda: _served(seed), 30, "the Cluster CRD")
-    data = {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()}
-    for i in range(targets):
-        ns = f"shoot--bench--s{i:03d}"
-        ensure_namespace(seed, ns)
-        seed.ensure(f"/api/v1/namespaces/{ns}/secrets", {"metadata": {"name": SECRET}, "data": data})
-        for name, replicas in CONTROLLERS.items():
-            seed.ensure(DEPLOYMENTS.format(ns=ns), deployment(name, replicas))
-        seed.ensure(
-            "/apis/extensions.gardener.cloud/v1alpha1/clusters", cluster(ns, machine_types=MACHINE_TYPES)
-        )
-
-
-def _served(seed: Client) -> bool:
-    with contextlib.suppress(Exception):
-        seed.get("/apis/extensions.gardener.cloud/v1alpha1/clusters")
-        return True
-    return False
 
 
 def status(port: int) -> dict[str, Any]:
@@ -174,39 +112,6 @@ def refusals_text(cuts: list[Refusals]) -> str:
         per_cut = f"; each cut {' / '.join(f'{n:.0f}' for n in each)}" if len(cuts) > 1 else ""
         parts.append(f"{reason} {sum(each):.0f} ({len(hit)} targets{per_cut})")
     return ", ".join(parts) or "none"
-
-
-@contextlib.contextmanager
-def aggregators(
-    kubeconfig: Path, code: Path, tmp: Path, replicas: int = 1, shards: int = 1
-) -> Iterator[list[tuple[Process, int]]]:
-    """``replicas`` aggregators; more than one elect on shard Leases (``shards``) in ``garden``."""
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": str(code),
-        "PYTHONSAFEPATH": "1",
-        "DWD_TARGETS": "gardener",
-        "DWD_SEED_KUBECONFIG": str(kubeconfig),
-        "DWD_NODE_GRACE": "0s",
-        "DWD_LOG_FORMAT": "json",
-    }
-    if replicas > 1:
-        env |= {"DWD_LEADER_ELECTION": "true", "DWD_SHARDS": str(shards)}
-    procs: list[tuple[Process, int]] = []
-    try:
-        for i in range(replicas):
-            port = free_port()
-            argv = [sys.executable, "-m", "aggregator"]
-            with_port = env | {"DWD_METRICS_ADDR": f"127.0.0.1:{port}"}
-            log_path = tmp / f"aggregator-{i}.log"
-            procs.append((spawn(f"aggregator-{i}", argv, log_path=log_path, env=with_port, cwd=tmp), port))
-        yield procs
-    finally:
-        stop_all(p for p, _ in procs)
-
-
-def namespace(i: int) -> str:
-    return f"shoot--bench--s{i:03d}"
 
 
 class Sampler:
@@ -296,7 +201,7 @@ def measure(
             names = fleet.add(nodes)
             fleet.start_renewing()
             with (
-                DeploymentWatch(seed.admin_client) as deps,
+                DeploymentWatch(seed.admin_client, RECORD) as deps,
                 aggregators(kubeconfig, code, tmp, replicas, shards) as procs,
             ):
                 pids, ports = [p.pid for p, _ in procs], [port for _, port in procs]
@@ -405,77 +310,64 @@ def _outage(rig: Rig, out: dict[str, Any], sampler: Sampler) -> None:
     out["restored"] += wait_all(rig.deps, rig.targets, since=t_heal, want=up, timeout_s=240, sampler=sampler)
 
 
-def _never(times: list[float], wanted: int) -> str:
-    return "" if len(times) == wanted else f" ({wanted - len(times)} never)"
-
-
 def _lag(lags: list[dict[str, Any]], key: str = "p99_s") -> str:
     """The loop lag p99 (or ``key``) of each replica."""
     return ", ".join(f"{lag[key] * 1000:.0f} ms" if lag.get(key) is not None else "-" for lag in lags)
 
 
-HEALTHY_HEADER = (
-    "targets",
-    "start -> all judging",
-    "CPU",
-    "RSS",
-    "seed req/s",
-    "by verb and resource",
-    "loop lag p99",
-    "false scale-downs",
-)
-OUTAGE_HEADER = (
-    "targets",
-    "cut -> all three at 0 (min / median / max, every cut)",
-    "each cut",
-    "heal -> restored",
-    "CPU cut -> restored",
-    "RSS max",
-    "loop lag p99 (each cut)",
-    "loop lag max since start (healthy; each cut)",
-    "interlocks refused, cut -> all at 0 (by reason: refusals, distinct targets)",
-)
+def _never(times: list[float], m: dict[str, Any]) -> str:
+    wanted = m["targets"] * len(m["down_runs"])  # every target, every cut
+    return "" if len(times) == wanted else f" ({wanted - len(times)} never)"
 
 
-def _work_row(n: int, m: dict[str, Any]) -> list[object]:
+def _by_kind(rates: dict[str, float]) -> str:
+    return ", ".join(f"{k} {rate:.2f}/s" for k, rate in sorted(rates.items()) if rate >= 0.005) or "none"
+
+
+# A size's measure, m, in a row of each table.
+HEALTHY: list[Column[dict[str, Any]]] = [
+    ("targets", lambda m: m["targets"]),
+    ("start -> all judging", lambda m: f"{m['ready_s']:.0f} s"),
+    ("CPU", lambda m: f"{m['cpu_healthy']:.1f} %"),
+    ("RSS", lambda m: f"{m['rss_healthy']:.0f} MiB"),
+    ("seed req/s", lambda m: f"{sum(m['rates'].values()):.2f}"),
+    ("by verb and resource", lambda m: _by_kind(m["rates"])),
+    ("loop lag p99", lambda m: _lag(m["lag_healthy"])),
+    ("false scale-downs", lambda m: m["false"]),
+]
+OUTAGE: list[Column[dict[str, Any]]] = [
+    ("targets", lambda m: m["targets"]),
+    (
+        "cut -> all three at 0 (min / median / max, every cut)",
+        lambda m: min_median_max(m["down"]) + _never(m["down"], m),
+    ),
+    ("each cut", lambda m: "; ".join(m["down_runs"])),
+    ("heal -> restored", lambda m: min_median_max(m["restored"]) + _never(m["restored"], m)),
+    ("CPU cut -> restored", lambda m: f"{m['cpu_outage']:.1f} %"),
+    ("RSS max", lambda m: f"{m['rss_outage']:.0f} MiB"),
+    ("loop lag p99 (each cut)", lambda m: " / ".join(_lag(lag) for lag in m["lag_outage"])),
+    (
+        "loop lag max since start (healthy; each cut)",
+        lambda m: "; ".join(_lag(lag, "max_s") for lag in [m["lag_healthy"], *m["lag_outage"]]),
+    ),
+    (
+        "interlocks refused, cut -> all at 0 (by reason: refusals, distinct targets)",
+        lambda m: refusals_text(m["refused"]),
+    ),
+]
+
+
+def _work_row(m: dict[str, Any]) -> list[object]:
     """Each outage's span and CPU, averaged: one cut is one draw of where the agents' renewals
     and the periodic reads happen to fall."""
     span_s = statistics.mean(m["burst_s"])
     cpu = {k: statistics.mean(c[k] for c in m["burst_cpu"]) for k in m["burst_cpu"][0]}
     at_rest = {name: rate * span_s for name, rate in m["healthy_cpu"].items()}
     return (
-        [n, f"{span_s:.1f} s"]
+        [m["targets"], f"{span_s:.1f} s"]
         + [f"{v:.2f} ({at_rest[k]:.2f})" for k, v in cpu.items()]
         + [f"{sum(cpu.values()):.2f} ({sum(at_rest.values()):.2f})"]
     )
-
-
-def _healthy_row(n: int, m: dict[str, Any]) -> list[object]:
-    by_kind = ", ".join(f"{k} {rate:.2f}/s" for k, rate in sorted(m["rates"].items()) if rate >= 0.005)
-    return [
-        n,
-        f"{m['ready_s']:.0f} s",
-        f"{m['cpu_healthy']:.1f} %",
-        f"{m['rss_healthy']:.0f} MiB",
-        f"{sum(m['rates'].values()):.2f}",
-        by_kind or "none",
-        _lag(m["lag_healthy"]),
-        m["false"],
-    ]
-
-
-def _outage_row(n: int, m: dict[str, Any], outages: int) -> list[object]:
-    return [
-        n,
-        f"{min_median_max(m['down'])}" + _never(m["down"], n * outages),
-        "; ".join(m["down_runs"]),
-        f"{min_median_max(m['restored'])}" + _never(m["restored"], n * outages),
-        f"{m['cpu_outage']:.1f} %",
-        f"{m['rss_outage']:.0f} MiB",
-        " / ".join(_lag(lag) for lag in m["lag_outage"]),
-        "; ".join(_lag(lag, "max_s") for lag in [m["lag_healthy"], *m["lag_outage"]]),
-        refusals_text(m["refused"]),
-    ]
 
 
 def run(
@@ -489,23 +381,12 @@ def run(
     replicas: int = 1,
     shards: int = 1,
 ) -> None:
-    healthy, outage, work = [], [], []
     who = "One aggregator" if replicas == 1 else f"{replicas} aggregators, {shards} shards"
-    groups: list[str] = []
-    for n in sizes:
-        m = measure(n, nodes, code, window_s, outages=outages, replicas=replicas, shards=shards)
-        groups = list(m["burst_cpu"][0])
-        work.append(_work_row(n, m))
-        healthy.append(_healthy_row(n, m))
-        outage.append(_outage_row(n, m, outages))
-    print_table(
-        f"{who}, a seed of targets, healthy ({label}; {nodes} nodes a shoot, {window_s:.0f} s)",
-        HEALTHY_HEADER,
-        healthy,
-    )
-    print_table(
-        f"The same, every shoot cut at once, then healed, {outages} times ({label})", OUTAGE_HEADER, outage
-    )
+    ms = [measure(n, nodes, code, window_s, outages=outages, replicas=replicas, shards=shards) for n in sizes]
+    title = f"{who}, a seed of targets, healthy ({label}; {nodes} nodes a shoot, {window_s:.0f} s)"
+    print_columns(title, HEALTHY, ms)
+    print_columns(f"The same, every shoot cut at once, then healed, {outages} times ({label})", OUTAGE, ms)
+    groups = list(ms[-1]["burst_cpu"][0])
     print_table(
         f"The outage's work: CPU seconds from the cut until every target's three were at 0 (the "
         f"cuts' mean), in brackets the same span at the healthy window's pace ({label})",
@@ -515,7 +396,7 @@ def run(
             *(g.removesuffix(" (agents, deployment controller)").removesuffix(" and etcd") for g in groups),
             f"all ({os.cpu_count()} cores here)",
         ],
-        work,
+        [_work_row(m) for m in ms],
     )
 
 

@@ -1,4 +1,4 @@
-"""The fleet simulator (bench/fleet.py) against a real shoot API server and the real aggregator.
+"""The fleet simulator (bench/tools/fleet.py) against a real shoot API server and the real aggregator.
 
 The simulator is what the scale benchmarks trust for their figures, so it is held to
 the chain end to end: its renewals must land, it must adopt the intervals the budget
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from aggregator.act import budget
-from bench.fleet import ZONE_LABEL, ZONES, Fleet, FleetThread
+from bench.tools.fleet import ZONE_LABEL, ZONES, Fleet, FleetThread
 from core.durations import parse_duration
 from core.lease import RENEW_INTERVAL
 from testenv.controllers import CONTROLLERS, DOWN

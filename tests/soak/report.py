@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.table import print_table
+from bench.tools.table import print_table
 from testenv.controllers import CONTROLLERS
 from testenv.process import json_log
 from testenv.shoot import Sample

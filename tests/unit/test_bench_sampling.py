@@ -1,4 +1,4 @@
-"""bench/sampling.py on this test process itself (and a zombie child)."""
+"""bench/tools/sampling.py on this test process itself (and a zombie child)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.sampling import CLK_TCK, Window, cpu_s, cpu_ticks, rss_mib
+from bench.tools.sampling import CLK_TCK, Window, cpu_s, cpu_ticks, rss_mib
 
 
 def _burn(seconds: float) -> None:

@@ -1,4 +1,4 @@
-"""bench/stats.py: min / median / max of measured values and the exact distribution of the
+"""bench/tools/stats.py: min / median / max of measured values and the exact distribution of the
 aggregator's sampled estimate, on inputs small enough to count by hand."""
 
 from __future__ import annotations
@@ -7,13 +7,14 @@ import math
 
 import pytest
 
-from bench.stats import (
+from bench.tools.stats import (
     estimate,
     hypergeom_pmf,
     log_comb,
     min_median_max,
     p_down_spread,
     p_down_zoned,
+    percentile,
 )
 
 
@@ -22,6 +23,18 @@ def test_min_median_max() -> None:
     assert min_median_max([2.25]) == "2.2 / 2.2 / 2.2 s"  # round half to even, as format does
     assert min_median_max([3.0, 1.0, 10.04, 2.0]) == "1.0 / 2.5 / 10.0 s"
     assert min_median_max(iter([5.0, 4.0, 6.0]), "ms") == "4.0 / 5.0 / 6.0 ms"
+    assert min_median_max([0.0004, 2.0, 1.5], "s", 3) == "0.000 / 1.500 / 2.000 s"
+    assert min_median_max([3.0, 1.0, 2.0], "", 0) == "1 / 2 / 3"  # a count: no unit, no trailing space
+
+
+def test_percentile_is_the_nearest_rank() -> None:
+    assert math.isnan(percentile([], 0.5))
+    assert percentile([5.0], 0.99) == 5.0
+    xs = [float(x) for x in range(100, 0, -1)]  # 1..100, unsorted
+    assert percentile(xs, 0.5) == 50.0
+    assert percentile(xs, 0.99) == 99.0
+    assert percentile(xs, 0.991) == 100.0
+    assert percentile(xs, 0.0) == 1.0
 
 
 ZONES = {"a1": "a", "a2": "a", "b1": "b", "b2": "b", "b3": "b", "b4": "b"}

@@ -1,5 +1,5 @@
-"""bench/kapi_metrics.py: Prometheus' text format as kube-apiserver writes it, the request
-counters and latency histogram read from two scrapes, and audit-log lines."""
+"""bench/tools/kapi_metrics.py: Prometheus' text format as kube-apiserver writes it, the request
+counters and latency histogram read from two scrapes; testenv/audit.py: audit-log lines."""
 
 from __future__ import annotations
 
@@ -8,16 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.kapi_metrics import (
-    DURATIONS,
-    REQUESTS,
-    Audit,
-    audit_key,
-    histogram_quantile,
-    parse_metrics,
-    requests,
-    total,
-)
+from bench.tools.kapi_metrics import DURATIONS, REQUESTS, histogram_quantile, parse_metrics, requests, total
+from testenv.audit import Audit, audit_key
 
 TEXT = """\
 # HELP apiserver_request_total [STABLE] Counter of apiserver requests

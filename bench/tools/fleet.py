@@ -123,8 +123,16 @@ class Fleet:
         self.prefix = prefix
         tls = ssl.create_default_context(cafile=str(ca_file))
         tls.load_cert_chain(cert[0], cert[1])
-        self._tls = tls
-        self._max_in_flight = max_in_flight
+        # The pool, not one connection per node: see the module docstring.
+        self.http = httpx.AsyncClient(
+            base_url=self.url,
+            http2=True,
+            verify=tls,
+            trust_env=False,
+            timeout=httpx.Timeout(MAX_WINDOW_S),
+            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
+        )
+        self._gate = asyncio.Semaphore(max_in_flight)
         self.random = random.Random(seed)
         self.nodes: dict[str, SimNode] = {}
         self.silenced: set[str] = set()
@@ -133,34 +141,11 @@ class Fleet:
         self.requests: collections.Counter[tuple[str, str, str]] = collections.Counter()
         # Renewals that landed, per whole second of time.monotonic(): the write rate over any window.
         self.landed: collections.Counter[int] = collections.Counter()
-        self._http: httpx.AsyncClient | None = None
-        self._gate: asyncio.Semaphore | None = None
         self.renewing = False
-
-    # -- lifecycle
-
-    async def open(self) -> None:
-        # The pool, not one connection per node: see the module docstring.
-        self._http = httpx.AsyncClient(
-            base_url=self.url,
-            http2=True,
-            verify=self._tls,
-            trust_env=False,
-            timeout=httpx.Timeout(MAX_WINDOW_S),
-            limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
-        )
-        self._gate = asyncio.Semaphore(self._max_in_flight)
 
     async def close(self) -> None:
         await self.stop_renewing()
-        if self._http is not None:
-            await self._http.aclose()
-
-    @property
-    def http(self) -> httpx.AsyncClient:
-        if self._http is None:
-            raise RuntimeError("Fleet.open() first")
-        return self._http
+        await self.http.aclose()
 
     # -- nodes
 
@@ -291,10 +276,7 @@ class Fleet:
             node.interval_s = min(max(parse_duration(text), MIN_INTERVAL_S), MAX_INTERVAL_S)
 
     async def _request(self, method: str, resource: str, path: str, **kw: Any) -> httpx.Response | None:
-        gate = self._gate
-        if gate is None:
-            raise RuntimeError("Fleet.open() first")
-        async with gate:
+        async with self._gate:
             try:
                 response = await self.http.request(method, path, **kw)
             except httpx.HTTPError as e:
@@ -348,7 +330,6 @@ class FleetThread:
             self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fleet", daemon=True)
         self._thread.start()
-        self.call(fleet.open)
 
     def call(self, fn: Callable[[], Awaitable[T]], timeout_s: float = 600.0) -> T:
         async def run() -> T:
@@ -356,6 +337,15 @@ class FleetThread:
 
         future: Future[T] = asyncio.run_coroutine_threadsafe(run(), self._loop)
         return future.result(timeout_s)
+
+    def read(self, fn: Callable[[], T]) -> T:
+        """``fn()`` run on the fleet's loop: its counters and nodes change under a reader in
+        another thread."""
+
+        async def run() -> T:
+            return fn()
+
+        return self.call(run)
 
     def add(self, count: int) -> list[str]:
         return self.call(lambda: self.fleet.add(count))
@@ -365,53 +355,29 @@ class FleetThread:
         self.call(lambda: self.fleet.remove(names))
 
     def start_renewing(self) -> None:
-        async def start() -> None:
-            self.fleet.start_renewing()
-
-        self.call(start)
+        self.read(self.fleet.start_renewing)
 
     def silence(self, names: Iterable[str]) -> None:
-        names = list(names)
-        self._loop.call_soon_threadsafe(self.fleet.silence, names)
+        self._loop.call_soon_threadsafe(self.fleet.silence, list(names))
 
     def resume(self, names: Iterable[str] | None = None) -> None:
-        names = None if names is None else list(names)
-        self._loop.call_soon_threadsafe(self.fleet.resume, names)
+        self._loop.call_soon_threadsafe(self.fleet.resume, None if names is None else list(names))
 
     def sent(self, method: str | None = None, resource: str | None = None, code: str | None = None) -> int:
-        """The fleet's own request count, read on its loop (the counter changes under a reader
-        in another thread)."""
-
-        async def read() -> int:
-            return self.fleet.sent(method, resource, code)
-
-        return self.call(read)
+        return self.read(lambda: self.fleet.sent(method, resource, code))
 
     def zones(self) -> dict[str, str]:
-        async def read() -> dict[str, str]:
-            return self.fleet.zones()
-
-        return self.call(read)
+        return self.read(self.fleet.zones)
 
     def at_interval(self, seconds: float) -> frozenset[str]:
-        async def read() -> frozenset[str]:
-            return self.fleet.at_interval(seconds)
-
-        return self.call(read)
+        return self.read(lambda: self.fleet.at_interval(seconds))
 
     def landed(self, start: float, end: float) -> list[int]:
         """Renewals landed in each whole second from ``start`` to ``end`` (time.monotonic())."""
-
-        async def read() -> list[int]:
-            return [self.fleet.landed[t] for t in range(math.ceil(start), math.floor(end))]
-
-        return self.call(read)
+        return self.read(lambda: [self.fleet.landed[t] for t in range(math.ceil(start), math.floor(end))])
 
     def requests(self) -> dict[tuple[str, str, str], int]:
-        async def read() -> dict[tuple[str, str, str], int]:
-            return dict(self.fleet.requests)
-
-        return self.call(read)
+        return self.read(lambda: dict(self.fleet.requests))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

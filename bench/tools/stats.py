@@ -11,12 +11,19 @@ import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 
-def min_median_max(xs: Iterable[float], unit: str = "s") -> str:
-    """ "min / median / max unit", to one decimal; "-" for no values."""
+def min_median_max(xs: Iterable[float], unit: str = "s", digits: int = 1) -> str:
+    """ "min / median / max unit", to ``digits`` decimals; "-" for no values."""
     ordered = sorted(xs)
     if not ordered:
         return "-"
-    return f"{ordered[0]:.1f} / {statistics.median(ordered):.1f} / {ordered[-1]:.1f} {unit}"
+    low, mid, high = (f"{x:.{digits}f}" for x in (ordered[0], statistics.median(ordered), ordered[-1]))
+    return f"{low} / {mid} / {high} {unit}".rstrip()
+
+
+def percentile(xs: Sequence[float], q: float) -> float:
+    """Nearest rank: the smallest value with at least ``q`` of them at or below it; nan for none."""
+    ordered = sorted(xs)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else math.nan
 
 
 def estimate(cut: Iterable[str], sample: Collection[str], zones: Mapping[str, str]) -> float:

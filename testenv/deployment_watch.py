@@ -1,5 +1,6 @@
 """Every Deployment of a seed, watched from a thread: when each one's replicas changed, and a
-status that follows its spec (the test control plane runs no deployment controller).
+status that follows its spec (the test control plane runs no deployment controller; at hundreds
+of namespaces one watch, where ``standins.DeploymentController`` polls one namespace).
 
 The times are the watch's arrival times (``time.monotonic()``), a few milliseconds after the
 write: good enough to time a scale-down against a cut to well under the ±1 s that matters.
@@ -20,7 +21,6 @@ from typing import Any
 
 import httpx
 
-from aggregator.model.records import RECORD
 from core.errors import Gone, KubeError
 from testenv.client import Client
 from testenv.standins import follow_spec, status_follows
@@ -38,21 +38,12 @@ class Seen:
     recorded: bool  # carries the aggregator's record
 
 
-def _seen(obj: dict[str, Any], at: float) -> Seen:
-    meta = obj["metadata"]
-    return Seen(
-        at,
-        meta["namespace"],
-        meta["name"],
-        int(obj["spec"].get("replicas", 1)),
-        RECORD in (meta.get("annotations") or {}),
-    )
-
-
 class DeploymentWatch:
-    def __init__(self, connect: Callable[[], Client]) -> None:
-        """``connect()`` makes a fresh client (one per thread)."""
+    def __init__(self, connect: Callable[[], Client], record: str) -> None:
+        """``connect()`` makes a fresh client (one per thread); ``record``: the annotation of
+        the aggregator's record (given: the harness imports no program)."""
         self._connect = connect
+        self._record = record
         self.history: list[Seen] = []
         self.now: dict[tuple[str, str], Seen] = {}
         self._lock = threading.Lock()
@@ -79,7 +70,11 @@ class DeploymentWatch:
             t.join(15)
 
     def _note(self, obj: dict[str, Any]) -> None:
-        s = _seen(obj, time.monotonic())
+        meta = obj["metadata"]
+        recorded = self._record in (meta.get("annotations") or {})
+        s = Seen(
+            time.monotonic(), meta["namespace"], meta["name"], int(obj["spec"].get("replicas", 1)), recorded
+        )
         with self._lock:
             before = self.now.get((s.namespace, s.name))
             self.now[(s.namespace, s.name)] = s
@@ -131,7 +126,3 @@ class DeploymentWatch:
                 ):
                     return s.at
         return None
-
-    def state(self, namespace: str, name: str) -> Seen | None:
-        with self._lock:
-            return self.now.get((namespace, name))

@@ -1,6 +1,6 @@
 """A server that misbehaves on purpose, for bench/agent_hostile.py:
 
-    python -m bench.hostile_server silent|headers|pings CERT KEY PORT_FILE
+    python -m testenv.hostile_server silent|headers|pings CERT KEY PORT_FILE
 
 It listens on loopback TLS, writes its port to PORT_FILE and serves until killed."""
 
