@@ -77,7 +77,7 @@ image: deps install
 # The clock-bound pass starts once what most of it needs is built (testenv-first: the Kubernetes
 # binaries, etcd, kustomize; at nice 10, ahead of the other builds); gardener-resource-manager,
 # dependency-watchdog and the images go on building beside it at the lowest priority, and a test
-# that needs one of them waits for its build (testenv/binaries.py, `building`).
+# that needs one of them waits for its build (testenv/base/binaries.py, `building`).
 XDIST ?= 4
 test: deps install
 	$(MAKE) --no-print-directory -j5 --output-sync=target test-clocks testenv-rest image NICE="nice -n 19"
@@ -141,13 +141,13 @@ bench-full: install testenv
 	$(BIN)/python -m bench --full
 
 # Builds only what it runs (kube-apiserver, KCM, kubemark, etcd), not all of testenv, and builds
-# it while pip installs: testenv/binaries.py needs only the standard library.
+# it while pip installs: testenv/base/binaries.py needs only the standard library.
 demo:
 	$(MAKE) --no-print-directory -j2 demo-install demo-binaries
 	$(BIN)/python -m demo
 
 demo-binaries:
-	$(PYTHON) -m testenv.binaries
+	$(PYTHON) -m testenv.base.binaries
 
 clean:
 	rm -rf $(VENV) $(LOWEST) .pytest_cache .mypy_cache .ruff_cache build

@@ -1,5 +1,5 @@
 """Agent footprint: RSS and CPU per renewal against a real kube-apiserver, with the interpreter
-settings of the agent's image (testenv/imagelike.py)."""
+settings of the agent's image (testenv/base/imagelike.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 from bench.tools.sampling import cpu_s, rss_mib
 from bench.tools.table import print_table
 from image import build
-from testenv import containers, imagelike
-from testenv.agents import Agents, agents_for
-from testenv.controlplane import ControlPlane
-from testenv.wait import wait_for
+from testenv.base import containers, imagelike
+from testenv.base.wait import wait_for
+from testenv.kube.controlplane import ControlPlane
+from testenv.worlds.agents import Agents, agents_for
 
 
 def run(renewals: int = 1000, steady_s: float = 30.0) -> None:

@@ -1,7 +1,7 @@
 """The real agent against servers that mean harm, its peak RSS measured: a server that answers
 nothing (the baseline: every renewal times out), one that streams HTTP/1.1 header lines without
 end, one that floods HTTP/2 PINGs and reads none of the answers. Each server runs in a process
-of its own (testenv/hostile_server.py); the agent as its image runs it (testenv/imagelike.py), with
+of its own (testenv/net/hostile_server.py); the agent as its image runs it (testenv/base/imagelike.py), with
 its server and CA set (DWD_APISERVER_URL, DWD_CA_FILE).
 
     python -m bench agent_hostile        (about 1 min)
@@ -19,10 +19,10 @@ from pathlib import Path
 
 from bench.tools.sampling import rss_mib
 from bench.tools.table import print_table
-from testenv import imagelike
-from testenv.pki import CertificateAuthority
-from testenv.process import spawn, spawn_python
-from testenv.wait import wait_for
+from testenv.base import imagelike
+from testenv.base.pki import CertificateAuthority
+from testenv.base.process import spawn, spawn_python
+from testenv.base.wait import wait_for
 
 ROOT = str(Path(__file__).resolve().parents[1])
 SERVERS = {
@@ -38,7 +38,7 @@ def _one(mode: str, tmp: Path, ca: CertificateAuthority, seconds: float) -> tupl
     argv = [
         sys.executable,
         "-m",
-        "testenv.hostile_server",
+        "testenv.net.hostile_server",
         mode,
         str(pair.cert),
         str(pair.key),

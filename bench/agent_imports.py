@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from bench.tools.table import print_table
-from testenv import imagelike
+from testenv.base import imagelike
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,9 +5,9 @@
     python -m bench.kubelet [--nodes 5] [--steady-seconds 60] [--cut-seconds 30]
                             [--blip-seconds 3] [--after-seconds 75]
 
-The rig (testenv/hollow_world.py): a control plane on loopback and N hollow kubelets (kubemark,
-the kubelet's own code: testenv/hollow.py), each reaching KAPI through a load balancer of its
-own (testenv/tcpproxy.py) with its node credentials. The leases and Nodes are listed every
+The rig (testenv/worlds/hollow_world.py): a control plane on loopback and N hollow kubelets (kubemark,
+the kubelet's own code: testenv/kube/hollow.py), each reaching KAPI through a load balancer of its
+own (testenv/net/tcpproxy.py) with its node credentials. The leases and Nodes are listed every
 100 ms through the admin client, straight to KAPI: a renewal's time on the node's clock
 (renewTime; the same machine's clock here) and when our read first showed it.
 
@@ -40,9 +40,9 @@ from aggregator.model.settings import Decider
 from bench.tools.sampling import cpu_s, rss_mib
 from bench.tools.stats import min_median_max
 from bench.tools.table import print_table
-from testenv.hollow import KlogLine
-from testenv.hollow_world import Rig, Seen, mark_unknown, rig, set_cut
-from testenv.wait import eventually
+from testenv.base.wait import eventually
+from testenv.kube.hollow import KlogLine
+from testenv.worlds.hollow_world import Rig, Seen, mark_unknown, rig, set_cut
 
 MODEL_INTERVAL_S = KUBELET_LEASE_DURATION_S * KUBELET_RENEW_FRACTION
 # The model's due time after a renewal: a read sent later that still shows it finds the node silent.

@@ -22,8 +22,8 @@ from core.lease import (
     lease_metadata,
     leases_path,
 )
-from testenv.client import Client
-from testenv.controlplane import ControlPlane
+from testenv.base.kapi import Client
+from testenv.kube.controlplane import ControlPlane
 
 NODES = 5000
 KUBELETS = "kube-node-lease"

@@ -4,7 +4,7 @@ round-trip time, and through a lossy link, at the agent's and the aggregator's d
     python -m bench.path [--rtt-ms 0,150,300,600,1000] [--rtt-seconds 60]
                          [--loss-percent 20,40,50] [--loss-seconds 120] [--nodes 10]
 
-Runs as root (network namespaces, iptables). The rig is testenv/chain.py:
+Runs as root (network namespaces, iptables). The rig is testenv/worlds/chain.py:
 real agents in namespaces behind a DNS server and a load balancer each, the
 real aggregator on the internal address, a shoot and a seed API server.
 
@@ -46,11 +46,11 @@ from types import FrameType
 
 from bench.tools.stats import percentile
 from bench.tools.table import Column, print_columns, print_table
-from testenv import netns
-from testenv.chain import AGGREGATOR_DEFAULTS, Chain, agent_counters, agent_record, chain, latencies
-from testenv.controllers import CONTROLLERS
-from testenv.controlplane import ControlPlane
-from testenv.wait import wait_for
+from testenv.base.wait import wait_for
+from testenv.kube.controllers import CONTROLLERS
+from testenv.kube.controlplane import ControlPlane
+from testenv.net import netns
+from testenv.worlds.chain import AGGREGATOR_DEFAULTS, Chain, agent_counters, agent_record, chain, latencies
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ and confirming LISTs to one shoot API server instead of 250; that API server's l
 this benchmark's, not a seed's.
 
 The aggregator (``DWD_TARGETS=gardener``, no node grace because the nodes are minutes old,
-its defaults otherwise: testenv/targets.py) runs as its own process with a certificate of its
+its defaults otherwise: testenv/worlds/targets.py) runs as its own process with a certificate of its
 own, from this tree or from another (``--code DIR``: an older checkout, for a before and
 after). Its seed requests are counted from the seed API server's audit log, which records its
 user alone.
@@ -32,7 +32,7 @@ before it is read, once per cut, and its max since the process started. What the
 refused in each cut is ``dwd_scale_down_blocked_total`` read from the aggregators' /metrics
 before the cut and once the last target's three are at 0: by reason (the label's values, none
 assumed), the refusals and the targets refused. The seed's deployments get a status that
-follows their spec from the benchmark (testenv/deployment_watch.py), as a deployment controller would.
+follows their spec from the benchmark (testenv/kube/deployment_watch.py), as a deployment controller would.
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ from bench.tools.kapi_metrics import Series, parse_metrics
 from bench.tools.sampling import cpu_s, rss_mib
 from bench.tools.stats import min_median_max
 from bench.tools.table import Column, print_columns, print_table
-from testenv.audit import Audit, audit_args, audited_kubeconfig
-from testenv.controllers import CONTROLLERS
-from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.deployment_watch import DeploymentWatch
-from testenv.targets import SHOOT_USER, access_kubeconfig, aggregators, namespace, populate
-from testenv.wait import wait_for
+from testenv.base.wait import wait_for
+from testenv.kube.audit import Audit, audit_args, audited_kubeconfig
+from testenv.kube.controllers import CONTROLLERS
+from testenv.kube.controlplane import ControlPlane, ensure_namespace
+from testenv.kube.deployment_watch import DeploymentWatch
+from testenv.worlds.targets import SHOOT_USER, access_kubeconfig, aggregators, namespace, populate
 
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKED = "dwd_scale_down_blocked_total"

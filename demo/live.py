@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from demo.track import Sample, Track
-from testenv.controllers import CONTROLLERS, KCM
+from testenv.kube.controllers import CONTROLLERS, KCM
 
 BARS = "▁▂▃▄▅▆▇█"
 # A sparkline's character spans this many seconds: the last minute or so on a line.

@@ -48,18 +48,18 @@ from core.lease import leases_path, parse_micro_time
 from demo import picture as draw
 from demo.live import Live
 from demo.track import Sample, Track, status_line
-from testenv import workload
-from testenv.client import node_leases
-from testenv.controllers import CONTROLLERS, DOWN, KCM, MCM
-from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.hollow import HollowKubelet
-from testenv.kcm import NODE_GRACE_S as GRACE_S
-from testenv.kcm import KcmDeploymentController, KcmReplicas
-from testenv.kubelet import write_kubeconfig
-from testenv.process import Process, json_log, spawn_python, stop_all
-from testenv.standins import DEPLOYMENTS, deployment, grant_agent_rbac
-from testenv.tcpproxy import TcpProxy
-from testenv.wait import wait_for
+from testenv.base.kapi import node_leases
+from testenv.base.process import Process, json_log, spawn_python, stop_all
+from testenv.base.wait import wait_for
+from testenv.kube import workload
+from testenv.kube.controllers import CONTROLLERS, DOWN, KCM, MCM
+from testenv.kube.controlplane import ControlPlane, ensure_namespace
+from testenv.kube.hollow import HollowKubelet
+from testenv.kube.kcm import NODE_GRACE_S as GRACE_S
+from testenv.kube.kcm import KcmDeploymentController, KcmReplicas
+from testenv.kube.kubelet_identity import write_kubeconfig
+from testenv.kube.standins import DEPLOYMENTS, deployment, grant_agent_rbac
+from testenv.net.tcpproxy import TcpProxy
 
 # How long after its start the aggregator judges and has read the kubelet leases twice (every
 # 10 s): a lease duration of fresh view (6 s), its second read, and two seconds for both.

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from testenv.controllers import CA, KCM, MCM
+from testenv.kube.controllers import CA, KCM, MCM
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A build's lock file, held while the build runs: whoever needs what it makes meanwhile waits
 for its end instead of failing or building it a second time. The images' build (image/build.py)
-and the test binaries' (testenv/binaries.py) both use it; it lives here because testenv may
-import image/ and not the other way round. Standard library only: testenv/binaries.py runs
+and the test binaries' (testenv/base/binaries.py) both use it; it lives here because testenv may
+import image/ and not the other way round. Standard library only: testenv/base/binaries.py runs
 before the venv exists."""
 
 from __future__ import annotations

@@ -16,9 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-from testenv import binaries, dependency_watchdog, grm
-from testenv.apply import GENERATED, generated
-from testenv.controlplane import ControlPlane, env_for
+from testenv.base import binaries
+from testenv.gardener import dependency_watchdog, grm
+from testenv.gardener.apply import GENERATED, generated
+from testenv.kube.controlplane import ControlPlane, env_for
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from testenv import binaries
-from testenv.controlplane import ControlPlane
+from testenv.base import binaries
+from testenv.kube.controlplane import ControlPlane
 
 # Names the e2e load balancers forward to KAPI; the serving certificate must carry them. The
 # second is the kubelet's (Gardener's internal domain), on a load balancer of its own.

@@ -6,9 +6,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from image import build
-from testenv import binaries
-from testenv.controlplane import ControlPlane
-from testenv.process import kill_python_children
+from testenv.base import binaries
+from testenv.base.process import kill_python_children
+from testenv.kube.controlplane import ControlPlane
 from tests.tasks import fail_on_tasks_left
 
 pytest_plugins = ["testenv.pytest_plugin"]

@@ -6,7 +6,7 @@ Per size: a fresh shoot control plane (a real kube-apiserver + etcd) beside one 
 control plane, the REAL aggregator as its own process at its defaults (``DEFAULTS`` in
 bench/scale/scenarios.py, read from its settings' fields) except DWD_NODE_GRACE=0s: a node
 younger than the default grace is no candidate, and every run here creates its nodes minutes
-before. The dependents are testenv/shoot.py's (no initial delays, MCM 500 ms after KCM on the
+before. The dependents are testenv/worlds/shoot_world.py's (no initial delays, MCM 500 ms after KCM on the
 way up). The agents are bench/tools/fleet.py's simulated ones (its docstring says how they
 differ from real ones).
 

@@ -29,9 +29,9 @@ from bench.scale.tables import print_analysis, print_results
 from bench.tools.fleet import ZONES, Fleet, FleetThread
 from bench.tools.kapi_metrics import Kapi
 from core.lease import MISSING_MAX_WAIT_S
-from testenv.audit import Audit, audit_args, audited_kubeconfig
-from testenv.controlplane import ControlPlane
-from testenv.shoot import Shoot
+from testenv.kube.audit import Audit, audit_args, audited_kubeconfig
+from testenv.kube.controlplane import ControlPlane
+from testenv.worlds.shoot_world import Shoot
 
 
 def _settle(result: dict[str, Any], pacing: budget.Pacing) -> None:

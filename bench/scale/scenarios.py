@@ -21,14 +21,14 @@ from bench.tools.sampling import Window
 from bench.tools.stats import estimate
 from core.durations import format_duration
 from core.lease import RENEW_INTERVAL
-from testenv.audit import Audit
-from testenv.controllers import CONTROLLERS, DOWN
-from testenv.controlplane import free_port
-from testenv.process import Process
-from testenv.shoot import Sampler, Shoot
-from testenv.wait import eventually, wait_for
+from testenv.base.process import Process
+from testenv.base.wait import eventually, wait_for
+from testenv.kube.audit import Audit
+from testenv.kube.controllers import CONTROLLERS, DOWN
+from testenv.kube.controlplane import free_port
+from testenv.worlds.shoot_world import Sampler, Shoot
 
-# The aggregator's defaults (testenv/shoot.py's environment has faster ones).
+# The aggregator's defaults (testenv/worlds/shoot_world.py's environment has faster ones).
 DEFAULTS = {
     "DWD_LEASE_DURATION": format_duration(DECIDER.lease_duration_s),
     "DWD_RENEW_INTERVAL": format_duration(DECIDER.fast_interval_s),

@@ -1,6 +1,6 @@
 """What kube-apiserver says about the requests it served: its /metrics (Prometheus' text
 format, the request counters and the latency histogram). Who sent them is in its audit log
-(testenv/audit.py)."""
+(testenv/kube/audit.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 import httpx
 
-from testenv.controlplane import ControlPlane
+from testenv.kube.controlplane import ControlPlane
 
 # -- Prometheus' text format
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from testenv import netns
+from testenv.net import netns
 
 
 @pytest.fixture(autouse=True)

@@ -23,12 +23,12 @@ import pytest
 import yaml
 
 from image import arm64, build, locks, ocm
-from testenv import containers
-from testenv.agents import agents_for
-from testenv.chain import LEASE_DURATION_S, Chain, chain, example_daemonset
-from testenv.controllers import CONTROLLERS
-from testenv.controlplane import ControlPlane
-from testenv.wait import wait_for
+from testenv.base import containers
+from testenv.base.wait import wait_for
+from testenv.kube.controllers import CONTROLLERS
+from testenv.kube.controlplane import ControlPlane
+from testenv.worlds.agents import agents_for
+from testenv.worlds.chain import LEASE_DURATION_S, Chain, chain, example_daemonset
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900), pytest.mark.builds("images")]
 

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from testenv import workload
-from testenv.controlplane import ControlPlane
-from testenv.hollow import HollowKubelet, renewals
-from testenv.kcm import KCM_DEPLOYMENT, MARKS_WITHIN_S, KcmDeploymentController, KcmReplicas
-from testenv.kcm import NODE_GRACE_S as GRACE_S
-from testenv.networld import API, Node, World
-from testenv.process import stop_all
+from testenv.base.process import stop_all
+from testenv.base.wait import wait_for
+from testenv.kube import workload
+from testenv.kube.controlplane import ControlPlane
+from testenv.kube.hollow import HollowKubelet, renewals
+from testenv.kube.kcm import KCM_DEPLOYMENT, MARKS_WITHIN_S, KcmDeploymentController, KcmReplicas
+from testenv.kube.kcm import NODE_GRACE_S as GRACE_S
+from testenv.kube.standins import grant_agent_rbac
 from testenv.pytest_plugin import EXTERNAL_NAMES
-from testenv.shoot import Shoot, shoot_for
-from testenv.standins import grant_agent_rbac
-from testenv.wait import wait_for
+from testenv.worlds.networld import API, Node, World
+from testenv.worlds.shoot_world import Shoot, shoot_for
 
 pytestmark = pytest.mark.e2e
 

@@ -21,11 +21,11 @@ from core.lease import (
     leases_path,
     node_lease_path,
 )
-from testenv.controlplane import ControlPlane, ensure_node
-from testenv.kubelet import write_kubeconfig
-from testenv.networld import API, INTERNAL_API, Node, World
-from testenv.standins import grant_agent_rbac
-from testenv.wait import wait_for
+from testenv.base.wait import wait_for
+from testenv.kube.controlplane import ControlPlane, ensure_node
+from testenv.kube.kubelet_identity import write_kubeconfig
+from testenv.kube.standins import grant_agent_rbac
+from testenv.worlds.networld import API, INTERNAL_API, Node, World
 
 pytestmark = pytest.mark.e2e
 
@@ -183,9 +183,9 @@ def test_a_broken_path_for_most_nodes_protects_the_shoot(seed_plane: ControlPlan
     """The whole chain: agents in their namespaces, the aggregator on the internal address, the
     controllers in the seed. The path breaks for 3 of 5 nodes (their packets to the load balancer
     are dropped), KAPI itself stays up: the controllers go down, and come back when it heals."""
-    from testenv.controllers import CONTROLLERS
+    from testenv.kube.controllers import CONTROLLERS
     from testenv.pytest_plugin import EXTERNAL_NAMES
-    from testenv.shoot import shoot_for
+    from testenv.worlds.shoot_world import shoot_for
 
     with shoot_for(seed_plane, "shoot--e2e--chain", tmp_path / "shoot", EXTERNAL_NAMES) as shoot:
         (tmp_path / "shoot").mkdir(exist_ok=True)

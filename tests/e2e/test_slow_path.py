@@ -1,4 +1,4 @@
-"""A slow path is not a broken one: the whole chain at default timings (testenv/chain.py),
+"""A slow path is not a broken one: the whole chain at default timings (testenv/worlds/chain.py),
 ten nodes, the real aggregator.
 
 Slow: +150, +300 and +600 ms round trip on every node's load balancer, or DNS
@@ -29,11 +29,19 @@ from pathlib import Path
 
 import pytest
 
-from testenv.chain import LEASE_DURATION_S, STATUS_EVERY_S, TICK_S, Chain, agent_record, chain, latencies
-from testenv.controllers import CONTROLLERS
-from testenv.controlplane import ControlPlane
-from testenv.networld import Node, World
-from testenv.wait import wait_for
+from testenv.base.wait import wait_for
+from testenv.kube.controllers import CONTROLLERS
+from testenv.kube.controlplane import ControlPlane
+from testenv.worlds.chain import (
+    LEASE_DURATION_S,
+    STATUS_EVERY_S,
+    TICK_S,
+    Chain,
+    agent_record,
+    chain,
+    latencies,
+)
+from testenv.worlds.networld import Node, World
 
 pytestmark = pytest.mark.e2e
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from testenv import gardener_types
-from testenv.agents import Agents, agents_for
-from testenv.controlplane import ControlPlane
-from testenv.shoot import Shoot, shoot_for
+from testenv.gardener import gardener_types
+from testenv.kube.controlplane import ControlPlane
+from testenv.worlds.agents import Agents, agents_for
+from testenv.worlds.shoot_world import Shoot, shoot_for
 from tests.integration.dwdworld import DwdWorld, dwd_worlds
 from tests.integration.nodesworld import NodesWorld, nodes_world
 
@@ -46,7 +46,7 @@ def real_nodes(shoot: Shoot) -> Iterator[NodesWorld]:
 
 @pytest.fixture(scope="module")
 def gardener_checker() -> None:
-    """Gardener's types checker built (testenv/grm.py builds it beside GRM): a test module that
+    """Gardener's types checker built (testenv/gardener/grm.py builds it beside GRM): a test module that
     needs it fails without it, never skips."""
     try:
         gardener_types.find()

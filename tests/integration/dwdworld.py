@@ -1,5 +1,5 @@
 """A shoot for tests beside dependency-watchdog: kubelet leases renewed (``NodeLeaseDriver``) and
-the prober stand-in of testenv/dwd.py with clients of its own, on short clocks."""
+the prober stand-in of testenv/gardener/prober_standin.py with clients of its own, on short clocks."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.lease import leases_path
-from testenv.client import Client
-from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
-from testenv.shoot import FAST_DEPENDENTS, Shoot
-from testenv.standins import DEPLOYMENTS, NodeLeaseDriver
-from testenv.wait import wait_for
+from testenv.base.kapi import Client
+from testenv.base.wait import wait_for
+from testenv.gardener.prober_standin import NODE_LEASE_NAMESPACE, DependencyWatchdog
+from testenv.kube.standins import DEPLOYMENTS, NodeLeaseDriver
+from testenv.worlds.shoot_world import FAST_DEPENDENTS, Shoot
 
 NODES = [f"node-{i}" for i in range(10)]
 # Short clocks, DWD's rules: a lease is expired 1.5 s after its renewal.

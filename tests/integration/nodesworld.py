@@ -19,16 +19,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from core.lease import DEFAULT_LEASE_NAMESPACE, parse_micro_time
-from testenv.agents import Agents, agents_for
-from testenv.controllers import DOWN
-from testenv.controlplane import free_port
-from testenv.hollow import HollowKubelet, renewals, running
-from testenv.process import Process
-from testenv.shoot import FAST_ENV, Shoot
-from testenv.standins import AGENT_SA
-from testenv.tcpproxy import TcpProxy
-from testenv.wait import wait_for
-from testenv.webhook import FailingWebhook
+from testenv.base.process import Process
+from testenv.base.wait import wait_for
+from testenv.kube.controllers import DOWN
+from testenv.kube.controlplane import free_port
+from testenv.kube.hollow import HollowKubelet, renewals, running
+from testenv.kube.standins import AGENT_SA
+from testenv.net.tcpproxy import TcpProxy
+from testenv.net.webhook import FailingWebhook
+from testenv.worlds.agents import Agents, agents_for
+from testenv.worlds.shoot_world import FAST_ENV, Shoot
 from tests.alerting import scrape
 from tests.integration.dwdworld import NODES
 

@@ -15,12 +15,12 @@ import pytest
 
 from core.errors import Unauthorized
 from core.lease import LAST_OUTAGE, RELEASED, RENEW_INTERVAL, Outage, node_lease_path, parse_micro_time
-from testenv.agents import NS, Agents
-from testenv.client import Client
-from testenv.controlplane import free_port
-from testenv.process import spawn_python
-from testenv.tcpproxy import TcpProxy
-from testenv.wait import wait_for
+from testenv.base.kapi import Client
+from testenv.base.process import spawn_python
+from testenv.base.wait import wait_for
+from testenv.kube.controlplane import free_port
+from testenv.net.tcpproxy import TcpProxy
+from testenv.worlds.agents import NS, Agents
 from tests.alerting import alert, check, humanize_duration, samples, scrape, scraped
 
 pytestmark = pytest.mark.integration

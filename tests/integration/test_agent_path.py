@@ -14,10 +14,10 @@ from collections.abc import Iterator
 import pytest
 
 from core.lease import LAST_OUTAGE, RENEW_INTERVAL, Outage
-from testenv.agents import Agents
-from testenv.process import Process
-from testenv.tcpproxy import TcpProxy
-from testenv.wait import wait_for
+from testenv.base.process import Process
+from testenv.base.wait import wait_for
+from testenv.net.tcpproxy import TcpProxy
+from testenv.worlds.agents import Agents
 
 pytestmark = pytest.mark.integration
 

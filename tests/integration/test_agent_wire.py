@@ -11,7 +11,7 @@ import pytest
 
 from agent.path import Attempt, Connection, Origin
 from agent.wire import H2Wire, Request
-from testenv.controlplane import ControlPlane
+from testenv.kube.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from aggregator.model.settings import Decider
-from testenv.controllers import CONTROLLERS
-from testenv.wait import wait_for
+from testenv.base.wait import wait_for
+from testenv.kube.controllers import CONTROLLERS
 from tests.alerting import alert, check, samples, scraped
 from tests.integration.dwdworld import NODES
 from tests.integration.nodesworld import DOWN, LEASE_DURATION_S, RECOVERY_PERIOD_S, NodesWorld

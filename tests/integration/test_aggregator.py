@@ -8,9 +8,9 @@ import pytest
 
 from aggregator.model.records import IGNORE_SCALING, MELTDOWN, REPLICAS
 from core.lease import DEFAULT_LEASE_NAMESPACE, RELEASED, node_lease_path
-from testenv.controllers import CONTROLLERS, DOWN
-from testenv.shoot import Shoot
-from testenv.wait import wait_for
+from testenv.base.wait import wait_for
+from testenv.kube.controllers import CONTROLLERS, DOWN
+from testenv.worlds.shoot_world import Shoot
 
 pytestmark = pytest.mark.integration
 
@@ -172,7 +172,7 @@ def test_watch_gone_relists_without_a_wrong_verdict(shoot: Shoot) -> None:
 def test_write_budget_paces_a_sample_and_judges_only_it(shoot: Shoot) -> None:
     import httpx
 
-    from testenv.controlplane import free_port
+    from testenv.kube.controlplane import free_port
 
     shoot.setup(nodes=40)
     port = free_port()

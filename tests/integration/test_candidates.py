@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from testenv.client import Client
-from testenv.controllers import CONTROLLERS, DOWN
-from testenv.controlplane import free_port
-from testenv.gardener import MACHINE_CRD
-from testenv.shoot import Shoot
-from testenv.wait import wait_for
+from testenv.base.kapi import Client
+from testenv.base.wait import wait_for
+from testenv.gardener.seed_objects import MACHINE_CRD
+from testenv.kube.controllers import CONTROLLERS, DOWN
+from testenv.kube.controlplane import free_port
+from testenv.worlds.shoot_world import Shoot
 from tests.integration.test_service import target
 
 pytestmark = pytest.mark.integration

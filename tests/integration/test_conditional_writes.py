@@ -20,9 +20,9 @@ from aggregator.model.settings import Watching
 from aggregator.model.verdict import Desired
 from aggregator.observe.seeddependents import SeedDependents
 from core.errors import Conflict
-from testenv.controllers import CONTROLLERS
-from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.standins import DEPLOYMENTS, deployment
+from testenv.kube.controllers import CONTROLLERS
+from testenv.kube.controlplane import ControlPlane, ensure_namespace
+from testenv.kube.standins import DEPLOYMENTS, deployment
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
-from testenv.faultproxy import FaultProxy
-from testenv.shoot import Sample, Shoot
-from testenv.wait import eventually, wait_for
+from testenv.base.wait import eventually, wait_for
+from testenv.kube.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
+from testenv.net.faultproxy import FaultProxy
+from testenv.worlds.shoot_world import Sample, Shoot
 
 pytestmark = pytest.mark.integration
 

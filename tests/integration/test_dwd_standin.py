@@ -1,4 +1,5 @@
-"""The DWD v1.7.0 prober stand-in (testenv/dwd.py) against a real shoot and seed API server.
+"""The DWD v1.7.0 prober stand-in (testenv/gardener/prober_standin.py) against a real shoot and seed API
+server.
 
 What the real DWD does, checked on the stand-in: kubelet leases (NodeLeaseDriver) judged at
 0.75 x KCM's grace, scale-down marks and order, scale-up that keeps ``replicas`` for ever, any
@@ -16,10 +17,9 @@ import pytest
 
 from core.errors import ConfigError
 from core.lease import format_micro_time
-from testenv.client import Client
-from testenv.controllers import CA, DOWN, KCM, MCM
-from testenv.controlplane import ControlPlane
-from testenv.dwd import (
+from testenv.base.kapi import Client
+from testenv.base.wait import wait_for
+from testenv.gardener.prober_standin import (
     GARDENER_DEPENDENTS,
     IGNORE_SCALING,
     MELTDOWN,
@@ -35,9 +35,10 @@ from testenv.dwd import (
     scale_flows,
     target_replicas,
 )
-from testenv.shoot import FAST_DEPENDENTS, Shoot
-from testenv.standins import DEPLOYMENTS
-from testenv.wait import wait_for
+from testenv.kube.controllers import CA, DOWN, KCM, MCM
+from testenv.kube.controlplane import ControlPlane
+from testenv.kube.standins import DEPLOYMENTS
+from testenv.worlds.shoot_world import FAST_DEPENDENTS, Shoot
 from tests.integration.dwdworld import FAST, NODES, DwdWorld
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import pytest
 from aggregator.kube.client import METADATA_LIST, METADATA_ONLY, KubeClient
 from aggregator.kube.endpoint import KubeconfigSource
 from aggregator.observe.watcher import Informer
-from testenv.controlplane import ControlPlane
+from testenv.kube.controlplane import ControlPlane
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@ kube-apiserver: an Extension as gardenlet creates it, with a bad providerConfig 
 one, a cut that holds the shoot down, a restart in the middle of an operation, and the
 Extension deleted while the shoot is held down. One control plane, one aggregator at a time.
 
-Every Extension read back is decoded strictly by Gardener's own types (testenv/gardener_types.py).
+Every Extension read back is decoded strictly by Gardener's own types (testenv/gardener/gardener_types.py).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from aggregator.extension.contract import FINALIZER, OPERATION
 from aggregator.model.protection import API_VERSION, KIND
 from aggregator.model.records import MELTDOWN, RECORD
 from core.errors import NotFound
-from testenv import grm
-from testenv.apply import RESOURCES, apply
-from testenv.controllers import CONTROLLERS, DOWN, KCM
-from testenv.controlplane import free_port
-from testenv.gardener import cluster, extension, extension_status, module_crds
-from testenv.gardener_types import extension_verdicts, strict_errors
-from testenv.process import Process
-from testenv.shoot import Shoot
-from testenv.wait import wait_for
+from testenv.base.process import Process
+from testenv.base.wait import wait_for
+from testenv.gardener import grm
+from testenv.gardener.apply import RESOURCES, apply
+from testenv.gardener.gardener_types import extension_verdicts, strict_errors
+from testenv.gardener.seed_objects import cluster, extension, extension_status, module_crds
+from testenv.kube.controllers import CONTROLLERS, DOWN, KCM
+from testenv.kube.controlplane import free_port
+from testenv.worlds.shoot_world import Shoot
 from tests.integration.test_service import FILE_MODE, status, up
 
 pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]

@@ -22,16 +22,17 @@ import yaml
 from aggregator.extension.contract import FINALIZER, OPERATION
 from aggregator.extension.delivery import OBJECTS_KEY, OBJECTS_SECRET, managed_resource_path
 from aggregator.extension.health import HEARTBEAT
-from testenv import binaries, gardener_types, grm
-from testenv.agents import pod_env
-from testenv.apply import RESOURCES, apply, kustomize_build, load_docs
-from testenv.client import Client, denial
-from testenv.controlplane import ControlPlane, ensure_namespace, free_port, kubeconfig_yaml
-from testenv.gardener import cluster, extension, module_crds
-from testenv.gardener_types import GardenletValues, ImageQuestion, RenderedChart
-from testenv.process import spawn_python
-from testenv.registration import CHART, TARGET
-from testenv.wait import wait_for
+from testenv.base import binaries
+from testenv.base.kapi import Client, denial
+from testenv.base.process import spawn_python
+from testenv.base.wait import wait_for
+from testenv.gardener import gardener_types, grm
+from testenv.gardener.apply import RESOURCES, apply, kustomize_build, load_docs
+from testenv.gardener.gardener_types import GardenletValues, ImageQuestion, RenderedChart
+from testenv.gardener.registration import CHART, TARGET
+from testenv.gardener.seed_objects import cluster, extension, module_crds
+from testenv.kube.controlplane import ControlPlane, ensure_namespace, free_port, kubeconfig_yaml
+from testenv.worlds.agents import pod_env
 
 pytestmark = [
     pytest.mark.integration,

@@ -1,5 +1,5 @@
 """The extension delivering the shoot part the Gardener way, against real API servers and the real
-gardener-resource-manager (testenv/grm.py), one per seed as gardenlet runs a shoot's: two seeds'
+gardener-resource-manager (testenv/gardener/grm.py), one per seed as gardenlet runs a shoot's: two seeds'
 kube-apiservers and one shoot's. A shoot turned on after the controller started gets its agents'
 DaemonSet from one reconcile; one whose owner set ``disabled`` gets nothing; the shoot's control
 plane migrated from the first seed to the second keeps its agents (the same DaemonSet, never
@@ -28,17 +28,17 @@ from aggregator.model.protection import API_VERSION, KIND
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.observe.sources import CLUSTERS
 from core.errors import NotFound, TooManyRequests
-from testenv import grm
-from testenv.agents import Agents
-from testenv.apply import RESOURCES, apply
-from testenv.client import Client, node_leases
-from testenv.controllers import CONTROLLERS, DOWN
-from testenv.controlplane import ControlPlane, ensure_node, free_port
-from testenv.gardener import cluster, extension, module_crds
-from testenv.gardener_types import extension_verdicts, shoot_conditions, strict_errors
-from testenv.process import Process
-from testenv.shoot import Shoot
-from testenv.wait import wait_for
+from testenv.base.kapi import Client, node_leases
+from testenv.base.process import Process
+from testenv.base.wait import wait_for
+from testenv.gardener import grm
+from testenv.gardener.apply import RESOURCES, apply
+from testenv.gardener.gardener_types import extension_verdicts, shoot_conditions, strict_errors
+from testenv.gardener.seed_objects import cluster, extension, module_crds
+from testenv.kube.controllers import CONTROLLERS, DOWN
+from testenv.kube.controlplane import ControlPlane, ensure_node, free_port
+from testenv.worlds.agents import Agents
+from testenv.worlds.shoot_world import Shoot
 from tests.integration.test_service import up
 
 pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]

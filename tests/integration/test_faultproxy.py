@@ -11,10 +11,10 @@ import httpx
 import pytest
 
 from core.errors import ServerError, TooManyRequests
-from testenv.client import Client
-from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.faultproxy import FaultProxy
-from testenv.wait import wait_for
+from testenv.base.kapi import Client
+from testenv.base.wait import wait_for
+from testenv.kube.controlplane import ControlPlane, ensure_namespace
+from testenv.net.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

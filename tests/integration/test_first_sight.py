@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from core.lease import RENEW_INTERVAL, format_micro_time, lease_path, leases_path, renewed_after_interval
-from testenv.client import Client
-from testenv.controlplane import ControlPlane, ensure_namespace
+from testenv.base.kapi import Client
+from testenv.kube.controlplane import ControlPlane, ensure_namespace
 
 pytestmark = pytest.mark.integration
 

@@ -18,9 +18,9 @@ from aggregator.act import budget
 from bench.tools.fleet import ZONE_LABEL, ZONES, Fleet, FleetThread
 from core.durations import parse_duration
 from core.lease import RENEW_INTERVAL
-from testenv.controllers import CONTROLLERS, DOWN
-from testenv.shoot import FAST_ENV, Shoot
-from testenv.wait import wait_for
+from testenv.base.wait import wait_for
+from testenv.kube.controllers import CONTROLLERS, DOWN
+from testenv.worlds.shoot_world import FAST_ENV, Shoot
 
 pytestmark = pytest.mark.integration
 

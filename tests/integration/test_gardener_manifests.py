@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from core.lease import lease_metadata, leases_path, node_lease_path
-from testenv import grm
-from testenv.agents import pod_env
-from testenv.apply import (
+from testenv.base.kapi import Client, denial, unless_forbidden
+from testenv.base.process import spawn_python
+from testenv.base.wait import wait_for
+from testenv.gardener import grm
+from testenv.gardener.apply import (
     GENERATED,
     RESOURCES,
     apply,
@@ -25,11 +27,9 @@ from testenv.apply import (
     kustomize_build,
     load_docs,
 )
-from testenv.client import Client, denial, unless_forbidden
-from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
-from testenv.gardener import module_crds
-from testenv.process import spawn_python
-from testenv.wait import wait_for
+from testenv.gardener.seed_objects import module_crds
+from testenv.kube.controlplane import ControlPlane, ensure_namespace, ensure_node
+from testenv.worlds.agents import pod_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
 

@@ -1,5 +1,5 @@
 """Our Gardener fixtures and manifests, decoded strictly with Gardener's own Go types (the release
-GRM is built from, testenv/grm.py ``VERSION``): a schemaless CRD, or a field Gardener's own CRD
+GRM is built from, testenv/gardener/grm.py ``VERSION``): a schemaless CRD, or a field Gardener's own CRD
 keeps unknown, takes anything, Go's decoder drops the ones it does not know, and a misspelt one
 would read as unset."""
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from testenv import gardener_types, grm
-from testenv.apply import kustomize_build, load_docs
-from testenv.dependency_watchdog import shoot_states
-from testenv.gardener import cluster, shoot
+from testenv.gardener import gardener_types, grm
+from testenv.gardener.apply import kustomize_build, load_docs
+from testenv.gardener.dependency_watchdog import shoot_states
+from testenv.gardener.seed_objects import cluster, shoot
 
 pytestmark = [
     pytest.mark.integration,

@@ -1,5 +1,5 @@
 """gardenlet's own code run on our objects, through our checker built from Gardener's release
-(testenv/gardener_types.py): its verdict on an Extension (``health.CheckExtensionObject``, one
+(testenv/gardener/gardener_types.py): its verdict on an Extension (``health.CheckExtensionObject``, one
 case per condition it checks), what its shoot care makes of our health condition
 (``checker.CheckExtensionCondition``), how it reads a force deletion, the extension
 registration kinds decoded strictly, and a chart
@@ -21,12 +21,20 @@ from aggregator.extension.health import Health, health, heartbeat
 from aggregator.model.lifecycle import ClusterView
 from aggregator.model.verdict import Phase
 from core.errors import NotFound, TooManyRequests
-from testenv import binaries, gardener_types, grm
-from testenv.apply import RESOURCES, apply
-from testenv.client import Client
-from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.gardener import OPERATION, TIMESTAMP, cluster, extension, extension_status, module_crds
-from testenv.wait import wait_for
+from testenv.base import binaries
+from testenv.base.kapi import Client
+from testenv.base.wait import wait_for
+from testenv.gardener import gardener_types, grm
+from testenv.gardener.apply import RESOURCES, apply
+from testenv.gardener.seed_objects import (
+    OPERATION,
+    TIMESTAMP,
+    cluster,
+    extension,
+    extension_status,
+    module_crds,
+)
+from testenv.kube.controlplane import ControlPlane, ensure_namespace
 
 pytestmark = [
     pytest.mark.integration,

@@ -1,4 +1,4 @@
-"""The shoot part delivered by the real gardener-resource-manager (testenv/grm.py), configured as
+"""The shoot part delivered by the real gardener-resource-manager (testenv/gardener/grm.py), configured as
 gardenlet configures a shoot's: its cache of the shoot sees kube-system, kubernetes-dashboard
 and kube-node-lease only, its token requestor fills the aggregator's Secret.
 
@@ -27,15 +27,15 @@ import pytest
 
 from core.errors import Forbidden, NotFound, TooManyRequests
 from core.lease import lease_path, node_lease_path
-from testenv import grm
-from testenv.apply import RESOURCES, apply, kustomize_build, load_docs, object_path
-from testenv.client import Client, denial, node_leases
-from testenv.controlplane import ControlPlane, free_port
-from testenv.gardener import cluster, module_crds
-from testenv.kcm import KcmReplicas
-from testenv.process import Process, json_log, spawn, spawn_python
-from testenv.shoot import Shoot
-from testenv.wait import wait_for
+from testenv.base.kapi import Client, denial, node_leases
+from testenv.base.process import Process, json_log, spawn, spawn_python
+from testenv.base.wait import wait_for
+from testenv.gardener import grm
+from testenv.gardener.apply import RESOURCES, apply, kustomize_build, load_docs, object_path
+from testenv.gardener.seed_objects import cluster, module_crds
+from testenv.kube.controlplane import ControlPlane, free_port
+from testenv.kube.kcm import KcmReplicas
+from testenv.worlds.shoot_world import Shoot
 
 pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
 

@@ -9,10 +9,10 @@ from datetime import datetime
 
 import pytest
 
-from testenv.client import Client, denial
-from testenv.controlplane import ControlPlane
-from testenv.hollow import HollowKubelet, lease_path, node_lease, ready_condition, renew_time
-from testenv.wait import wait_for
+from testenv.base.kapi import Client, denial
+from testenv.base.wait import wait_for
+from testenv.kube.controlplane import ControlPlane
+from testenv.kube.hollow import HollowKubelet, lease_path, node_lease, ready_condition, renew_time
 
 pytestmark = pytest.mark.integration
 

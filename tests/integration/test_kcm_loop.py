@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from testenv import workload
-from testenv.client import Client
-from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.hollow import HollowKubelet, renewals
-from testenv.kcm import KCM_DEPLOYMENT, MARKS_WITHIN_S, KcmDeploymentController, KcmReplicas
-from testenv.kcm import NODE_GRACE_S as GRACE_S
-from testenv.kubelet import NODE_LEASE_NAMESPACE
-from testenv.standins import DEPLOYMENTS, deployment
-from testenv.wait import wait_for
+from testenv.base.kapi import Client
+from testenv.base.wait import wait_for
+from testenv.kube import workload
+from testenv.kube.controlplane import ControlPlane, ensure_namespace
+from testenv.kube.hollow import HollowKubelet, renewals
+from testenv.kube.kcm import KCM_DEPLOYMENT, MARKS_WITHIN_S, KcmDeploymentController, KcmReplicas
+from testenv.kube.kcm import NODE_GRACE_S as GRACE_S
+from testenv.kube.kubelet_identity import NODE_LEASE_NAMESPACE
+from testenv.kube.standins import DEPLOYMENTS, deployment
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """Our two kubeconfig readers side by side with client-go itself (the pinned release, built by
-testenv/kubeconfig_probe.py), over a corpus of variants: the agent's (the kubelet's file, loaded
+testenv/base/kubeconfig_probe.py), over a corpus of variants: the agent's (the kubelet's file, loaded
 by client-go as the kubelet loads it) and the aggregator's Secret reader (the same bytes, loaded by
 client-go as a Secret's kubeconfig is). Where both read a file they must agree on the server, the
 CA, the server name and (from a Secret) the credentials; where client-go reads one and ours
@@ -31,8 +31,8 @@ from aggregator.kube.endpoint import (
 )
 from core.config import ConfigError
 from core.errors import KubeconfigError
-from testenv import kubeconfig_probe
-from testenv.pki import CertificateAuthority
+from testenv.base import kubeconfig_probe
+from testenv.base.pki import CertificateAuthority
 
 # Built by `make testenv` (its first part), or here on demand from the module cache.
 pytestmark = [pytest.mark.integration, pytest.mark.builds(kubeconfig_probe.PROBE.module_dir.name)]

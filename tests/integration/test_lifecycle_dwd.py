@@ -1,11 +1,11 @@
 """Which shoots get a target, against the real dependency-watchdog v1.7.0: every lifecycle state
-of a Cluster's Shoot (testenv.dependency_watchdog.shoot_states, 496), once as a Cluster created in
+of a Cluster's Shoot (testenv.gardener.dependency_watchdog.shoot_states, 496), once as a Cluster created in
 that state (``new-<i>``) and once as a running one moved to it (``run-<i>``: created reconciled,
 its prober started, then replaced), in one seed. Whether DWD has a prober for each, against the
 aggregator's rule (aggregator/model/lifecycle.py) and against the real GardenerSource watching the same
 seed through the same two phases.
 
-The probers DWD starts never probe (testenv.dependency_watchdog.IDLE): what is compared is its
+The probers DWD starts never probe (testenv.gardener.dependency_watchdog.IDLE): what is compared is its
 cluster controller's decision, read from its log."""
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from aggregator.kube.client import KubeClient
 from aggregator.kube.endpoint import KubeconfigSource
 from aggregator.model.lifecycle import ClusterView
 from aggregator.observe.sources import CLUSTERS, GardenerSource
-from testenv import dependency_watchdog
-from testenv.client import Client
-from testenv.controlplane import ControlPlane
-from testenv.dependency_watchdog import DependencyWatchdog, ShootState, find, shoot_states
-from testenv.gardener import LAST_OPERATION_STATES, LAST_OPERATION_TYPES, cluster
-from testenv.wait import wait_for
+from testenv.base.kapi import Client
+from testenv.base.wait import wait_for
+from testenv.gardener import dependency_watchdog
+from testenv.gardener.dependency_watchdog import DependencyWatchdog, ShootState, find, shoot_states
+from testenv.gardener.seed_objects import LAST_OPERATION_STATES, LAST_OPERATION_TYPES, cluster
+from testenv.kube.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.integration, pytest.mark.builds(dependency_watchdog.NAME)]
 

@@ -34,17 +34,17 @@ from core.lease import (
     release_patch,
     renew_patch,
 )
-from testenv import netns
-from testenv.agents import pod_env
-from testenv.apply import apply, generated, kustomize_build, load_docs
-from testenv.client import Client, denial, unless_forbidden
-from testenv.controlplane import ControlPlane, ensure_namespace, ensure_node
-from testenv.kubelet import write_kubeconfig
-from testenv.process import spawn
+from testenv.base.kapi import Client, denial, unless_forbidden
+from testenv.base.process import spawn
+from testenv.base.wait import wait_for
+from testenv.gardener.apply import apply, generated, kustomize_build, load_docs
+from testenv.kube.controlplane import ControlPlane, ensure_namespace, ensure_node
+from testenv.kube.kubelet_identity import write_kubeconfig
+from testenv.kube.standins import deployment
+from testenv.net import netns
+from testenv.net.tcpproxy import TcpProxy
 from testenv.pytest_plugin import EXTERNAL_NAMES
-from testenv.standins import deployment
-from testenv.tcpproxy import TcpProxy
-from testenv.wait import wait_for
+from testenv.worlds.agents import pod_env
 
 pytestmark = pytest.mark.integration
 

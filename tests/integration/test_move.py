@@ -31,16 +31,16 @@ from core.lease import (
     parse_micro_time,
     release_patch,
 )
-from testenv.apply import apply, kustomize_build
-from testenv.client import Client, node_leases
-from testenv.controllers import CONTROLLERS, DOWN
-from testenv.controlplane import ensure_namespace, free_port
-from testenv.kcm import KcmReplicas
-from testenv.poller import Poller
-from testenv.process import Process, spawn_python
-from testenv.shoot import Shoot
-from testenv.standins import LeaseDriver
-from testenv.wait import wait_for
+from testenv.base.kapi import Client, node_leases
+from testenv.base.poller import Poller
+from testenv.base.process import Process, spawn_python
+from testenv.base.wait import wait_for
+from testenv.gardener.apply import apply, kustomize_build
+from testenv.kube.controllers import CONTROLLERS, DOWN
+from testenv.kube.controlplane import ensure_namespace, free_port
+from testenv.kube.kcm import KcmReplicas
+from testenv.kube.standins import LeaseDriver
+from testenv.worlds.shoot_world import Shoot
 
 pytestmark = pytest.mark.integration
 

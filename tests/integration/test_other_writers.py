@@ -1,7 +1,7 @@
 """Safe in a seed that others write too, against real shoot and seed API servers.
 
 The aggregator runs as its own process (FAST_ENV: the default rules on a shorter clock);
-dependency-watchdog is testenv/dwd.py, which writes the Deployments exactly as the v1.7.0
+dependency-watchdog is testenv/gardener/prober_standin.py, which writes the Deployments exactly as the v1.7.0
 prober does, judging kubelet leases that ``NodeLeaseDriver`` renews. A "cut" silences both the
 kubelets and the agents of seven of ten nodes, as a broken path does. Everything is judged by
 what lands in the seed, sampled every 100 ms.
@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
-from testenv.controllers import CONTROLLERS, DOWN, KCM, MCM
-from testenv.controlplane import ensure_namespace
-from testenv.shoot import FAST_DEPENDENTS, Sample, Shoot
-from testenv.standins import DEPLOYMENTS, deployment
-from testenv.wait import eventually, wait_for
+from testenv.base.wait import eventually, wait_for
+from testenv.kube.controllers import CONTROLLERS, DOWN, KCM, MCM
+from testenv.kube.controlplane import ensure_namespace
+from testenv.kube.standins import DEPLOYMENTS, deployment
+from testenv.worlds.shoot_world import FAST_DEPENDENTS, Sample, Shoot
 from tests.integration.dwdworld import NODES, DwdWorld
 
 pytestmark = pytest.mark.integration

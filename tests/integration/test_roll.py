@@ -39,12 +39,12 @@ import pytest
 
 from aggregator.model.settings import Decider
 from core.lease import RELEASED, parse_micro_time
-from testenv.controllers import CA, CONTROLLERS, KCM, MCM
-from testenv.hollow import renewals
-from testenv.kubelet import LEASE_DURATION_S as KUBELET_LEASE_DURATION_S
-from testenv.poller import Poller
-from testenv.shoot import MAX_GAP_S, Sample, Sampler
-from testenv.wait import wait_for
+from testenv.base.poller import Poller
+from testenv.base.wait import wait_for
+from testenv.kube.controllers import CA, CONTROLLERS, KCM, MCM
+from testenv.kube.hollow import renewals
+from testenv.kube.kubelet_identity import LEASE_DURATION_S as KUBELET_LEASE_DURATION_S
+from testenv.worlds.shoot_world import MAX_GAP_S, Sample, Sampler
 from tests.integration.nodesworld import LEASE_DURATION_S, NODES, NodesWorld
 
 pytestmark = pytest.mark.integration

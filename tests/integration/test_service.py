@@ -11,13 +11,13 @@ import pytest
 import yaml
 
 from aggregator.model.records import MELTDOWN, REPLICAS
-from testenv.apply import apply
-from testenv.controllers import CONTROLLERS, DOWN, KCM
-from testenv.controlplane import ControlPlane, ensure_namespace, free_port
-from testenv.gardener import CLUSTER_CRD, cluster
-from testenv.process import Process
-from testenv.shoot import Shoot, shoot_for
-from testenv.wait import wait_for
+from testenv.base.process import Process
+from testenv.base.wait import wait_for
+from testenv.gardener.apply import apply
+from testenv.gardener.seed_objects import CLUSTER_CRD, cluster
+from testenv.kube.controllers import CONTROLLERS, DOWN, KCM
+from testenv.kube.controlplane import ControlPlane, ensure_namespace, free_port
+from testenv.worlds.shoot_world import Shoot, shoot_for
 from tests.alerting import alert, check, samples, scrape, scraped, series
 
 pytestmark = pytest.mark.integration
@@ -143,7 +143,7 @@ def test_a_target_that_keeps_crashing_alerts(shoot: Shoot, tmp_path: Path) -> No
 
 
 def test_gardener_clusters_hibernated_then_reconciled(shoot: Shoot) -> None:
-    from testenv.apply import RESOURCES
+    from testenv.gardener.apply import RESOURCES
 
     RESOURCES.setdefault("Cluster", ("clusters", False))
     shoot.setup()

@@ -15,13 +15,13 @@ import yaml
 from aggregator.lead.leader import ROLE
 from aggregator.lead.shards import shard_of
 from aggregator.model.records import MELTDOWN
-from testenv.chain import epoch
-from testenv.controllers import CONTROLLERS, DOWN
-from testenv.controlplane import ensure_namespace
-from testenv.process import Process
-from testenv.shoot import ACCESS_SECRET, Shoot
-from testenv.standins import DEPLOYMENTS, DeploymentController, deployment
-from testenv.wait import wait_for
+from testenv.base.process import Process
+from testenv.base.wait import wait_for
+from testenv.kube.controllers import CONTROLLERS, DOWN
+from testenv.kube.controlplane import ensure_namespace
+from testenv.kube.standins import DEPLOYMENTS, DeploymentController, deployment
+from testenv.worlds.chain import epoch
+from testenv.worlds.shoot_world import ACCESS_SECRET, Shoot
 
 FILE_MODE = {"DWD_SHOOT_KUBECONFIG": "", "DWD_NAMESPACE": ""}
 SHARDS = 4

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from core.errors import BadRequest, Conflict, Forbidden, Gone
-from testenv import binaries
-from testenv.controlplane import ControlPlane, ensure_namespace
-from testenv.process import spawn
-from testenv.wait import wait_for
+from testenv.base import binaries
+from testenv.base.process import spawn
+from testenv.base.wait import wait_for
+from testenv.kube.controlplane import ControlPlane, ensure_namespace
 
 pytestmark = pytest.mark.integration
 

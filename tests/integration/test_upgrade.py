@@ -27,14 +27,14 @@ import pytest
 
 from aggregator.model.records import FORMAT, MELTDOWN, RECORD, REPLICAS
 from core.lease import parse_micro_time
-from testenv import releases
-from testenv.apply import apply, kustomize_build
-from testenv.controllers import CONTROLLERS, DOWN, KCM
-from testenv.controlplane import free_port
-from testenv.process import Process, stop_all
-from testenv.shoot import Sample, Shoot
-from testenv.standins import DEPLOYMENTS
-from testenv.wait import wait_for
+from testenv.base import releases
+from testenv.base.process import Process, stop_all
+from testenv.base.wait import wait_for
+from testenv.gardener.apply import apply, kustomize_build
+from testenv.kube.controllers import CONTROLLERS, DOWN, KCM
+from testenv.kube.controlplane import free_port
+from testenv.kube.standins import DEPLOYMENTS
+from testenv.worlds.shoot_world import Sample, Shoot
 from tests.integration.test_move import Candidates, candidates, new_agent
 
 pytestmark = pytest.mark.integration

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from aggregator.model.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
-from testenv.controllers import CONTROLLERS
+from testenv.kube.controllers import CONTROLLERS
 from tests.model.world import CONFIGS, SHOOT_STATES, World, deployment_path
 
 DEPENDENTS = sorted(CONTROLLERS)

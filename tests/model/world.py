@@ -49,8 +49,8 @@ from core.lease import (
     lease_path,
     node_lease_path,
 )
-from testenv.controllers import CA, CONTROLLERS
-from testenv.gardener import cluster
+from testenv.gardener.seed_objects import cluster
+from testenv.kube.controllers import CA, CONTROLLERS
 from tests.unit.fakekube import FakeKube, managed
 
 NS = "shoot--p--s"
@@ -59,7 +59,7 @@ LEADER_NS = "garden"
 RENEW_FIELDS: dict[str, Any] = {"f:spec": {"f:holderIdentity": {}, "f:renewTime": {}}}
 KUBELET_INTERVAL_S = 10.0
 # The Shoot's states through its life, as gardenlet writes them into the Cluster it embeds
-# them in: testenv.gardener.cluster's fields (the wire names Gardener's types have).
+# them in: testenv.gardener.seed_objects.cluster's fields (the wire names Gardener's types have).
 SHOOT_STATES: dict[str, dict[str, Any]] = {
     "reconciled": {},
     "reconciling": {"last_operation": ("Reconcile", "Processing")},

@@ -41,8 +41,8 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from testenv.controllers import CONTROLLERS
-from testenv.wait import eventually
+from testenv.base.wait import eventually
+from testenv.kube.controllers import CONTROLLERS
 from tests.soak import plan
 from tests.soak.plan import Plan
 from tests.soak.report import Result, check, defects, report

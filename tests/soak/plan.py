@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from testenv.controllers import CONTROLLERS, KCM, MCM
-from testenv.dwd import DependencyWatchdog
+from testenv.gardener.prober_standin import DependencyWatchdog
+from testenv.kube.controllers import CONTROLLERS, KCM, MCM
 from tests.soak.rig import NODES, Rig, recorded
 
 KINDS = ("outage", "minority", "kapi-restart")

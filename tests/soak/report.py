@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.tools.table import print_table
-from testenv.controllers import CONTROLLERS
-from testenv.process import json_log
-from testenv.shoot import Sample
+from testenv.base.process import json_log
+from testenv.kube.controllers import CONTROLLERS
+from testenv.worlds.shoot_world import Sample
 from tests.soak.plan import EXTRAS, KINDS, Plan, Tally
 from tests.soak.rig import annotated, recorded
 

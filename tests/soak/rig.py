@@ -30,14 +30,14 @@ import yaml
 from aggregator.model.records import RECORD
 from core.errors import KubeError
 from core.lease import PREFIX, leases_path
-from testenv.controllers import CONTROLLERS, MCM
-from testenv.controlplane import ControlPlane, free_port
-from testenv.dwd import NODE_LEASE_NAMESPACE, DependencyWatchdog
-from testenv.faultproxy import FaultProxy
-from testenv.process import Process, spawn_python
-from testenv.shoot import FAST_DEPENDENTS, Sample, Sampler, Shoot, shoot_for
-from testenv.standins import DEPLOYMENTS, NodeLeaseDriver
-from testenv.wait import eventually, wait_for
+from testenv.base.process import Process, spawn_python
+from testenv.base.wait import eventually, wait_for
+from testenv.gardener.prober_standin import NODE_LEASE_NAMESPACE, DependencyWatchdog
+from testenv.kube.controllers import CONTROLLERS, MCM
+from testenv.kube.controlplane import ControlPlane, free_port
+from testenv.kube.standins import DEPLOYMENTS, NodeLeaseDriver
+from testenv.net.faultproxy import FaultProxy
+from testenv.worlds.shoot_world import FAST_DEPENDENTS, Sample, Sampler, Shoot, shoot_for
 
 NAMESPACE = "shoot--faults--suite"
 NODES = [f"node-{i}" for i in range(10)]

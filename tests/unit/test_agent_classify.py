@@ -68,7 +68,7 @@ async def test_silent_server_is_timeout(token: TokenFile, silent_server: int) ->
 
 
 async def test_untrusted_certificate_is_tls(token: TokenFile, tmp_path: Path) -> None:
-    from testenv.pki import CertificateAuthority
+    from testenv.base.pki import CertificateAuthority
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

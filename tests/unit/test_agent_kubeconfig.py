@@ -18,8 +18,8 @@ from agent.kubeconfig import KubeconfigError, read_endpoint
 from agent.settings import Settings
 from core.config import ConfigError
 from core.errors import TransportError
-from testenv.kubelet import write_kubeconfig
-from testenv.pki import CertificateAuthority
+from testenv.base.pki import CertificateAuthority
+from testenv.kube.kubelet_identity import write_kubeconfig
 
 SERVER = "https://api.internal.shoot.example"
 

@@ -15,7 +15,7 @@ from aiohttp import web
 from agent.path import Attempt, Connection, Origin, ssl_context
 from agent.wire import H1Wire, Request
 from core.errors import TransportError
-from testenv.pki import CertificateAuthority
+from testenv.base.pki import CertificateAuthority
 
 
 @pytest.fixture

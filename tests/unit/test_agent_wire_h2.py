@@ -19,7 +19,7 @@ import pytest
 from agent.path import Attempt, Connection, Origin, ssl_context
 from agent.wire import Request
 from core.errors import TransportError
-from testenv.pki import CertificateAuthority
+from testenv.base.pki import CertificateAuthority
 
 Handler = Callable[[h2.connection.H2Connection, h2.events.RequestReceived], None]
 

@@ -26,7 +26,7 @@ from agent import path, wire
 from agent.path import Attempt, Connection, Origin, ssl_context
 from agent.wire import H1Wire, H2Wire, Request, Response, Wire, WireError
 from core.errors import TransportError
-from testenv.pki import CertificateAuthority
+from testenv.base.pki import CertificateAuthority
 
 SMALL_SEND_BUFFER = (socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
 # How long a request may take before a test gives up on it: a guard, not a bound a test asserts.

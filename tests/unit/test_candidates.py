@@ -28,7 +28,7 @@ from aggregator.shoot import Shared
 from aggregator.target import Target
 from core.errors import ConfigError, KubeError, api_error
 from core.lease import LeaseView
-from testenv.gardener import cluster
+from testenv.gardener.seed_objects import cluster
 from tests.unit.fakekube import FakeKube, Rule, server_error
 from tests.unit.world import NS, World
 

@@ -21,7 +21,7 @@ from aggregator.kube.client import KubeClient
 from aggregator.kube.endpoint import Endpoint, load_kubeconfig_dict
 from core import kubeconfig
 from core.errors import KubeconfigError, TransportError
-from testenv.pki import CertificateAuthority
+from testenv.base.pki import CertificateAuthority
 
 NAME = "kapi.shoot--p--a.internal"  # the only name the server's certificate carries
 

@@ -19,7 +19,7 @@ from aggregator.model.verdict import Phase
 from aggregator.observe.watcher import Informer
 from core.errors import Forbidden, NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
-from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
+from testenv.kube.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from tests.unit.fakekube import FakeKube
 from tests.unit.world import World, deployment_path
 

@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from testenv.controlplane import free_port
-from testenv.dns import DnsServer
-from testenv.wait import wait_for
+from testenv.base.wait import wait_for
+from testenv.kube.controlplane import free_port
+from testenv.net.dns import DnsServer
 
 
 def query(ident: int, name: str = "api.shoot.dwd.test") -> bytes:

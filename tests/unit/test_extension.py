@@ -23,8 +23,8 @@ from aggregator.model.protection import API_VERSION, KIND
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.model.settings import Settings, Shoots
 from aggregator.observe.sources import CLUSTERS
-from testenv.controllers import CA, KCM, MCM
-from testenv.gardener import DELETED_AT, cluster, extension, extension_status
+from testenv.gardener.seed_objects import DELETED_AT, cluster, extension, extension_status
+from testenv.kube.controllers import CA, KCM, MCM
 from tests.unit.fakekube import FakeKube
 from tests.unit.test_scaler import seed
 from tests.unit.world import NS, deployment_path

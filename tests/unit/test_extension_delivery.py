@@ -28,7 +28,7 @@ from aggregator.extension.source import ExtensionSource
 from aggregator.model.lifecycle import ClusterView
 from aggregator.observe.sources import CLUSTERS
 from core.errors import ConfigError
-from testenv.gardener import DELETED_AT, cluster
+from testenv.gardener.seed_objects import DELETED_AT, cluster
 from tests.unit.fakekube import FakeKube
 from tests.unit.test_extension import PATH, SETTINGS, good, listed, reconciler, status, status_writes, world
 from tests.unit.world import NS

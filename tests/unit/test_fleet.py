@@ -30,8 +30,8 @@ from aggregator.observe.sources import (
 from aggregator.ops.metrics import AggregatorMetrics
 from aggregator.shoot import Shared
 from core.errors import KubeconfigError, KubeError
-from testenv.gardener import cluster
-from testenv.pki import CertificateAuthority
+from testenv.base.pki import CertificateAuthority
+from testenv.gardener.seed_objects import cluster
 from tests.unit.fakekube import FakeKube
 from tests.unit.world import World
 

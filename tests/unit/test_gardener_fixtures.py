@@ -1,4 +1,4 @@
-"""Gardener's Clusters and Shoots are built by testenv.gardener's builders alone
+"""Gardener's Clusters and Shoots are built by testenv.gardener.seed_objects's builders alone
 (``cluster()``, ``shoot()``): tests/integration/test_gardener_types.py checks every object they
 can make against Gardener's own Go types, and a dict written inline escapes that check (an
 ``isHibernated`` for ``hibernated`` reads as "not hibernated" in Go, and the test on it proves
@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("tests", "bench", "demo", "testenv")
-BUILDERS = ROOT / "testenv" / "gardener.py"
+BUILDERS = ROOT / "testenv" / "gardener" / "seed_objects.py"
 # Keys only a Shoot (and so a Cluster) has on the wire, and the kinds themselves. Not
 # "hibernated": the builders' keyword has the wire's name, and a dict of keywords is fine.
 SHOOT_KEYS = frozenset({"lastOperation", "isHibernated"})
@@ -45,12 +45,12 @@ def test_no_cluster_or_shoot_is_built_outside_testenv_gardener() -> None:
         if path != BUILDERS and "go" not in path.relative_to(ROOT).parts
         for line, what in inline_gardener_objects(path.read_text())
     ]
-    assert not found, "build it with testenv.gardener.cluster() or shoot():\n" + "\n".join(found)
+    assert not found, "build it with testenv.gardener.seed_objects.cluster() or shoot():\n" + "\n".join(found)
 
 
 def test_the_check_sees_a_cluster_a_shoot_and_a_status_written_inline() -> None:
     source = """
-from testenv.gardener import cluster
+from testenv.gardener.seed_objects import cluster
 fine = cluster("shoot--p--a", hibernation=True)
 fine["spec"]["shoot"]["status"]["hibernated"] = True  # a change to a built one: checked there
 other = {"kind": "Deployment", "status": {"replicas": 1}}

@@ -1,5 +1,5 @@
-"""The Python side of our Gardener checker (testenv/gardener_types.py) and of building it from
-Gardener's tree (testenv/binaries.py, testenv/grm.py): what it makes of the checker's answers,
+"""The Python side of our Gardener checker (testenv/gardener/gardener_types.py) and of building it from
+Gardener's tree (testenv/base/binaries.py, testenv/gardener/grm.py): what it makes of the checker's answers,
 the chart archive it hands over, the nested modules it fetches. The checker itself runs in
 tests/integration/test_gardener_types.py."""
 
@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from testenv import binaries, gardener_types, grm
-from testenv.gardener import module_crds
+from testenv.base import binaries
+from testenv.gardener import gardener_types, grm
+from testenv.gardener.seed_objects import module_crds
 
 
 def test_answers_are_one_string_per_object() -> None:

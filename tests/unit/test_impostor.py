@@ -1,4 +1,4 @@
-"""The impostor TLS server of testenv/networld.py lets go of its address when closed: a later
+"""The impostor TLS server of testenv/worlds/networld.py lets go of its address when closed: a later
 world may draw the same address (the CI run of 2026-12-02 failed binding one, 'Address already
 in use', after the world that had it was closed)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from testenv.controlplane import free_port
-from testenv.networld import ImpostorTls
+from testenv.kube.controlplane import free_port
+from testenv.worlds.networld import ImpostorTls
 
 
 def test_a_closed_impostor_frees_its_address_for_the_next(tmp_path: Path) -> None:

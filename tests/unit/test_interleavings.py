@@ -32,8 +32,8 @@ from aggregator.ops.metrics import AggregatorMetrics
 from aggregator.shoot import Shared
 from aggregator.target import Target
 from core.errors import KubeError, TransportError, api_error
-from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
-from testenv.gardener import cluster
+from testenv.gardener.seed_objects import cluster
+from testenv.kube.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from tests.unit.fakekube import FakeKube
 from tests.unit.world import NS, Clock, World, deployment_path, with_settings
 

@@ -1,5 +1,5 @@
 """bench/tools/kapi_metrics.py: Prometheus' text format as kube-apiserver writes it, the request
-counters and latency histogram read from two scrapes; testenv/audit.py: audit-log lines."""
+counters and latency histogram read from two scrapes; testenv/kube/audit.py: audit-log lines."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench.tools.kapi_metrics import DURATIONS, REQUESTS, histogram_quantile, parse_metrics, requests, total
-from testenv.audit import Audit, audit_key
+from testenv.kube.audit import Audit, audit_key
 
 TEXT = """\
 # HELP apiserver_request_total [STABLE] Counter of apiserver requests

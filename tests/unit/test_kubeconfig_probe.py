@@ -1,4 +1,4 @@
-"""The reference our kubeconfig readers are compared with (testenv/kubeconfig_probe.py) is the
+"""The reference our kubeconfig readers are compared with (testenv/base/kubeconfig_probe.py) is the
 client-go the pinned Kubernetes release is built with."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from testenv import binaries
+from testenv.base import binaries
 
 
 @pytest.mark.parametrize("module", ["k8s.io/client-go", "k8s.io/apimachinery"])

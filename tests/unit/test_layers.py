@@ -77,13 +77,13 @@ def test_a_forbidden_import_is_reported_with_its_line() -> None:
     assert violations("agent", "import kubernetes.client\n", "agent/x.py") == [
         "agent/x.py:1: agent/ imports kubernetes"
     ]
-    assert violations("aggregator", "from testenv.wait import wait_for\n", "aggregator/x.py") == [
+    assert violations("aggregator", "from testenv.base.wait import wait_for\n", "aggregator/x.py") == [
         "aggregator/x.py:1: aggregator/ imports testenv"
     ]
 
 
 def test_allowed_imports_are_not_reported() -> None:
-    source = "from testenv.shoot import Shoot\nfrom . import tests\nimport testsuite\n"
+    source = "from testenv.worlds.shoot_world import Shoot\nfrom . import tests\nimport testsuite\n"
     assert violations("bench", source, "bench/x.py") == []
     assert violations("aggregator", "import aiohttp\nfrom core.lease import X\n", "aggregator/x.py") == []
 

@@ -29,7 +29,7 @@ from aggregator.observe.sources import Polled, TargetSpec
 from aggregator.ops.metrics import AggregatorMetrics
 from aggregator.shoot import Shared
 from core.lease import DEFAULT_LEASE_NAMESPACE, node_lease_path
-from testenv.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
+from testenv.kube.controllers import CA, CONTROLLERS, DOWN, KCM, MCM
 from tests.unit.world import NS, World, deployment_path, with_settings
 
 

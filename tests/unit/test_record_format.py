@@ -14,7 +14,7 @@ import pytest
 
 from aggregator.model.records import FORMAT, MELTDOWN, RECORD, REPLICAS, Record, record_marks
 from aggregator.model.verdict import Desired, Phase
-from testenv.controllers import CONTROLLERS, DOWN, KCM
+from testenv.kube.controllers import CONTROLLERS, DOWN, KCM
 from tests.unit.test_other_writers import Targets, ours, quick_fleet, until_real
 from tests.unit.test_scaler import converge, scaler, seed
 from tests.unit.world import Clock, World, deployment_path

@@ -1,4 +1,4 @@
-"""testenv/shoot.py's Sampler: a check of "nothing bad happened" over a window fails when the
+"""testenv/worlds/shoot_world.py's Sampler: a check of "nothing bad happened" over a window fails when the
 samples do not cover the window, instead of passing on what nobody saw."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from testenv.client import Client
-from testenv.shoot import MAX_GAP_S, Sample, Sampler
+from testenv.base.kapi import Client
+from testenv.worlds.shoot_world import MAX_GAP_S, Sample, Sampler
 
 
 class Failing(Client):

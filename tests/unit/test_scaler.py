@@ -16,7 +16,7 @@ from aggregator.model.settings import Scaling, Watching
 from aggregator.model.verdict import Desired
 from aggregator.observe.replicas import DependentState
 from aggregator.observe.seeddependents import SeedDependents
-from testenv.controllers import CA, CONTROLLERS, KCM, MCM
+from testenv.kube.controllers import CA, CONTROLLERS, KCM, MCM
 from tests.unit.fakekube import FakeKube, Rule, server_error
 from tests.unit.world import NS, Clock, deployment_path
 

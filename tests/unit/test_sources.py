@@ -10,7 +10,7 @@ from aggregator.model.lifecycle import ClusterView, Lifecycle
 from aggregator.observe.sources import CLUSTERS, FileSource, GardenerSource, TargetSpec
 from aggregator.ops.server import render_page, render_table
 from core.errors import KubeconfigError, api_error
-from testenv.gardener import cluster
+from testenv.gardener.seed_objects import cluster
 from tests.unit.fakekube import FakeKube
 from tests.unit.world import World
 

@@ -46,7 +46,7 @@ OTHERS = ("kubelet lease", "kubelet's lease", "kubelet's lease duration", "leade
 
 # Where a comment gives a setting another value on purpose: (file, text of the line, why).
 ALLOWED = (
-    ("testenv/hollow.py", "lease duration 40 s", "the kubelet's own lease, as kubemark configures it"),
+    ("testenv/kube/hollow.py", "lease duration 40 s", "the kubelet's own lease, as kubemark configures it"),
     ("tests/unit/test_interleavings.py", "(17 s before)", "how long the same took before the fix"),
 )
 

@@ -16,7 +16,7 @@ from aggregator.model.verdict import Phase
 from aggregator.shoot import Shared
 from aggregator.target import Target
 from core.lease import DEFAULT_LEASE_NAMESPACE, leases_path
-from testenv.controllers import CONTROLLERS
+from testenv.kube.controllers import CONTROLLERS
 from tests.unit.fakekube import FakeKube, Rule, server_error
 from tests.unit.world import NS, World, deployment_path
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from testenv.tcpproxy import TcpProxy
+from testenv.net.tcpproxy import TcpProxy
 
 RTT = 0.4
 # Loopback and two threads on a 2-core machine that builds Go beside the tests: up to three

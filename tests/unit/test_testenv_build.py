@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from testenv import __main__ as cli
-from testenv import binaries, dependency_watchdog, grm
+from testenv.base import binaries
+from testenv.gardener import dependency_watchdog, grm
 from tests import conftest
 from tests.unit.test_layers import third_party_reached
 
@@ -48,7 +49,7 @@ def test_build_asks_for_what_it_is_for(
 
 
 def test_make_demo_builds_its_binaries_with_the_standard_library_alone(tmp_path: Path) -> None:
-    """``make demo`` builds while pip installs: ``python3 -m testenv.binaries`` runs before the
+    """``make demo`` builds while pip installs: ``python3 -m testenv.base.binaries`` runs before the
     venv exists. Run here without site-packages (-S) against a cache that holds the demo's
     binaries (and nothing else), it must find nothing to build and exit 0."""
     env = {**os.environ, "DWDDEV_TESTENV_CACHE": str(tmp_path)}
@@ -57,8 +58,8 @@ def test_make_demo_builds_its_binaries_with_the_standard_library_alone(tmp_path:
         path.parent.mkdir(parents=True)
         path.touch()
     out = subprocess.run(
-        [sys.executable, "-S", "-m", "testenv.binaries"],
-        cwd=Path(binaries.__file__).parents[1],
+        [sys.executable, "-S", "-m", "testenv.base.binaries"],
+        cwd=Path(binaries.__file__).parents[2],
         env=env,
         capture_output=True,
         text=True,
@@ -72,7 +73,7 @@ def test_make_demo_builds_its_binaries_with_the_standard_library_alone(tmp_path:
 HOLD_AND_INSTALL = """
 import sys, time
 from pathlib import Path
-from testenv import binaries
+from testenv.base import binaries
 with binaries.building("etcd"):
     print("holding", flush=True)
     time.sleep(1.0)
@@ -92,7 +93,7 @@ def test_a_binary_being_built_is_waited_for_not_missing(
         binaries.find((binaries.ETCD,))  # no build under way: missing, said at once
     builder = subprocess.Popen(
         [sys.executable, "-c", HOLD_AND_INSTALL],
-        cwd=Path(binaries.__file__).parents[1],
+        cwd=Path(binaries.__file__).parents[2],
         env={**os.environ, "DWDDEV_TESTENV_CACHE": str(tmp_path)},
         stdout=subprocess.PIPE,
         text=True,
@@ -107,10 +108,10 @@ def test_a_binary_being_built_is_waited_for_not_missing(
 
 
 REST = {
-    "from testenv import grm": "grm.NAME",
+    "from testenv.gardener import grm": "grm.NAME",
     "gardener_types": "grm.NAME",
     "module_crds(": "grm.NAME",
-    "from testenv.dependency_watchdog import DependencyWatchdog": "dependency_watchdog.NAME",
+    "from testenv.gardener.dependency_watchdog import DependencyWatchdog": "dependency_watchdog.NAME",
     "containers.images(": '"images"',
 }
 
@@ -134,7 +135,7 @@ def test_a_marked_test_waits_for_its_build_before_its_timeout_starts(
     monkeypatch.setenv("DWDDEV_TESTENV_CACHE", str(tmp_path))
     builder = subprocess.Popen(
         [sys.executable, "-c", HOLD_AND_INSTALL.replace('"etcd"', '"gardener-resource-manager"')],
-        cwd=Path(binaries.__file__).parents[1],
+        cwd=Path(binaries.__file__).parents[2],
         env={**os.environ, "DWDDEV_TESTENV_CACHE": str(tmp_path)},
         stdout=subprocess.PIPE,
         text=True,

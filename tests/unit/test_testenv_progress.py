@@ -1,4 +1,4 @@
-"""What a cold build says (testenv/progress.py, testenv/binaries.py): a numbered line as each step
+"""What a cold build says (testenv/base/progress.py, testenv/base/binaries.py): a numbered line as each step
 starts and ends, a heartbeat while it runs, go's output in a log whose end is shown on a failure.
 Fake steps and a fake go: no real build."""
 
@@ -14,8 +14,8 @@ from typing import IO, Any
 
 import pytest
 
-from testenv import binaries, progress
-from testenv.progress import Progress, StepFailed
+from testenv.base import binaries, progress
+from testenv.base.progress import Progress, StepFailed
 
 
 class Lines(io.StringIO):

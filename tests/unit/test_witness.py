@@ -30,7 +30,7 @@ from aggregator.model.settings import Decider
 from aggregator.model.verdict import Phase
 from core.errors import Forbidden
 from core.lease import leases_path
-from testenv.controllers import CONTROLLERS, DOWN
+from testenv.kube.controllers import CONTROLLERS, DOWN
 from tests.unit.fakekube import Rule, server_error
 from tests.unit.world import World
 

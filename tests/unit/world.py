@@ -32,7 +32,7 @@ from core.lease import (
     lease_path,
     node_lease_path,
 )
-from testenv.controllers import CONTROLLERS, DOWN
+from testenv.kube.controllers import CONTROLLERS, DOWN
 from tests.unit.fakekube import FakeKube, managed
 
 NS = "shoot--p--s"

@@ -1,0 +1,1 @@
+"""Processes, waiting, the KAPI client, certificates, the binaries and the images."""

@@ -1,0 +1,1 @@
+"""Gardener: its resource manager, dependency-watchdog, its objects and types."""
