@@ -6,7 +6,7 @@ Written from a reading of DWD v1.7.0 (``internal/prober/prober.go``, ``internal/
 ``internal/prober/config.go``, ``controllers/cluster/cluster_controller.go``) and of what it does when
 run for real beside the aggregator (docs/install.md). Its own Python, not a translation.
 
-One probe (``DependencyWatchdog.probe_once``), as ``Prober.probe`` reads:
+One probe (``ProberStandIn.probe_once``), as ``Prober.probe`` reads:
 
 1. wait out a throttling back-off (10 s after any 429 from the shoot);
 2. shoot ``GET /version``; a failure skips the probe;
@@ -369,8 +369,10 @@ class Probe:
 
 
 @dataclass
-class DependencyWatchdog:
-    """DWD's prober for one shoot: ``probe_once`` without a thread, ``start``/``stop`` for the loop.
+class ProberStandIn:
+    """A stand-in of DWD's prober for one shoot (the real program is
+    ``testenv.gardener.dependency_watchdog.DependencyWatchdog``): ``probe_once`` without a thread,
+    ``start``/``stop`` for the loop.
 
     The caller owns both clients (they are not closed here). Defaults are Gardener's settings;
     DWD's own default probe interval is 10 s.
@@ -572,7 +574,7 @@ class DependencyWatchdog:
 
     # --- the loop -------------------------------------------------------------------------------
 
-    def start(self) -> DependencyWatchdog:
+    def start(self) -> ProberStandIn:
         self._thread = threading.Thread(target=self._run, name=f"dwd-{self.namespace}", daemon=True)
         self._thread.start()
         return self

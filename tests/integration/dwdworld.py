@@ -11,7 +11,7 @@ from typing import Any
 from core.lease import leases_path
 from testenv.base.kapi import Client
 from testenv.base.wait import wait_for
-from testenv.gardener.prober_standin import NODE_LEASE_NAMESPACE, DependencyWatchdog
+from testenv.gardener.prober_standin import NODE_LEASE_NAMESPACE, ProberStandIn
 from testenv.kube.standins import DEPLOYMENTS, NodeLeaseDriver
 from testenv.worlds.shoot_world import FAST_DEPENDENTS, Shoot
 
@@ -31,7 +31,7 @@ FAST: dict[str, Any] = {
 class DwdWorld:
     shoot: Shoot
     kubelets: NodeLeaseDriver
-    dwd: DependencyWatchdog
+    dwd: ProberStandIn
 
     def cut(self, nodes: set[str]) -> None:
         """The path breaks for ``nodes``: their kubelets and their agents stop renewing."""
@@ -64,7 +64,7 @@ def dwd_worlds(shoot: Shoot) -> Iterator[Callable[..., DwdWorld]]:
         kubelets = NodeLeaseDriver(shoot.shoot.admin_client(), NODES, every_s=0.3, lease_duration_s=2)
         kubelets.start()
         clients.extend([shoot.shoot.admin_client(), shoot.seed.admin_client()])
-        dwd = DependencyWatchdog(clients[-2], clients[-1], shoot.namespace, **{**FAST, **settings})
+        dwd = ProberStandIn(clients[-2], clients[-1], shoot.namespace, **{**FAST, **settings})
         world = DwdWorld(shoot, kubelets, dwd)
         worlds.append(world)
         wait_for(lambda: len(renewed(shoot)) == len(NODES), 10, "every kubelet lease renewed")

@@ -25,8 +25,8 @@ from testenv.gardener.prober_standin import (
     MELTDOWN,
     NOT_MANAGED_BY_MCM,
     REPLICAS,
-    DependencyWatchdog,
     ProberPanic,
+    ProberStandIn,
     ScaleError,
     candidate_leases,
     ignores_scaling,
@@ -278,7 +278,7 @@ def test_unreachable_shoot_skips_the_probe(seed_plane: ControlPlane) -> None:
         Client("https://127.0.0.1:1", str(seed_plane.ca_file), timeout_s=2) as nowhere,
         seed_plane.admin_client() as seed,
     ):
-        dwd = DependencyWatchdog(nowhere, seed, "shoot--t--unreachable", **FAST)
+        dwd = ProberStandIn(nowhere, seed, "shoot--t--unreachable", **FAST)
         assert dwd.probe_once().startswith("skipped: probe API server failed")
     assert dwd.writes == []
     assert [p.decision.split(":")[0] for p in dwd.probes] == ["skipped"]

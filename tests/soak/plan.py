@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from testenv.gardener.prober_standin import DependencyWatchdog
+from testenv.gardener.prober_standin import ProberStandIn
 from testenv.kube.controllers import CONTROLLERS, KCM, MCM
 from tests.soak.rig import NODES, Rig, recorded
 
@@ -280,7 +280,7 @@ def watchdog(r: Rig, p: Plan, tally: Tally) -> Iterator[None]:
     tally.dwd_raises = _journal_raises(r, dwd)  # stopped: no write is still under way
 
 
-def _journal_raises(r: Rig, dwd: DependencyWatchdog) -> int:
+def _journal_raises(r: Rig, dwd: ProberStandIn) -> int:
     raises = [w for w in dwd.writes if w.method == "PUT" and w.body["spec"]["replicas"] > 0]
     for w in raises:
         r.journal(f"dependency-watchdog raised {w.name} to {w.body['spec']['replicas']}", at=w.t)

@@ -32,7 +32,7 @@ from core.errors import KubeError
 from core.lease import PREFIX, leases_path
 from testenv.base.process import Process, spawn_python
 from testenv.base.wait import eventually, wait_for
-from testenv.gardener.prober_standin import NODE_LEASE_NAMESPACE, DependencyWatchdog
+from testenv.gardener.prober_standin import NODE_LEASE_NAMESPACE, ProberStandIn
 from testenv.kube.controllers import CONTROLLERS, MCM
 from testenv.kube.controlplane import ControlPlane, free_port
 from testenv.kube.standins import DEPLOYMENTS, NodeLeaseDriver
@@ -217,11 +217,11 @@ class Rig:
         self.journal(f"{who}: scaled {name} to {replicas}")
 
     @contextlib.contextmanager
-    def watchdog(self) -> Iterator[DependencyWatchdog]:
+    def watchdog(self) -> Iterator[ProberStandIn]:
         """dependency-watchdog's prober, probing from now until the block ends, on clients of
         its own (it shares none of the suite's connections, as the real one would not)."""
         with self.shoot.shoot.admin_client() as shoot, self.shoot.seed.admin_client() as seed:
-            dwd = DependencyWatchdog(shoot, seed, NAMESPACE, dependents=dependents(), **DWD_SETTINGS)
+            dwd = ProberStandIn(shoot, seed, NAMESPACE, dependents=dependents(), **DWD_SETTINGS)
             dwd.start()
             self.journal("dependency-watchdog started")
             try:
