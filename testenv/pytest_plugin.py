@@ -8,10 +8,7 @@ import pytest
 
 from testenv.base import binaries
 from testenv.kube.controlplane import ControlPlane
-
-# Names the e2e load balancers forward to KAPI; the serving certificate must carry them. The
-# second is the kubelet's (Gardener's internal domain), on a load balancer of its own.
-EXTERNAL_NAMES = ("api.shoot.dwd.test", "api.internal.shoot.dwd.test")
+from testenv.net.names import EXTERNAL_NAMES
 
 
 @pytest.fixture(scope="session")

@@ -43,8 +43,8 @@ from testenv.kube.controllers import CONTROLLERS
 from testenv.kube.controlplane import ControlPlane, free_port
 from testenv.kube.standins import grant_agent_rbac
 from testenv.net.dns import DnsServer
+from testenv.net.names import EXTERNAL_NAMES
 from testenv.net.tcpproxy import TcpProxy
-from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.worlds.networld import Node, World
 from testenv.worlds.shoot_world import Sampler, Shoot, shoot_for
 

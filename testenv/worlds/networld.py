@@ -20,9 +20,9 @@ from testenv.base.process import Process, json_log, spawn
 from testenv.kube.controlplane import ControlPlane
 from testenv.kube.kubelet_identity import write_kubeconfig
 from testenv.net.dns import DnsServer
+from testenv.net.names import EXTERNAL_NAMES
 from testenv.net.netns import NetNs, _ip, unused
 from testenv.net.tcpproxy import TcpProxy
-from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.worlds.agents import pod_env
 
 API, INTERNAL_API = EXTERNAL_NAMES

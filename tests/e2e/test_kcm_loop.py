@@ -23,7 +23,7 @@ from testenv.kube.hollow import HollowKubelet, renewals
 from testenv.kube.kcm import KCM_DEPLOYMENT, MARKS_WITHIN_S, KcmDeploymentController, KcmReplicas
 from testenv.kube.kcm import NODE_GRACE_S as GRACE_S
 from testenv.kube.standins import grant_agent_rbac
-from testenv.pytest_plugin import EXTERNAL_NAMES
+from testenv.net.names import EXTERNAL_NAMES
 from testenv.worlds.networld import API, Node, World
 from testenv.worlds.shoot_world import Shoot, shoot_for
 

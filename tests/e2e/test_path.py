@@ -184,7 +184,7 @@ def test_a_broken_path_for_most_nodes_protects_the_shoot(seed_plane: ControlPlan
     controllers in the seed. The path breaks for 3 of 5 nodes (their packets to the load balancer
     are dropped), KAPI itself stays up: the controllers go down, and come back when it heals."""
     from testenv.kube.controllers import CONTROLLERS
-    from testenv.pytest_plugin import EXTERNAL_NAMES
+    from testenv.net.names import EXTERNAL_NAMES
     from testenv.worlds.shoot_world import shoot_for
 
     with shoot_for(seed_plane, "shoot--e2e--chain", tmp_path / "shoot", EXTERNAL_NAMES) as shoot:

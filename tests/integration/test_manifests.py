@@ -42,8 +42,8 @@ from testenv.kube.controlplane import ControlPlane, ensure_namespace, ensure_nod
 from testenv.kube.kubelet_identity import write_kubeconfig
 from testenv.kube.standins import deployment
 from testenv.net import netns
+from testenv.net.names import EXTERNAL_NAMES
 from testenv.net.tcpproxy import TcpProxy
-from testenv.pytest_plugin import EXTERNAL_NAMES
 from testenv.worlds.agents import pod_env
 
 pytestmark = pytest.mark.integration

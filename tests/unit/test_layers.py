@@ -5,7 +5,9 @@ so the layers are told apart here.
 - the programs (core/, agent/, aggregator/, image/) never import the harness, the benches, the
   demo or the tests;
 - testenv/ is the one harness: bench/, demo/ and testenv/ itself never import tests/; testenv/
-  imports no program (it starts them as processes), no bench and no demo; the demo no bench.
+  imports no program (it starts them as processes), no bench and no demo; the demo no bench;
+- outside tests/, nothing imports pytest but the plugin tests/conftest.py registers
+  (testenv/pytest_plugin.py), and nothing imports that plugin;
 - inside aggregator/, each wing imports only the wings its row of ``WINGS`` names (and its
   package docstring says the same), no wing imports the composition root, the pure wings reach
   no I/O, and no module of aggregator/ or core/ is in an import cycle.
@@ -86,6 +88,43 @@ def test_allowed_imports_are_not_reported() -> None:
     source = "from testenv.worlds.shoot_world import Shoot\nfrom . import tests\nimport testsuite\n"
     assert violations("bench", source, "bench/x.py") == []
     assert violations("aggregator", "import aiohttp\nfrom core.lease import X\n", "aggregator/x.py") == []
+
+
+# pytest belongs to the tests: outside tests/, only the plugin they register imports it (a
+# constant a world needs lives in the world's room, not in the plugin).
+PYTEST_PLUGIN = "testenv.pytest_plugin"
+PYTEST = ("pytest", "_pytest", PYTEST_PLUGIN)
+
+
+def pytest_imports(module: str, source: str) -> list[str]:
+    """``module:line: imports what`` for each import of pytest, or of the plugin that imports it."""
+    return [
+        f"{module}:{line}: imports {imported}"
+        for line, imported in imported_modules(ast.parse(source))
+        if imported.split(".")[0] in PYTEST[:2] or imported == PYTEST_PLUGIN
+    ]
+
+
+def test_nothing_outside_the_tests_imports_pytest() -> None:
+    found = []
+    for package in FORBIDDEN:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            if path.is_relative_to(GO_CACHE) or module == PYTEST_PLUGIN:
+                continue
+            found += pytest_imports(module, path.read_text())
+    assert not found, "pytest imported outside the tests:\n" + "\n".join(found)
+
+
+def test_an_import_of_pytest_or_its_plugin_is_reported() -> None:
+    source = "import os\nfrom testenv.pytest_plugin import control_plane\n\n\ndef f():\n    import pytest\n"
+    assert pytest_imports("bench.x", source) == [
+        "bench.x:2: imports testenv.pytest_plugin",
+        "bench.x:6: imports pytest",
+    ]
+    assert pytest_imports("demo.x", "from testenv import pytest_plugin\n") == [
+        "demo.x:1: imports testenv.pytest_plugin"
+    ]
 
 
 # -- inside aggregator/: the wings
