@@ -1,1 +1,8 @@
-"""A Kubernetes control plane, KCM, the real kubelet, and the stand-ins of controllers."""
+"""Kubernetes for real, and stand-ins only where a test control plane lacks a controller: etcd
+and kube-apiserver (controlplane), kube-controller-manager behind the seed's Deployment (kcm),
+the real kubelet as a hollow node (hollow) and a node's kubelet identity (kubelet_identity),
+lease drivers and a deployment controller (standins), a workload for KCM to act on (workload),
+and the three controllers the aggregator scales (controllers).
+
+May import: core, image, base.
+"""

@@ -1,1 +1,7 @@
-"""The network between a node and KAPI: namespaces, DNS, proxies, faults, a webhook."""
+"""The network between a node and KAPI, and what a test breaks on it: network namespaces
+(netns), a DNS server (dns), the names nodes reach KAPI by (names), TCP proxies standing in for
+load balancers (tcpproxy), a seed that fails chosen requests (faultproxy), a broken admission
+webhook (webhook).
+
+May import: core, image, base, kube.
+"""

@@ -10,7 +10,9 @@ so the layers are told apart here.
   (testenv/pytest_plugin.py), and nothing imports that plugin;
 - inside aggregator/, each wing imports only the wings its row of ``WINGS`` names (and its
   package docstring says the same), no wing imports the composition root, the pure wings reach
-  no I/O, and no module of aggregator/ or core/ is in an import cycle.
+  no I/O, and no module of aggregator/ or core/ is in an import cycle;
+- inside testenv/, the rooms the same way by ``ROOMS`` (testenv/*.py the composition root), and
+  no module of testenv/ is in an import cycle.
 """
 
 from __future__ import annotations
@@ -144,34 +146,63 @@ WINGS: dict[str, frozenset[str]] = {
 }
 ROOT_WING = "root"
 
+# -- inside testenv/: the rooms, the same way. testenv/*.py (the command line, the pytest plugin)
+# is the composition root. docs/harness.md, "The rooms", gives the reason for each row.
+ROOMS: dict[str, frozenset[str]] = {
+    "base": frozenset(),
+    "kube": frozenset({"base"}),
+    "net": frozenset({"base", "kube"}),
+    "gardener": frozenset({"base", "kube"}),
+    "worlds": frozenset({"base", "kube", "net", "gardener"}),
+}
+# Package -> the table of its parts, and what every part may import besides the rows (the
+# layers above allow no more).
+TABLES: dict[str, dict[str, frozenset[str]]] = {"aggregator": WINGS, "testenv": ROOMS}
+OPEN_TO_ALL: dict[str, frozenset[str]] = {
+    "aggregator": frozenset({"core"}),
+    "testenv": frozenset({"core", "image"}),
+}
+
+
+def part_of(module: str) -> str | None:
+    """The wing or room of a module of aggregator/ or testenv/ (``root`` for the package's own
+    modules); None outside both."""
+    top, *rest = module.split(".")
+    if top not in TABLES:
+        return None
+    return rest[0] if rest and rest[0] in TABLES[top] else ROOT_WING
+
 
 def wing_of(module: str) -> str | None:
-    """The wing of a module of aggregator/ (``root`` for aggregator/*.py); None outside it."""
-    parts = module.split(".")
-    if parts[0] != "aggregator":
-        return None
-    return parts[1] if len(parts) > 1 and parts[1] in WINGS else ROOT_WING
+    """The wing of a module of aggregator/; None outside it."""
+    return part_of(module) if module.partition(".")[0] == "aggregator" else None
 
 
-def aggregator_modules() -> list[str]:
+def modules_of(package: str) -> list[str]:
     return sorted(
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        for p in (ROOT / "aggregator").rglob("*.py")
+        for p in (ROOT / package).rglob("*.py")
+        if not p.is_relative_to(GO_CACHE)
     )
 
 
+def aggregator_modules() -> list[str]:
+    return modules_of("aggregator")
+
+
 def crossings(module: str, source: str) -> list[str]:
-    """``module:line: wing imports wing (what)`` for each import the table does not allow."""
-    wing = wing_of(module)
-    assert wing is not None, module
+    """``module:line: part imports part (what)`` for each import its package's table does not
+    allow (once for ``from x import a, b``)."""
+    package, part = module.partition(".")[0], part_of(module)
+    assert part is not None, module
     found = []
     for line, imported in imported_modules(ast.parse(source)):
-        other = wing_of(imported)
-        if other is None or wing in (other, ROOT_WING):
+        other = part_of(imported)
+        if other is None or imported.partition(".")[0] != package or part in (other, ROOT_WING):
             continue
-        if other == ROOT_WING or other not in WINGS[wing]:
-            found.append(f"{module}:{line}: {wing} imports {other} ({imported})")
-    return found
+        if other == ROOT_WING or other not in TABLES[package][part]:
+            found.append(f"{module}:{line}: {part} imports {other} ({imported})")
+    return list(dict.fromkeys(found))
 
 
 def test_every_wing_imports_only_what_its_row_allows() -> None:
@@ -179,6 +210,43 @@ def test_every_wing_imports_only_what_its_row_allows() -> None:
     assert {wing_of(m) for m in modules} == {*WINGS, ROOT_WING}, "a wing of the table has no module"
     found = [c for m in modules for c in crossings(m, module_source(m))]
     assert not found, "imports across the wings:\n" + "\n".join(found)
+
+
+def test_every_room_imports_only_what_its_row_allows() -> None:
+    modules = modules_of("testenv")
+    assert {part_of(m) for m in modules} == {*ROOMS, ROOT_WING}, "a room of the table has no module"
+    found = [c for m in modules for c in crossings(m, module_source(m))]
+    assert not found, "imports across the rooms:\n" + "\n".join(found)
+
+
+def test_the_tables_run_one_way() -> None:
+    """Each row names only rows above it: no two wings or rooms import each other, however
+    indirectly."""
+    for package, table in TABLES.items():
+        for i, (part, allowed) in enumerate(table.items()):
+            assert allowed <= set(list(table)[:i]), (package, part, allowed - set(list(table)[:i]))
+
+
+def test_a_planted_crossing_is_reported_in_any_room() -> None:
+    """Planted in three rooms: the KAPI client reaching the control plane, the control plane
+    reaching a world, the network reaching Gardener; the composition root is out of every
+    room's reach."""
+    kapi = "testenv.base.kapi"
+    planted = module_source(kapi) + "\nfrom testenv.kube.controlplane import ControlPlane, free_port\n"
+    assert crossings(kapi, planted) == [
+        f"{kapi}:{planted.count(chr(10))}: base imports kube (testenv.kube.controlplane)"
+    ]
+    controlplane = "testenv.kube.controlplane"
+    planted = module_source(controlplane) + "\n\ndef f():\n    from testenv.worlds import chain\n"
+    assert crossings(controlplane, planted) == [
+        f"{controlplane}:{planted.count(chr(10))}: kube imports worlds (testenv.worlds.chain)"
+    ]
+    dns = "testenv.net.dns"
+    planted = module_source(dns) + "\nimport testenv.gardener.grm\nfrom testenv import pytest_plugin\n"
+    assert crossings(dns, planted) == [
+        f"{dns}:{planted.count(chr(10)) - 1}: net imports gardener (testenv.gardener.grm)",
+        f"{dns}:{planted.count(chr(10))}: net imports root (testenv.pytest_plugin)",
+    ]
 
 
 def test_a_planted_crossing_is_reported_in_any_wing() -> None:
@@ -201,12 +269,13 @@ def test_a_planted_crossing_is_reported_in_any_wing() -> None:
     assert crossings(scaler, planted)[-1].endswith("act imports root (aggregator.target)")
 
 
-def test_each_wing_says_what_it_may_import_as_the_table_does() -> None:
-    for wing, allowed in WINGS.items():
-        doc = ast.get_docstring(ast.parse(module_source(f"aggregator.{wing}"))) or ""
-        said = re.search(r"^May import: (.*)\.$", doc, re.M)
-        assert said, f"aggregator/{wing}/__init__.py does not say what it may import"
-        assert set(said.group(1).split(", ")) == {"core", *allowed}, (wing, said.group(1))
+def test_each_wing_and_room_says_what_it_may_import_as_the_table_does() -> None:
+    for package, table in TABLES.items():
+        for part, allowed in table.items():
+            doc = ast.get_docstring(ast.parse(module_source(f"{package}.{part}"))) or ""
+            said = re.search(r"^May import: (.*)\.$", doc, re.M)
+            assert said, f"{package}/{part}/__init__.py does not say what it may import"
+            assert set(said.group(1).split(", ")) == {*OPEN_TO_ALL[package], *allowed}, (part, said.group(1))
 
 
 # The pure rules: the model, the decision, and the write budget's arithmetic. Tested without a
@@ -314,16 +383,12 @@ def test_a_planted_import_in_a_pure_rule_is_reported_with_its_path() -> None:
     ), paths
 
 
-def first_cycle(source_of: Callable[[str], str] = module_source) -> str:
-    """``a -> b -> a`` for the first import cycle among aggregator/ and core/, "" when none
+def first_cycle(
+    source_of: Callable[[str], str] = module_source, packages: tuple[str, ...] = ("aggregator", "core")
+) -> str:
+    """``a -> b -> a`` for the first import cycle among the modules of ``packages``, "" when none
     (TYPE_CHECKING imports count too: a type that names its user is the same knot)."""
-    modules = sorted(
-        {
-            ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-            for pkg in ("aggregator", "core")
-            for p in (ROOT / pkg).rglob("*.py")
-        }
-    )
+    modules = sorted({m for pkg in packages for m in modules_of(pkg)})
     done: set[str] = set()
 
     def walk(name: str, path: tuple[str, ...]) -> str:
@@ -345,6 +410,10 @@ def test_no_import_cycle_among_the_aggregators_modules() -> None:
     assert first_cycle() == ""
 
 
+def test_no_import_cycle_among_the_harness_modules() -> None:
+    assert first_cycle(packages=("testenv",)) == ""
+
+
 def test_a_planted_cycle_is_reported_with_its_path() -> None:
     planted = {
         "aggregator.report": module_source("aggregator.report")
@@ -352,6 +421,16 @@ def test_a_planted_cycle_is_reported_with_its_path() -> None:
     }
     cycle = first_cycle(lambda n: planted.get(n) or module_source(n)).split(" -> ")
     assert cycle[0] == cycle[-1] and set(cycle) == {"aggregator.report", "aggregator.target"}, cycle
+    # In one room of the harness: the registration reaching back for the apply that reads it.
+    planted = {
+        "testenv.gardener.registration": module_source("testenv.gardener.registration")
+        + "\nfrom testenv.gardener import apply\n"
+    }
+    cycle = first_cycle(lambda n: planted.get(n) or module_source(n), ("testenv",)).split(" -> ")
+    assert cycle[0] == cycle[-1] and set(cycle) == {
+        "testenv.gardener.registration",
+        "testenv.gardener.apply",
+    }, cycle
 
 
 # -- the size of a module: one concern each (docs/design.md, "The tree")
