@@ -2,8 +2,8 @@
 the one way to start a program (process), the one background loop and the one wait (poller,
 wait), the small KAPI client (kapi), certificates (pki), building the pinned binaries
 (binaries) and what a long build says while it runs (progress), running the project's images
-(containers), what client-go makes of a kubeconfig (kubeconfig_probe), and this project's
-earlier releases (releases).
+(containers) and the agent's image's interpreter settings (imagelike), what client-go makes of
+a kubeconfig (kubeconfig_probe), and this project's earlier releases (releases).
 
 May import: core, image.
 """

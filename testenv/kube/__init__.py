@@ -2,7 +2,8 @@
 and kube-apiserver (controlplane), kube-controller-manager behind the seed's Deployment (kcm),
 the real kubelet as a hollow node (hollow) and a node's kubelet identity (kubelet_identity),
 lease drivers and a deployment controller (standins), a workload for KCM to act on (workload),
-and the three controllers the aggregator scales (controllers).
+the three controllers the aggregator scales (controllers); for the benchmarks, kube-apiserver's
+audit log of one user (audit) and a seed's Deployments watched (deployment_watch).
 
 May import: core, image, base.
 """
