@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,15 +75,15 @@ class Run:
     agg: Process | None = None
     port: int = 0
 
-    def start_aggregator(self, **env: str) -> None:
+    def start_aggregator(self, env: Mapping[str, str] | None = None) -> None:
         self.port = free_port()
-        # Typed loosely: its keyword parameters (seed=, image=) are not environment variables.
-        start: Callable[..., Process] = self.shoot.start_aggregator
-        self.agg = start(
-            **DEFAULTS,
-            DWD_METRICS_ADDR=f"127.0.0.1:{self.port}",
-            DWD_SHOOT_KUBECONFIG=str(self.kubeconfig),
-            **env,
+        self.agg = self.shoot.start_aggregator(
+            {
+                **DEFAULTS,
+                "DWD_METRICS_ADDR": f"127.0.0.1:{self.port}",
+                "DWD_SHOOT_KUBECONFIG": str(self.kubeconfig),
+                **(env or {}),
+            }
         )
         wait_for(lambda: _answers(self.port), 30, "the aggregator's /status", every_s=0.2)
 
@@ -351,7 +351,7 @@ def no_budget(run: Run, sampler: Sampler, window_s: float) -> dict[str, Any]:
         return sum(1 for x in leases if (x["metadata"].get("annotations") or {}).get(RENEW_INTERVAL) != fast)
 
     slow = slow_leases()
-    run.start_aggregator(DWD_WRITE_BUDGET="1000000")
+    run.start_aggregator({"DWD_WRITE_BUDGET": "1000000"})
     t0 = time.monotonic()
     wait_for(lambda: slow_leases() == 0, slow / 50 * 3 + 60, f"{slow} intervals rewritten", every_s=5.0)
     rewrite_s = time.monotonic() - t0

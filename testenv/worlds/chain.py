@@ -312,10 +312,10 @@ def chain(
                     world.start_agent(node, fast=False, **agent_env)
             port = free_port()
             aggregator = shoot.start_aggregator(
+                {**AGGREGATOR_DEFAULTS, **(settings or {}), "DWD_METRICS_ADDR": f"127.0.0.1:{port}"},
                 seed=None,
                 source=None,
                 image=images["aggregator"] if images else None,
-                env={**AGGREGATOR_DEFAULTS, **(settings or {}), "DWD_METRICS_ADDR": f"127.0.0.1:{port}"},
             )
             view = AggregatorView(f"http://127.0.0.1:{port}")
             leases = LeaseLog(shoot.shoot)

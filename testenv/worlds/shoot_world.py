@@ -20,13 +20,14 @@ from core.lease import DEFAULT_LEASE_NAMESPACE
 from testenv.base import containers
 from testenv.base.kapi import Client, node_leases
 from testenv.base.poller import TRANSIENT, Poller
-from testenv.base.process import Process, spawn_python
+from testenv.base.process import Process
 from testenv.base.wait import wait_for
 from testenv.gardener.apply import apply, kustomize_build, load_docs
 from testenv.kube.controllers import CONTROLLERS
 from testenv.kube.controlplane import ControlPlane, ensure_namespace, ensure_node, kubeconfig_yaml
 from testenv.kube.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, deployment
 from testenv.net.faultproxy import FaultProxy
+from testenv.worlds.aggregators import FromImage, FromSource, start_aggregator
 
 ACCESS_SECRET = "shoot-access-dwd-lease-aggregator"
 AGGREGATOR_RBAC = Path(__file__).resolve().parents[2] / "manifests" / "shoot-access" / "rbac.yaml"
@@ -206,17 +207,16 @@ class Shoot:
         ]
         return next((h for h in holders if h), "")
 
-    def env(self, **overrides: str) -> dict[str, str]:
+    def env(self, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The aggregator's settings here (FAST_ENV, the tests' dependents), then ``overrides``;
+        what it serves is ``start_aggregator``'s (aggregators.aggregator_env)."""
         dependents = self.tmp / "dependents.yaml"
         dependents.write_text(yaml.safe_dump(FAST_DEPENDENTS))
         return {
             "PATH": os.environ.get("PATH", ""),
-            "DWD_SHOOT_KUBECONFIG": str(self.shoot.kubeconfig),
-            "DWD_SEED_KUBECONFIG": str(self.seed.kubeconfig),
-            "DWD_NAMESPACE": self.namespace,
             "DWD_DEPENDENTS_FILE": str(dependents),
             **FAST_ENV,
-            **overrides,
+            **(overrides or {}),
         }
 
     def seed_proxy(self) -> FaultProxy:
@@ -227,7 +227,7 @@ class Shoot:
 
     def shoot_proxy(self) -> FaultProxy:
         """A FaultProxy in front of the shoot's API server, for the aggregator's own requests
-        (``start_aggregator(DWD_SHOOT_KUBECONFIG=...)``): the agents keep the direct path."""
+        (``start_aggregator({"DWD_SHOOT_KUBECONFIG": ...})``): the agents keep the direct path."""
         proxy = FaultProxy(self.shoot).open()
         self.proxies.append(proxy)
         return proxy
@@ -240,40 +240,35 @@ class Shoot:
 
     def start_aggregator(
         self,
+        env: Mapping[str, str] | None = None,
         *,
         seed: FaultProxy | None = None,
         image: str | None = None,
         module: str = "aggregator",
         source: Path | None = None,
-        env: Mapping[str, str] | None = None,
-        **overrides: str,
     ) -> Process:
-        """The aggregator as a process (``python -m module``; from ``source``, another release's
-        tree), or from its ``image`` (the host's network, its files mounted read-only,
-        kubeconfigs carrying their credentials as a Secret's would). Its variables: ``env``, a
-        set of them kept in one place, then ``overrides``."""
-        overrides = {**(env or {}), **overrides}
-        if seed is not None:
-            kubeconfig = seed.kubeconfig(self.tmp / f"seed-proxy-{seed.port}.kubeconfig")
-            overrides.setdefault("DWD_SEED_KUBECONFIG", str(kubeconfig))
-        log_path = self.tmp / f"aggregator-{len(self.aggregators)}.log"
+        """An aggregator serving this shoot (through ``seed``, a proxy in front of the seed), with
+        ``env`` over ``self.env()``: a process (``python -m module``; from ``source``, another
+        release's tree), or from its ``image``."""
+        n = len(self.aggregators)
+        seed_kubeconfig = (
+            self.seed.kubeconfig
+            if seed is None
+            else seed.kubeconfig(self.tmp / f"seed-proxy-{seed.port}.kubeconfig")
+        )
+        run: FromSource | FromImage = FromSource(module, source)
         if image is not None:
-            files = self.tmp / f"aggregator-{len(self.aggregators)}-files"
-            mounted = containers.mounted_files(self.env(**overrides), files, "/etc/dwd-lease")
-            mounted.pop("PATH")
-            name = f"dwd-aggregator-{self.namespace}-{len(self.aggregators)}"
-            self.containers.append(name)
-            agg = containers.run(
-                image,
-                name=name,
-                log_path=log_path,
-                env=mounted,
-                mounts={files: "/etc/dwd-lease"},
-                network="host",
-            )
-            self.aggregators.append(agg)
-            return agg
-        agg = spawn_python(log_path.stem, module, log_path=log_path, env=self.env(**overrides), source=source)
+            run = FromImage(image, f"dwd-aggregator-{self.namespace}-{n}", self.tmp / f"aggregator-{n}-files")
+            self.containers.append(run.container)
+        agg = start_aggregator(
+            self.env(env),
+            name=f"aggregator-{n}",
+            log_path=self.tmp / f"aggregator-{n}.log",
+            shoot_kubeconfig=self.shoot.kubeconfig,
+            seed_kubeconfig=seed_kubeconfig,
+            namespace=self.namespace,
+            run=run,
+        )
         self.aggregators.append(agg)
         return agg
 

@@ -13,13 +13,14 @@ import yaml
 
 from core.lease import DEFAULT_LEASE_NAMESPACE
 from testenv.base.kapi import Client
-from testenv.base.process import Process, spawn_python, stop_all
+from testenv.base.process import Process, stop_all
 from testenv.base.wait import wait_for
 from testenv.gardener.apply import apply, load_docs
 from testenv.gardener.seed_objects import CLUSTER_CRD, cluster
 from testenv.kube.controllers import CONTROLLERS
 from testenv.kube.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.kube.standins import DEPLOYMENTS, deployment
+from testenv.worlds.aggregators import FromSource, start_aggregator
 from testenv.worlds.shoot_world import ACCESS_SECRET, AGGREGATOR_RBAC
 
 CLUSTERS = "/apis/extensions.gardener.cloud/v1alpha1/clusters"
@@ -92,7 +93,6 @@ def aggregators(
     env = {
         "PATH": "/usr/bin:/bin",
         "DWD_TARGETS": "gardener",
-        "DWD_SEED_KUBECONFIG": str(kubeconfig),
         "DWD_NODE_GRACE": "0s",
         "DWD_LOG_FORMAT": "json",
     }
@@ -102,16 +102,14 @@ def aggregators(
     try:
         for i in range(replicas):
             port = free_port()
-            with_port = env | {"DWD_METRICS_ADDR": f"127.0.0.1:{port}"}
-            log_path = tmp / f"aggregator-{i}.log"
-            procs.append(
-                (
-                    spawn_python(
-                        f"aggregator-{i}", "aggregator", log_path=log_path, env=with_port, source=code
-                    ),
-                    port,
-                )
+            proc = start_aggregator(
+                env | {"DWD_METRICS_ADDR": f"127.0.0.1:{port}"},
+                name=f"aggregator-{i}",
+                log_path=tmp / f"aggregator-{i}.log",
+                seed_kubeconfig=kubeconfig,
+                run=FromSource(source=code),
             )
+            procs.append((proc, port))
         yield procs
     finally:
         stop_all(p for p, _ in procs)

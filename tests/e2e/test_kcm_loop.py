@@ -108,7 +108,7 @@ def kcm_loop(seed: ControlPlane, tmp: Path, namespace: str, **aggregator_env: st
             workload.deploy(shoot.shoot_admin, [n.name for n in loop.nodes])
             # 90 s ran out when this was among the first tests of a CI run, four worlds starting at once.
             wait_for(loop.healthy, 240, "10 nodes and pods Ready, 10 ready endpoints", every_s=0.5)
-            shoot.start_aggregator(seed=None, env=aggregator_env)
+            shoot.start_aggregator(aggregator_env, seed=None)
             # The agents start with the aggregator: started a minute and a half earlier they
             # would wait out their missing leases up to a minute apart (core.lease.missing_wait_s).
             for node in loop.nodes:

@@ -61,7 +61,7 @@ class NodesWorld:
         """Agents and aggregator started; returns once the aggregator judged every node healthy."""
         # The aggregator first: it creates the agents' leases, and an agent that finds none backs off.
         self.metrics_port = free_port()
-        self.aggregator = self.shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{self.metrics_port}")
+        self.aggregator = self.shoot.start_aggregator({"DWD_METRICS_ADDR": f"127.0.0.1:{self.metrics_port}"})
         self.procs = [self.start_agent(n) for n in NODES]
         wait_for(lambda: self.lease_ages_s() and max(self.lease_ages_s()) < 1, 60, "every agent renewing")
         wait_for(lambda: self.phases()[-1:] == ["healthy"], 30, "a healthy verdict", every_s=0.2)

@@ -20,7 +20,7 @@ def test_quorum_lost_scales_down_in_order_and_back_up_exactly(shoot: Shoot) -> N
     admission policy (manifests/seed), whose every write, scale-down, record, Event and
     scale-up, the policy judges."""
     shoot.setup()
-    agg = shoot.start_aggregator(DWD_SEED_KUBECONFIG=str(shoot.seed_service_account()))
+    agg = shoot.start_aggregator({"DWD_SEED_KUBECONFIG": str(shoot.seed_service_account())})
     shoot.wait_leases_renewed()
     time.sleep(3)  # the aggregator waits one lease duration after start
     cut = time.monotonic()
@@ -70,7 +70,7 @@ def test_kapi_probe_failure_blocks_the_scale_down(shoot: Shoot) -> None:
     shoot.setup()
     proxy = shoot.shoot_proxy()
     agg = shoot.start_aggregator(
-        DWD_SHOOT_KUBECONFIG=str(proxy.kubeconfig(shoot.tmp / "shoot-proxy.kubeconfig"))
+        {"DWD_SHOOT_KUBECONFIG": str(proxy.kubeconfig(shoot.tmp / "shoot-proxy.kubeconfig"))}
     )
     shoot.wait_leases_renewed()
     time.sleep(3)
@@ -177,7 +177,7 @@ def test_write_budget_paces_a_sample_and_judges_only_it(shoot: Shoot) -> None:
     shoot.setup(nodes=40)
     port = free_port()
     # 40 nodes at 500ms would be 80 writes/s; the budget allows 50.
-    agg = shoot.start_aggregator(DWD_WRITE_BUDGET="50", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    agg = shoot.start_aggregator({"DWD_WRITE_BUDGET": "50", "DWD_METRICS_ADDR": f"127.0.0.1:{port}"})
     shoot.wait_leases_renewed()
     wait_for(
         lambda: (

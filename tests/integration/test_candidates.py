@@ -77,8 +77,10 @@ def test_each_rule_leaves_its_node_out_of_the_verdict_and_says_why(shoot: Shoot,
     _condition(shoot, "node-5", "DiskPressure")
     port = free_port()
     shoot.start_aggregator(
-        DWD_METRICS_ADDR=f"127.0.0.1:{port}",
-        DWD_NODE_CONDITIONS='{"gpu": ["GPUUnhealthy"], "*": ["DiskPressure"]}',
+        {
+            "DWD_METRICS_ADDR": f"127.0.0.1:{port}",
+            "DWD_NODE_CONDITIONS": '{"gpu": ["GPUUnhealthy"], "*": ["DiskPressure"]}',
+        }
     )
     shoot.wait_leases_renewed()
     wait_for(lambda: target(port, ns).get("phase") == "healthy", 20, "healthy")

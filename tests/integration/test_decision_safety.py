@@ -38,7 +38,7 @@ def scale_patch(name: str) -> str:
 
 def judging(shoot: Shoot, *, seed: FaultProxy | None = None, **env: str) -> None:
     """An aggregator that has watched every lease for longer than one lease duration."""
-    shoot.start_aggregator(seed=seed, env=env)
+    shoot.start_aggregator(env, seed=seed)
     shoot.wait_leases_renewed()
     time.sleep(3)  # the aggregator judges nothing for one lease duration after it starts
 
@@ -209,9 +209,9 @@ def test_a_deposed_leader_never_writes_again(shoot: Shoot) -> None:
     shoot.setup()
     election = shoot.election_env()
     proxy = shoot.seed_proxy()
-    shoot.start_aggregator(seed=proxy, env=election)
+    shoot.start_aggregator(election, seed=proxy)
     old = wait_for(shoot.election_holder, 30, "the first aggregator to lead")
-    shoot.start_aggregator(env=election)
+    shoot.start_aggregator(election)
     shoot.wait_leases_renewed()
     time.sleep(4)
 

@@ -56,7 +56,9 @@ def finished(shoot: Shoot) -> dict[str, Any] | None:
 
 
 def start(shoot: Shoot, port: int) -> Process:
-    agg = shoot.start_aggregator(env=FILE_MODE, DWD_TARGETS="extension", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    agg = shoot.start_aggregator(
+        {**FILE_MODE, "DWD_TARGETS": "extension", "DWD_METRICS_ADDR": f"127.0.0.1:{port}"}
+    )
     wait_for(lambda: up(port), 30, f"the aggregator ready (log: {agg.log_path})")
     return agg
 

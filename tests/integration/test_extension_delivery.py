@@ -97,13 +97,16 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Seed, Seed
 def start(seed: Seed) -> Process:
     port = free_port()
     seed.controller = seed.shoot.start_aggregator(
-        DWD_SHOOT_KUBECONFIG="",
-        DWD_NAMESPACE="",
-        DWD_TARGETS="extension",
-        DWD_SHOOT_OBJECTS=str(OBJECTS),
-        DWD_SHOOT_SERVER=seed.shoot.shoot.url,
-        DWD_METRICS_ADDR=f"127.0.0.1:{port}",
-        DWD_LEADER_ELECTION_NAMESPACE=NS,  # where its heartbeat goes (the chart: its own namespace)
+        {
+            "DWD_SHOOT_KUBECONFIG": "",
+            "DWD_NAMESPACE": "",
+            "DWD_TARGETS": "extension",
+            "DWD_SHOOT_OBJECTS": str(OBJECTS),
+            "DWD_SHOOT_SERVER": seed.shoot.shoot.url,
+            "DWD_METRICS_ADDR": f"127.0.0.1:{port}",
+            # Where its heartbeat goes (the chart: its own namespace).
+            "DWD_LEADER_ELECTION_NAMESPACE": NS,
+        }
     )
     wait_for(lambda: up(port), 30, f"the extension controller ready (log: {seed.controller.log_path})")
     return seed.controller

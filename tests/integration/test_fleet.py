@@ -47,7 +47,7 @@ def test_fleet_renews_and_its_silence_scales_down_and_back(shoot: Shoot, fleet: 
     zones = collections.Counter(n["metadata"]["labels"][ZONE_LABEL] for n in nodes)
     assert zones == {z: NODES // 3 + (1 if i < NODES % 3 else 0) for i, z in enumerate(ZONES)}
     fleet.start_renewing()
-    shoot.start_aggregator(DWD_WRITE_BUDGET=str(BUDGET))
+    shoot.start_aggregator({"DWD_WRITE_BUDGET": str(BUDGET)})
 
     fast_s = parse_duration(FAST_ENV["DWD_RENEW_INTERVAL"])
 

@@ -143,11 +143,13 @@ def test_the_token_requestor_secret_and_the_delivered_rbac_are_all_it_takes(worl
     apply(w.seed_admin, [cluster(NS)])
     port = free_port()
     aggregator = w.start_aggregator(
-        DWD_TARGETS="gardener",
-        DWD_SHOOT_KUBECONFIG="",
-        DWD_NAMESPACE="",
-        DWD_SHOOT_SERVER=w.shoot.url,
-        DWD_METRICS_ADDR=f"127.0.0.1:{port}",
+        {
+            "DWD_TARGETS": "gardener",
+            "DWD_SHOOT_KUBECONFIG": "",
+            "DWD_NAMESPACE": "",
+            "DWD_SHOOT_SERVER": w.shoot.url,
+            "DWD_METRICS_ADDR": f"127.0.0.1:{port}",
+        }
     )
     agents = [start_agent(world, node) for node in NODES]
     try:

@@ -269,7 +269,7 @@ def test_aggregator_first_then_the_agents(shoot: Shoot) -> None:
     port = free_port()
     judged = Candidates(port)
     try:
-        agg = shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+        agg = shoot.start_aggregator({"DWD_METRICS_ADDR": f"127.0.0.1:{port}"})
         wait_for(lambda: len(node_leases(shoot.shoot_admin)) == len(NODES), 30, "our leases provisioned")
         # Every node judged by its old lease alone, for two lease durations.
         wait_for(lambda: candidates(port) == len(NODES), 30, "every node judged")
@@ -317,7 +317,7 @@ def test_agents_first_then_the_aggregator(shoot: Shoot) -> None:
             f"an old lease reached {ages.oldest_old:.1f}s: the old aggregator would act"
         )
         port = free_port()
-        agg = shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+        agg = shoot.start_aggregator({"DWD_METRICS_ADDR": f"127.0.0.1:{port}"})
         wait_for(lambda: len(ages.both_written) == len(NODES), 30, "every node renewing both places")
         wait_for(lambda: candidates(port) == len(NODES), 30, "every node judged")
         judged.port = port

@@ -59,7 +59,7 @@ def dwd_protects(w: DwdWorld) -> None:
 
 
 def judging(shoot: Shoot, **env: str) -> None:
-    shoot.start_aggregator(env=env)
+    shoot.start_aggregator(env)
     shoot.wait_leases_renewed()
     time.sleep(3)  # past one lease duration of fresh view
 
@@ -82,9 +82,9 @@ def test_a_shoot_dependency_watchdog_healed_is_taken_over_and_rolled_without_low
 
     sampler = shoot.sampler()
     election = shoot.election_env()
-    first = shoot.start_aggregator(env=election)
+    first = shoot.start_aggregator(election)
     leader = wait_for(shoot.election_holder, 30, "the first replica to lead")
-    shoot.start_aggregator(env=election)
+    shoot.start_aggregator(election)
     shoot.wait_leases_renewed()
     time.sleep(6)  # judging for a while, both replicas
     first.kill()
@@ -105,7 +105,7 @@ def test_dry_run_beside_dependency_watchdogs_protection_writes_nothing(
     annotation nor an Event, and still decide and say so."""
     w = world_for()
     shoot = w.shoot
-    agg = shoot.start_aggregator(DWD_DRY_RUN="true")
+    agg = shoot.start_aggregator({"DWD_DRY_RUN": "true"})
     shoot.wait_leases_renewed()
     time.sleep(3)  # judging
     dwd_protects(w)
@@ -137,9 +137,9 @@ def test_a_takeover_in_the_scale_up_window_lowers_nothing(shoot: Shoot) -> None:
     standby takes over right there. KCM must not be lowered again."""
     shoot.setup()
     env = {**shoot.election_env(), "DWD_DEPENDENTS_FILE": str(slow_mcm(shoot, "10s"))}
-    first = shoot.start_aggregator(env=env)
+    first = shoot.start_aggregator(env)
     leader = wait_for(shoot.election_holder, 30, "the first replica to lead")
-    shoot.start_aggregator(env=env)
+    shoot.start_aggregator(env)
     shoot.wait_leases_renewed()
     time.sleep(4)
     shoot.driver.alive -= SEVEN
@@ -165,9 +165,9 @@ def test_a_rollout_during_an_outage_raises_nothing(shoot: Shoot) -> None:
     controllers at 0; nothing is raised until the path heals."""
     shoot.setup()
     env = shoot.election_env()
-    first = shoot.start_aggregator(env=env)
+    first = shoot.start_aggregator(env)
     leader = wait_for(shoot.election_holder, 30, "the first replica to lead")
-    second = shoot.start_aggregator(env=env)
+    second = shoot.start_aggregator(env)
     shoot.wait_leases_renewed()
     time.sleep(4)
     shoot.driver.alive -= SEVEN
@@ -175,11 +175,11 @@ def test_a_rollout_during_an_outage_raises_nothing(shoot: Shoot) -> None:
     sampler = shoot.sampler()
     held = time.monotonic()
     first.kill()
-    shoot.start_aggregator(env=env)  # the new pod of the rollout
+    shoot.start_aggregator(env)  # the new pod of the rollout
     wait_for(lambda: shoot.election_holder() not in ("", leader), 20, "the standby to take over", every_s=0.2)
     time.sleep(3)
     second.kill()
-    shoot.start_aggregator(env=env)
+    shoot.start_aggregator(env)
     time.sleep(10)  # both replaced; the outage goes on
     raised = sampler.first(lambda s: s.replicas != DOWN, after=held)
     assert raised is None, f"raised {raised.t - held:.1f}s into the rollout: {raised}" if raised else ""
@@ -204,7 +204,7 @@ def test_a_target_removed_while_down_is_restored_by_the_next_process_and_nothing
     entries = [{"namespace": ns, "kubeconfig": kubeconfig} for ns in (shoot.namespace, hibernated)]
     targets.write_text(yaml.safe_dump({"targets": entries}))
     env = {"DWD_TARGETS": f"file:{targets}"}
-    first = shoot.start_aggregator(env=env)
+    first = shoot.start_aggregator(env)
     shoot.wait_leases_renewed()
     time.sleep(3)
     shoot.driver.alive -= SEVEN
@@ -213,7 +213,7 @@ def test_a_target_removed_while_down_is_restored_by_the_next_process_and_nothing
     targets.write_text(yaml.safe_dump({"targets": []}))
     shoot.driver.alive |= SEVEN
     started = time.monotonic()
-    shoot.start_aggregator(env=env)
+    shoot.start_aggregator(env)
     ok = eventually(lambda: restored(shoot), 30)
     assert ok, f"{time.monotonic() - started:.0f}s after the restart: {shoot.replicas()}, {marks(shoot)}"
     other = shoot.seed_admin.get(f"{DEPLOYMENTS.format(ns=hibernated)}/{KCM}")

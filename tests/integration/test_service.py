@@ -78,9 +78,11 @@ def test_three_targets_one_broken(shoot: Shoot, seed_plane: ControlPlane, tmp_pa
         )
         port = free_port()
         shoot.start_aggregator(
-            env=FILE_MODE,
-            DWD_TARGETS=targets_file(tmp_path, shoot.namespace, other.namespace, broken),
-            DWD_METRICS_ADDR=f"127.0.0.1:{port}",
+            {
+                **FILE_MODE,
+                "DWD_TARGETS": targets_file(tmp_path, shoot.namespace, other.namespace, broken),
+                "DWD_METRICS_ADDR": f"127.0.0.1:{port}",
+            }
         )
         wait_for(lambda: up(port), 30, "the aggregator to serve")
         shoot.wait_leases_renewed()
@@ -127,7 +129,9 @@ def test_a_target_that_keeps_crashing_alerts(shoot: Shoot, tmp_path: Path) -> No
     back-off, it protects nothing, and its errors are what the alert sees."""
     shoot.setup()
     port = free_port()
-    shoot.start_aggregator(module="tests.integration.planted_crash", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    shoot.start_aggregator(
+        {"DWD_METRICS_ADDR": f"127.0.0.1:{port}"}, module="tests.integration.planted_crash"
+    )
     errors = f'dwd_target_errors_total{{target="{shoot.namespace}"}}'
     wait_for(lambda: up(port) and metrics(port).get(errors, 0) >= 1, 30, "the first crash")
     first, at = scrape(port), time.monotonic()
@@ -155,7 +159,9 @@ def test_gardener_clusters_hibernated_then_reconciled(shoot: Shoot) -> None:
         [cluster(shoot.namespace, hibernation=True, hibernated=True)],
     )
     port = free_port()
-    agg = shoot.start_aggregator(env=FILE_MODE, DWD_TARGETS="gardener", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    agg = shoot.start_aggregator(
+        {**FILE_MODE, "DWD_TARGETS": "gardener", "DWD_METRICS_ADDR": f"127.0.0.1:{port}"}
+    )
     wait_for(lambda: up(port) and status(port)["skipped"].get(shoot.namespace) == "hibernated", 30, "skipped")
     time.sleep(2)
     assert status(port)["targets"] == []
@@ -194,9 +200,11 @@ def test_rotated_kubeconfig_secret_keeps_working(shoot: Shoot, tmp_path: Path) -
     shoot.store_access(shoot.aggregator_access("token-a"))
     port = free_port()
     agg = shoot.start_aggregator(
-        env=FILE_MODE,
-        DWD_TARGETS=targets_file(tmp_path, shoot.namespace),
-        DWD_METRICS_ADDR=f"127.0.0.1:{port}",
+        {
+            **FILE_MODE,
+            "DWD_TARGETS": targets_file(tmp_path, shoot.namespace),
+            "DWD_METRICS_ADDR": f"127.0.0.1:{port}",
+        }
     )
     shoot.wait_leases_renewed()
     wait_for(lambda: up(port) and target(port, shoot.namespace).get("phase") == "healthy", 30, "healthy")
@@ -223,8 +231,8 @@ def test_two_replicas_one_writer_and_takeover(shoot: Shoot, tmp_path: Path) -> N
     shoot.setup()
     election = shoot.election_env()
     port_a, port_b = free_port(), free_port()
-    a = shoot.start_aggregator(env=election, DWD_METRICS_ADDR=f"127.0.0.1:{port_a}")
-    b = shoot.start_aggregator(env=election, DWD_METRICS_ADDR=f"127.0.0.1:{port_b}")
+    a = shoot.start_aggregator({**election, "DWD_METRICS_ADDR": f"127.0.0.1:{port_a}"})
+    b = shoot.start_aggregator({**election, "DWD_METRICS_ADDR": f"127.0.0.1:{port_b}"})
     leader = wait_for(lambda: _leader([a, b]), 30, "a leader")
     standby = b if leader is a else a
     shoot.wait_leases_renewed()
@@ -281,7 +289,7 @@ def test_two_replicas_one_writer_and_takeover(shoot: Shoot, tmp_path: Path) -> N
 def test_dry_run_reports_and_scales_nothing(shoot: Shoot) -> None:
     shoot.setup()
     port = free_port()
-    agg = shoot.start_aggregator(DWD_DRY_RUN="true", DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    agg = shoot.start_aggregator({"DWD_DRY_RUN": "true", "DWD_METRICS_ADDR": f"127.0.0.1:{port}"})
     shoot.wait_leases_renewed()
     wait_for(lambda: up(port) and target(port, shoot.namespace).get("phase") == "healthy", 30, "healthy")
     shoot.driver.alive -= {f"node-{i}" for i in range(7)}
@@ -321,7 +329,7 @@ def test_status_page_in_chromium(shoot: Shoot, tmp_path: Path) -> None:
     assert chromium, "Debian's chromium is needed for this test: `make deps` (or apt-get install chromium)"
     shoot.setup()
     port = free_port()
-    shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    shoot.start_aggregator({"DWD_METRICS_ADDR": f"127.0.0.1:{port}"})
     shoot.wait_leases_renewed()
     wait_for(lambda: up(port) and target(port, shoot.namespace).get("phase") == "healthy", 30, "healthy")
     shoot.driver.alive -= {"node-0", "node-1"}
@@ -350,7 +358,7 @@ def test_status_cli(shoot: Shoot) -> None:
 
     shoot.setup(nodes=3)
     port = free_port()
-    shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    shoot.start_aggregator({"DWD_METRICS_ADDR": f"127.0.0.1:{port}"})
     wait_for(lambda: up(port) and target(port, shoot.namespace).get("phase") == "healthy", 30, "healthy")
     out = subprocess.run(
         [sys.executable, "-m", "aggregator", "status", "--url", f"http://127.0.0.1:{port}"],

@@ -76,7 +76,7 @@ def test_two_replicas_share_the_targets_and_one_takes_the_others_share_when_it_d
     targets.write_text(yaml.safe_dump({"targets": [{"namespace": ns} for ns in namespaces]}))
     env = {**shoot.election_env(), **FILE_MODE, "DWD_TARGETS": f"file:{targets}", "DWD_SHARDS": str(SHARDS)}
     try:
-        a = shoot.start_aggregator(env=env)
+        a = shoot.start_aggregator(env)
         wait_for(
             lambda: (
                 set(shard_holders(shoot).values()) == {_identity(a)} and len(shard_holders(shoot)) == SHARDS
@@ -86,7 +86,7 @@ def test_two_replicas_share_the_targets_and_one_takes_the_others_share_when_it_d
             every_s=0.5,
         )
         # The second replica's share is handed over by the first while both run.
-        b = shoot.start_aggregator(env=env)
+        b = shoot.start_aggregator(env)
         wait_for(
             lambda: sorted(collections.Counter(shard_holders(shoot).values()).values()) == [2, 2],
             40,

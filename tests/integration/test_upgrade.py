@@ -177,7 +177,7 @@ def test_the_agents_rolled_at_once_to_this_release_lower_nothing(
     base = kustomize_build(ROOT / "manifests" / "shoot" / "base")
     apply(shoot.shoot_admin, [d for d in base if d["kind"] != "DaemonSet"])
     port = free_port()
-    shoot.start_aggregator(DWD_METRICS_ADDR=f"127.0.0.1:{port}")
+    shoot.start_aggregator({"DWD_METRICS_ADDR": f"127.0.0.1:{port}"})
     agents = [new_agent(shoot, n, tree) for n in names]
     judged = Candidates(port)
     try:

@@ -30,13 +30,14 @@ import yaml
 from aggregator.model.records import RECORD
 from core.errors import KubeError
 from core.lease import PREFIX, leases_path
-from testenv.base.process import Process, spawn_python
+from testenv.base.process import Process
 from testenv.base.wait import eventually, wait_for
 from testenv.gardener.prober_standin import NODE_LEASE_NAMESPACE, ProberStandIn
 from testenv.kube.controllers import CONTROLLERS, MCM
 from testenv.kube.controlplane import ControlPlane, free_port
 from testenv.kube.standins import DEPLOYMENTS, NodeLeaseDriver
 from testenv.net.faultproxy import FaultProxy
+from testenv.worlds.aggregators import start_aggregator
 from testenv.worlds.shoot_world import FAST_DEPENDENTS, Sample, Sampler, Shoot, shoot_for
 
 NAMESPACE = "shoot--faults--suite"
@@ -239,12 +240,21 @@ class Rig:
             r.starts += 1
             log_path = self.workdir / f"{r.name}.{r.starts}.log"
             env = self.shoot.env(
-                **LEADER_ENV,
-                DWD_SEED_KUBECONFIG=str(r.kubeconfig),
-                DWD_METRICS_ADDR=f"127.0.0.1:{r.port}",
-                DWD_DEPENDENTS_FILE=str(self.workdir / DEPENDENTS_FILE),
+                {
+                    **LEADER_ENV,
+                    "DWD_METRICS_ADDR": f"127.0.0.1:{r.port}",
+                    "DWD_DEPENDENTS_FILE": str(self.workdir / DEPENDENTS_FILE),
+                }
             )
-            r.process, r._identity = spawn_python(r.name, "aggregator", log_path=log_path, env=env), ""
+            r.process = start_aggregator(
+                env,
+                name=r.name,
+                log_path=log_path,
+                shoot_kubeconfig=self.shoot.shoot.kubeconfig,
+                seed_kubeconfig=r.kubeconfig,
+                namespace=self.shoot.namespace,
+            )
+            r._identity = ""
             self.journal(f"started {r.name} (pid {r.process.pid}, log {log_path.name})")
 
     def kill(self, r: Replica) -> None:
