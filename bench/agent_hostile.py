@@ -21,8 +21,9 @@ from bench.tools.sampling import rss_mib
 from bench.tools.table import print_table
 from testenv.base import imagelike
 from testenv.base.pki import CertificateAuthority
-from testenv.base.process import spawn, spawn_python
+from testenv.base.process import spawn
 from testenv.base.wait import wait_for
+from testenv.worlds.agents import ByUrl, start_agent
 
 ROOT = str(Path(__file__).resolve().parents[1])
 SERVERS = {
@@ -55,14 +56,17 @@ def _one(mode: str, tmp: Path, ca: CertificateAuthority, seconds: float) -> tupl
             **imagelike.env(),
             "PATH": os.environ.get("PATH", ""),
             "PYTHONPATH": ROOT,
-            "NODE_NAME": "bench-hostile",
-            "DWD_APISERVER_URL": f"https://127.0.0.1:{port}",
-            "DWD_CA_FILE": str(ca.cert_path),
-            "DWD_TOKEN_FILE": str(token),
             "DWD_LOG_FORMAT": "json",
         }
         log = tmp / f"agent-{mode}.log"
-        agent = spawn_python(f"agent-{mode}", "agent", log_path=log, env=env)
+        agent = start_agent(
+            "bench-hostile",
+            token_file=token,
+            server=ByUrl(f"https://127.0.0.1:{port}", ca.cert_path),
+            log_path=log,
+            env=env,
+            name=f"agent-{mode}",
+        )
         try:
             time.sleep(seconds)
             peak, now = rss_mib(agent.pid, "VmHWM"), rss_mib(agent.pid)

@@ -1,11 +1,17 @@
-"""Running real agent processes against the test control plane, as a node's DaemonSet pod would."""
+"""Running real agent processes against the test control plane, as a node's DaemonSet pod would.
+
+``start_agent`` is the one way the harness starts an agent for a node (the tests, the demo, the
+benchmarks): the node, its token and how it finds KAPI typed, the rest of its settings
+(``DWD_*``) one mapping over them.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -13,12 +19,64 @@ from typing import Any
 from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE, lease_metadata, leases_path, node_lease_path
 from testenv.base.kapi import Client
-from testenv.base.process import Process, spawn_python
+from testenv.base.process import Process, spawn, spawn_python
 from testenv.kube.controlplane import ControlPlane
 from testenv.kube.kubelet_identity import write_kubeconfig
 from testenv.kube.standins import grant_agent_rbac
+from testenv.net.netns import NetNs
 
 NS = DEFAULT_LEASE_NAMESPACE
+
+
+@dataclass(frozen=True)
+class ByUrl:
+    """KAPI at ``url`` (DWD_APISERVER_URL), its certificate signed by ``ca_file`` (DWD_CA_FILE)."""
+
+    url: str
+    ca_file: Path
+
+
+@dataclass(frozen=True)
+class ByKubeconfig:
+    """KAPI's server and CA from the node's kubelet kubeconfig (DWD_KUBELET_KUBECONFIG), as the
+    DaemonSet configures the agent."""
+
+    path: Path
+
+
+def agent_env(
+    node: str, *, token_file: Path, server: ByUrl | ByKubeconfig, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """An agent's variables on ``node``: its identity and its way to KAPI, then ``env``."""
+    reach = (
+        {"DWD_APISERVER_URL": server.url, "DWD_CA_FILE": str(server.ca_file)}
+        if isinstance(server, ByUrl)
+        else {"DWD_KUBELET_KUBECONFIG": str(server.path)}
+    )
+    return {"NODE_NAME": node, "DWD_TOKEN_FILE": str(token_file), **reach, **(env or {})}
+
+
+def spawn_agent(name: str, env: Mapping[str, str], *, log_path: Path, netns: NetNs | None = None) -> Process:
+    """``python -m agent`` with ``env`` (``agent_env``'s), in ``netns`` if given."""
+    if netns is None:
+        return spawn_python(name, "agent", log_path=log_path, env=env)
+    # Through ``ip netns exec``: not spawn_python, whose argv is the interpreter's own.
+    return spawn(name, netns.argv([sys.executable, "-m", "agent"]), log_path=log_path, env=env)
+
+
+def start_agent(
+    node: str,
+    *,
+    token_file: Path,
+    server: ByUrl | ByKubeconfig,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    name: str = "",
+    netns: NetNs | None = None,
+) -> Process:
+    """The agent of ``node`` (as process ``name``, ``agent-<node>`` unless given)."""
+    full = agent_env(node, token_file=token_file, server=server, env=env)
+    return spawn_agent(name or f"agent-{node}", full, log_path=log_path, netns=netns)
 
 
 @dataclass
@@ -39,18 +97,15 @@ class Agents:
 
     def env(self, node: str, **overrides: str) -> dict[str, str]:
         port = self.cp.url.rsplit(":", 1)[1]
-        base = {
+        settings = {
             "PATH": os.environ.get("PATH", ""),
-            # A name, not an address: every renewal resolves it first.
-            "DWD_APISERVER_URL": f"https://localhost:{port}",
-            "NODE_NAME": node,
-            "DWD_TOKEN_FILE": str(self.token_file(node)),
-            "DWD_CA_FILE": str(self.cp.ca_file),
             "DWD_RENEW_INTERVAL": "500ms",
             "DWD_LOG_FORMAT": "json",
             "DWD_LOG_LEVEL": "info",
         }
-        return {**base, **overrides}
+        # A name, not an address: every renewal resolves it first.
+        server = ByUrl(f"https://localhost:{port}", self.cp.ca_file)
+        return agent_env(node, token_file=self.token_file(node), server=server, env={**settings, **overrides})
 
     def kubelet_env(self, node: str, **overrides: str) -> dict[str, str]:
         """``env`` as the DaemonSet configures an agent: the server and the CA from a kubelet
@@ -65,7 +120,7 @@ class Agents:
 
     def start(self, env: dict[str, str]) -> Process:
         name = f"agent-{env['NODE_NAME']}-{len(self.procs)}"
-        proc = spawn_python(name, "agent", log_path=self.tmp / f"{name}.log", env=env)
+        proc = spawn_agent(name, env, log_path=self.tmp / f"{name}.log")
         self.procs.append(proc)
         return proc
 

@@ -307,9 +307,9 @@ def chain(
                     "DWD_METRICS_ADDR": f"{node.ns.ns_ip}:{AGENT_METRICS_PORT}",
                 }
                 if images:
-                    world.start_agent_container(node, images["agent"], daemonset, **agent_env)
+                    world.start_agent_container(node, images["agent"], daemonset, agent_env)
                 else:
-                    world.start_agent(node, fast=False, **agent_env)
+                    world.start_agent(node, agent_env, fast=False)
             port = free_port()
             aggregator = shoot.start_aggregator(
                 {**AGGREGATOR_DEFAULTS, **(settings or {}), "DWD_METRICS_ADDR": f"127.0.0.1:{port}"},

@@ -8,22 +8,22 @@ import random
 import socket
 import ssl
 import subprocess
-import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from testenv.base import containers
 from testenv.base.pki import CertificateAuthority
-from testenv.base.process import Process, json_log, spawn
+from testenv.base.process import Process, json_log
 from testenv.kube.controlplane import ControlPlane
 from testenv.kube.kubelet_identity import write_kubeconfig
 from testenv.net.dns import DnsServer
 from testenv.net.names import EXTERNAL_NAMES
 from testenv.net.netns import NetNs, _ip, unused
 from testenv.net.tcpproxy import TcpProxy
-from testenv.worlds.agents import pod_env
+from testenv.worlds.agents import ByKubeconfig, ByUrl, pod_env, start_agent
 
 API, INTERNAL_API = EXTERNAL_NAMES
 
@@ -152,29 +152,36 @@ class World:
     def start_dns(self) -> None:
         self.dns = DnsServer(self.resolve, [n.ns.host_ip for n in self.nodes.values()]).start()
 
-    def start_agent(self, node: Node, *, fast: bool = True, **env: str) -> None:
-        """``fast``: renew every 500 ms with 200 ms attempts, for tests about classes and
-        recovery; ``fast=False`` leaves the agent's own timings, for tests about a slow path."""
+    def start_agent(
+        self,
+        node: Node,
+        env: Mapping[str, str] | None = None,
+        *,
+        fast: bool = True,
+        kubeconfig: Path | None = None,
+    ) -> None:
+        """The agent in the node's namespace, reaching KAPI by the external name, or by the server
+        and CA of a kubelet ``kubeconfig``; ``env`` over its settings. ``fast``: renew every
+        500 ms with 200 ms attempts, for tests about classes and recovery; ``fast=False`` leaves
+        the agent's own timings, for tests about a slow path."""
         token = self.tmp / f"{node.name}.token"
         token.write_text(self.cp.node_token(node.name))
         node.log = self.tmp / f"agent-{node.name}.log"
-        full_env = {
+        settings = {
             "PATH": "/usr/bin:/bin",
             "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-            "DWD_APISERVER_URL": f"https://{API}",
-            "NODE_NAME": node.name,
-            "DWD_TOKEN_FILE": str(token),
-            "DWD_CA_FILE": str(self.cp.ca_file),
             **({"DWD_RENEW_INTERVAL": "500ms", "DWD_REQUEST_TIMEOUT": "200ms"} if fast else {}),
             "DWD_LOG_FORMAT": "json",
-            **env,
+            **(env or {}),
         }
-        if "DWD_KUBELET_KUBECONFIG" in env:  # the server and CA come from there
-            del full_env["DWD_APISERVER_URL"], full_env["DWD_CA_FILE"]
-        argv = node.ns.argv([sys.executable, "-m", "agent"])
-        node.agent = spawn(f"agent-{node.name}", argv, log_path=node.log, env=full_env)
+        server = ByUrl(f"https://{API}", self.cp.ca_file) if kubeconfig is None else ByKubeconfig(kubeconfig)
+        node.agent = start_agent(
+            node.name, token_file=token, server=server, log_path=node.log, env=settings, netns=node.ns
+        )
 
-    def start_agent_container(self, node: Node, image: str, daemonset: dict[str, Any], **env: str) -> None:
+    def start_agent_container(
+        self, node: Node, image: str, daemonset: dict[str, Any], env: Mapping[str, str] | None = None
+    ) -> None:
         """The agent from its image as the DaemonSet runs it: the DaemonSet's environment and
         user, its token and the kubelet kubeconfig at the DaemonSet's mount paths, a read-only root, the
         node's network namespace (hostNetwork) and the node's resolver (dnsPolicy: Default)."""
@@ -199,7 +206,7 @@ class World:
             image,
             name=node.container,
             log_path=node.log,
-            env={**full_env, **env},
+            env={**full_env, **(env or {})},
             mounts={creds: mounts["credentials"], kubeconfig: mounts["kubelet-kubeconfig"]},
             network=f"ns:/run/netns/{node.ns.name}",
             dns=[node.ns.host_ip],

@@ -112,7 +112,7 @@ def test_the_agent_follows_the_kubelets_server_not_the_external_name(world: Worl
     kubeconfig = write_kubeconfig(
         world.tmp / "kubeconfig-real", f"https://{INTERNAL_API}", cp.ca_file.read_bytes()
     )
-    world.start_agent(kubelets, DWD_KUBELET_KUBECONFIG=str(kubeconfig))
+    world.start_agent(kubelets, kubeconfig=kubeconfig)
     world.start_agent(external)
     for node in (kubelets, external):
         wait_for(functools.partial(renew_time, cp, node.name), 20, f"renewals of {node.name}")
