@@ -48,8 +48,8 @@ from core.lease import leases_path, parse_micro_time
 from demo import picture as draw
 from demo.live import Live
 from demo.track import Sample, Track, status_line
-from testenv.base.kapi import node_leases
-from testenv.base.process import Process, json_log, spawn_python, stop_all
+from testenv.base.kapi import Client, node_leases
+from testenv.base.process import Process, json_log, stop_all
 from testenv.base.wait import wait_for
 from testenv.kube import workload
 from testenv.kube.controllers import CONTROLLERS, DOWN, KCM, MCM
@@ -60,6 +60,8 @@ from testenv.kube.kcm import KcmDeploymentController, KcmReplicas
 from testenv.kube.kubelet_identity import write_kubeconfig
 from testenv.kube.standins import DEPLOYMENTS, deployment, grant_agent_rbac
 from testenv.net.tcpproxy import TcpProxy
+from testenv.worlds import aggregators
+from testenv.worlds.agents import ByKubeconfig, start_agent
 
 # How long after its start the aggregator judges and has read the kubelet leases twice (every
 # 10 s): a lease duration of fresh view (6 s), its second read, and two seconds for both.
@@ -143,7 +145,7 @@ class Show:
             self.last_status = status
 
 
-def lease_ages(admin: Any) -> list[float]:
+def lease_ages(admin: Client) -> list[float]:
     now = datetime.now(UTC)
     ages = []
     for lease in node_leases(admin).values():
@@ -173,8 +175,25 @@ class LogTail:
         return events
 
 
+@dataclass
+class World:
+    """An act's world (``world``): its API servers, the load balancer the nodes reach the shoot's
+    through, KCM's replicas, the nodes' names, and the agents and aggregators started in it
+    (``procs``, stopped with it)."""
+
+    shoot: ControlPlane
+    seed: ControlPlane
+    lb: TcpProxy
+    kcm: KcmReplicas
+    names: list[str]
+    tmp: Path
+    shoot_admin: Client
+    seed_admin: Client
+    procs: list[Process]
+
+
 @contextlib.contextmanager
-def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
+def world(nodes: int, tmp: Path, show: Show) -> Iterator[World]:
     show("starting the shoot's kube-apiserver + etcd and the seed's (real binaries, loopback only)")
     with ControlPlane().running() as shoot, ControlPlane().running() as seed:
         assert shoot.ca is not None
@@ -202,17 +221,7 @@ def world(nodes: int, tmp: Path, show: Show) -> Iterator[dict[str, Any]]:
                 "controllers in the "
                 f"seed: {CONTROLLERS}, the kube-controller-manager replicas real KCM processes"
             )
-            yield {
-                "shoot": shoot,
-                "seed": seed,
-                "lb": lb,
-                "kcm": kcm,
-                "names": names,
-                "procs": procs,
-                "tmp": tmp,
-                "shoot_admin": shoot_admin,
-                "seed_admin": seed_admin,
-            }
+            yield World(shoot, seed, lb, kcm, names, tmp, shoot_admin, seed_admin, procs)
         finally:
             stop_all(procs, 5)
             for k in kubelets:
@@ -235,50 +244,50 @@ def _start_spread(kubelets: list[HollowKubelet]) -> None:
         k.start()
 
 
-def start_agents(w: dict[str, Any], tmp: Path, env_base: dict[str, str]) -> None:
+def start_agents(w: World, tmp: Path, env_base: dict[str, str]) -> None:
     """An agent per node, started spread over a renew interval as a DaemonSet's pods start (the
     kubelets' reason, ``_start_spread``): started at once, they renewed in step, and a cut
     just after their common renewal found every lease a whole interval later to go stale."""
-    shoot: ControlPlane = w["shoot"]
-    for i, node in enumerate(w["names"]):
+    for i, node in enumerate(w.names):
         if i:
-            time.sleep(AGENT_RENEW_S / len(w["names"]))
+            time.sleep(AGENT_RENEW_S / len(w.names))
         token = tmp / f"{node}.token"
-        token.write_text(shoot.node_token(node))
+        token.write_text(w.shoot.node_token(node))
         # The node's kubelet kubeconfig, naming the load balancer the kubelets use:
         # the agent takes its server and CA from there, as on a Gardener node.
         kubeconfig = write_kubeconfig(
-            tmp / f"kubeconfig-{node}", f"https://localhost:{w['lb'].port}", shoot.ca_file.read_bytes()
+            tmp / f"kubeconfig-{node}", f"https://localhost:{w.lb.port}", w.shoot.ca_file.read_bytes()
         )
-        env = {
-            **env_base,
-            "DWD_KUBELET_KUBECONFIG": str(kubeconfig),
-            "NODE_NAME": node,
-            "DWD_TOKEN_FILE": str(token),
-            "DWD_LOG_FORMAT": "json",
-        }
-        w["procs"].append(spawn_python(f"agent-{node}", "agent", log_path=tmp / f"agent-{node}.log", env=env))
+        w.procs.append(
+            start_agent(
+                node,
+                token_file=token,
+                server=ByKubeconfig(kubeconfig),
+                log_path=tmp / f"agent-{node}.log",
+                env={**env_base, "DWD_LOG_FORMAT": "json"},
+            )
+        )
 
 
 def start_aggregator(
-    w: dict[str, Any],
+    w: World,
     tmp: Path,
     env_base: dict[str, str],
     overrides: dict[str, str],
     *,
     log_name: str = "aggregator.log",
-) -> Path:
+) -> Process:
     log_path = tmp / log_name
-    env = {
-        **env_base,
-        "DWD_SHOOT_KUBECONFIG": str(w["shoot"].kubeconfig),
-        "DWD_SEED_KUBECONFIG": str(w["seed"].kubeconfig),
-        "DWD_NAMESPACE": NAMESPACE,
-        "DWD_LOG_FORMAT": "json",
-        **overrides,
-    }
-    w["procs"].append(spawn_python(log_path.stem, "aggregator", log_path=log_path, env=env))
-    return log_path
+    aggregator = aggregators.start_aggregator(
+        {**env_base, "DWD_LOG_FORMAT": "json", **overrides},
+        name=log_path.stem,
+        log_path=log_path,
+        shoot_kubeconfig=w.shoot.kubeconfig,
+        seed_kubeconfig=w.seed.kubeconfig,
+        namespace=NAMESPACE,
+    )
+    w.procs.append(aggregator)
+    return aggregator
 
 
 def wait(pred: Callable[[], bool], timeout_s: float, what: str, tick: Callable[[], None]) -> None:
@@ -305,7 +314,7 @@ def hold(seconds: float, tick: Callable[[], None]) -> None:
 class Stage:
     """What an act needs: the world, its aggregator's log, and the status line shown as it goes."""
 
-    w: dict[str, Any]
+    w: World
     show: Show
     tl: Timeline
     nodes: int
@@ -320,7 +329,7 @@ class Stage:
     unknown_at: dict[str, float] = field(default_factory=dict)
 
     def replicas(self) -> dict[str, int]:
-        items = self.w["seed_admin"].get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
+        items = self.w.seed_admin.get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
         return {d["metadata"]["name"]: d["spec"].get("replicas", 1) for d in items}
 
     def reset(self) -> None:
@@ -331,16 +340,16 @@ class Stage:
             if e.get("event") in SHOWN_EVENTS:
                 detail = {k: v for k, v in e.items() if k not in ("event", "timestamp", "level", "target")}
                 self.show(f"aggregator: {e['event']} {detail}")
-        ages = lease_ages(self.w["shoot_admin"])
+        ages = lease_ages(self.w.shoot_admin)
         replicas = self.replicas()
-        o = workload.observe(self.w["shoot_admin"])
+        o = workload.observe(self.w.shoot_admin)
         self.show.sample(
             Sample(
                 at=time.monotonic(),
                 leases_renewed=sum(1 for a in ages if a < 4),
                 leases=len(ages),
                 replicas=replicas,
-                kcm_running=self.w["kcm"].count(),
+                kcm_running=self.w.kcm.count(),
                 nodes_ready=sum(1 for v in o.nodes.values() if v == "True"),
                 nodes_seen=len(o.nodes),
                 nodes_unknown=len(o.unknown()),
@@ -357,10 +366,10 @@ class Stage:
     def healthy(self, *, renewing: bool = True) -> bool:
         """Every node Ready, every endpoint ready, KCM running and (``renewing``) every agent
         renewing its lease (the aggregator creates them)."""
-        o = workload.observe(self.w["shoot_admin"])
-        renewed = len([a for a in lease_ages(self.w["shoot_admin"]) if a < 4]) == self.nodes
+        o = workload.observe(self.w.shoot_admin)
+        renewed = len([a for a in lease_ages(self.w.shoot_admin) if a < 4]) == self.nodes
         ready = list(o.nodes.values()) == ["True"] * self.nodes
-        up = ready and o.ready_endpoints == self.nodes and self.w["kcm"].ready() >= 1
+        up = ready and o.ready_endpoints == self.nodes and self.w.kcm.ready() >= 1
         return up and (renewed or not renewing)
 
 
@@ -492,8 +501,9 @@ def side_by_side(m: dict[str, float], nodes: int) -> str:
 
 def _aggregator(stage: Stage, tmp: Path, env_base: dict[str, str], env: dict[str, str], name: str) -> Path:
     """Start an aggregator and wait for its first healthy verdict; its log is the stage's."""
-    log_path = start_aggregator(stage.w, tmp, env_base, env, log_name=name)
-    stage.tail, stage.aggregator = LogTail(log_path), stage.w["procs"][-1]
+    stage.aggregator = start_aggregator(stage.w, tmp, env_base, env, log_name=name)
+    log_path = stage.aggregator.log_path
+    stage.tail = LogTail(log_path)
     stage.show(f"the aggregator started with {env}")
     # The agents after it, as in a running seed: their leases are there (the aggregator
     # creates them) and no agent has backed off from a lease not created yet.
@@ -521,7 +531,7 @@ def _aggregator(stage: Stage, tmp: Path, env_base: dict[str, str], env: dict[str
 def _stop_aggregator(stage: Stage) -> None:
     """The act's aggregator stopped (killed if it lingers); its agents go on."""
     assert stage.aggregator is not None
-    stage.w["procs"].remove(stage.aggregator)
+    stage.w.procs.remove(stage.aggregator)
     stage.aggregator.stop(15)
     stage.tail = stage.aggregator = None
 
@@ -548,7 +558,7 @@ def _cut(stage: Stage) -> datetime:
     if stage.together is not None:
         stage.together.wait(120)
     stage.show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
-    stage.w["lb"].close()
+    stage.w.lb.close()
     stage.reset()
     stage.tl.mark("cut")
     return datetime.now(UTC)
@@ -580,7 +590,7 @@ def _kcm_alone(stage: Stage) -> list[float]:
 def _kubelet_renewals(stage: Stage, cut_wall: datetime) -> list[float]:
     """Each kubelet lease's last renewal, in seconds from the cut: what KCM judged, for a model of
     another rule on the same observations (bench/race.py)."""
-    leases = stage.w["shoot_admin"].get(leases_path(NODE_LEASE_NAMESPACE))["items"]
+    leases = stage.w.shoot_admin.get(leases_path(NODE_LEASE_NAMESPACE))["items"]
     return [
         (parse_micro_time(renew) - cut_wall).total_seconds()
         for lease in leases
@@ -605,7 +615,7 @@ def _act_unprotected(
     if renewals is not None:
         renewals += _kubelet_renewals(stage, cut_wall)
     show(">>> the load balancer is back")
-    stage.w["lb"].open()
+    stage.w.lb.open()
     stage.tl.mark("heal")
     # The real kubelet may write into a connection the cut left dead for up to 42 s after the
     # heal (docs/measured.md); on a loaded machine three of ten took more than 90 s once.
@@ -632,7 +642,7 @@ def _scaled_down(stage: Stage, cut_wall: datetime) -> dict[str, float]:
     tl.mark("all_down")
     all_down_wall = datetime.now(UTC)
     last_renewal = max(
-        parse_micro_time(lease["spec"]["renewTime"]) for lease in node_leases(stage.w["shoot_admin"]).values()
+        parse_micro_time(lease["spec"]["renewTime"]) for lease in node_leases(stage.w.shoot_admin).values()
     )
     written = _kcm_written(stage, cut_wall)
     stage.show(
@@ -651,7 +661,7 @@ def _scaled_down(stage: Stage, cut_wall: datetime) -> dict[str, float]:
 
 def _hold_past_grace(stage: Stage) -> None:
     """The cut kept on past KCM's grace: with no KCM running, nothing marks a node Unknown."""
-    wait(lambda: stage.w["kcm"].count() == 0, 30, "no KCM process left", stage.tick)
+    wait(lambda: stage.w.kcm.count() == 0, 30, "no KCM process left", stage.tick)
     stage.tl.mark("kcm_stopped")
     held = GRACE_S + HOLD_PAST_GRACE_S - stage.tl.since("cut", "kcm_stopped")
     stage.show(f">>> holding the cut {held:.0f}s more: past KCM's {GRACE_S}s grace, no KCM is there to act")
@@ -662,11 +672,11 @@ def _restored(stage: Stage) -> None:
     """The load balancer back: every controller back at its old replicas, no record left."""
     tl, nodes, replicas = stage.tl, stage.nodes, stage.replicas
     stage.show(">>> the load balancer is back")
-    stage.w["lb"].open()
+    stage.w.lb.open()
     tl.mark("heal")
     wait(lambda: replicas() == CONTROLLERS, 180, "every controller back with its old replicas", stage.tick)
     tl.mark("all_up")
-    wait(lambda: stage.w["kcm"].ready() >= 1, 60, "KCM running again", stage.tick)
+    wait(lambda: stage.w.kcm.ready() >= 1, 60, "KCM running again", stage.tick)
     stage.show(
         f"protected: KCM at 0 {tl.since('cut', 'all_down'):.0f}s after the cut; at most {stage.unknown} "
         f"nodes Unknown, {stage.min_endpoints}/{nodes} endpoints kept; all restored "
@@ -684,7 +694,7 @@ def _carrying_a_record(stage: Stage) -> list[str]:
     """The controllers that still carry a scale-down record of the aggregator or of
     dependency-watchdog."""
     marks = (RECORD, REPLICAS, MELTDOWN)
-    items = stage.w["seed_admin"].get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
+    items = stage.w.seed_admin.get(DEPLOYMENTS.format(ns=NAMESPACE))["items"]
     return [d["metadata"]["name"] for d in items if set(d["metadata"].get("annotations") or {}) & set(marks)]
 
 

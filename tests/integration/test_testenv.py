@@ -213,7 +213,7 @@ import sys
 from pathlib import Path
 from demo.scenario import world
 with world(2, Path(sys.argv[1]), print) as w:
-    print("world up:", sorted(w))
+    print("world up:", w.names)
 """
 
 
