@@ -1,5 +1,7 @@
-"""What a test, the demo or a benchmark starts, put together from the other rooms: a shoot and
-its seed with the aggregator (shoot_world), real agents (agents), nodes in network namespaces
+"""What a test, the demo or a benchmark starts, put together from the other rooms: the one way
+to start an aggregator (aggregators) and an agent for a node (agents, with the node-bound
+tokens of the integration tests' agents), a shoot and its seed with its aggregators
+(shoot_world), nodes in network namespaces
 (networld), the whole chain at default timings (chain); for the benchmarks, a seed of Gardener
 targets (targets) and hollow kubelets each behind its own load balancer (hollow_world).
 

@@ -56,10 +56,19 @@ def agent_env(
     return {"NODE_NAME": node, "DWD_TOKEN_FILE": str(token_file), **reach, **(env or {})}
 
 
-def spawn_agent(name: str, env: Mapping[str, str], *, log_path: Path, netns: NetNs | None = None) -> Process:
-    """``python -m agent`` with ``env`` (``agent_env``'s), in ``netns`` if given."""
+def spawn_agent(
+    name: str,
+    env: Mapping[str, str],
+    *,
+    log_path: Path,
+    netns: NetNs | None = None,
+    source: Path | None = None,
+) -> Process:
+    """``python -m agent`` with ``env`` (``agent_env``'s), in ``netns`` if given; from
+    ``source``, another release's tree (see ``spawn_python``)."""
     if netns is None:
-        return spawn_python(name, "agent", log_path=log_path, env=env)
+        return spawn_python(name, "agent", log_path=log_path, env=env, source=source)
+    assert source is None, "another release's agent runs on the host"
     # Through ``ip netns exec``: not spawn_python, whose argv is the interpreter's own.
     return spawn(name, netns.argv([sys.executable, "-m", "agent"]), log_path=log_path, env=env)
 
@@ -73,10 +82,11 @@ def start_agent(
     env: Mapping[str, str] | None = None,
     name: str = "",
     netns: NetNs | None = None,
+    source: Path | None = None,
 ) -> Process:
     """The agent of ``node`` (as process ``name``, ``agent-<node>`` unless given)."""
     full = agent_env(node, token_file=token_file, server=server, env=env)
-    return spawn_agent(name or f"agent-{node}", full, log_path=log_path, netns=netns)
+    return spawn_agent(name or f"agent-{node}", full, log_path=log_path, netns=netns, source=source)
 
 
 @dataclass

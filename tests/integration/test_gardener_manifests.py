@@ -15,7 +15,6 @@ import pytest
 
 from core.lease import lease_metadata, leases_path, node_lease_path
 from testenv.base.kapi import Client, denial, unless_forbidden
-from testenv.base.process import spawn_python
 from testenv.base.wait import wait_for
 from testenv.gardener import grm
 from testenv.gardener.apply import (
@@ -29,7 +28,7 @@ from testenv.gardener.apply import (
 )
 from testenv.gardener.seed_objects import module_crds
 from testenv.kube.controlplane import ControlPlane, ensure_namespace, ensure_node
-from testenv.worlds.agents import pod_env
+from testenv.worlds.agents import ByUrl, pod_env, start_agent
 
 pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
 
@@ -239,16 +238,15 @@ def test_the_delivered_agent_process_renews_on_node_high(
         token.write_text(
             plane.node_token("node-r", namespace="kube-system", service_account="dwd-lease-agent")
         )
-        env = {
-            "PATH": os.environ.get("PATH", ""),
-            "NODE_NAME": "node-r",
-            "DWD_APISERVER_URL": plane.url,
-            "DWD_CA_FILE": str(plane.ca_file),
-            "DWD_TOKEN_FILE": str(token),
-            "DWD_RENEW_INTERVAL": "500ms",
-            "DWD_LOG_FORMAT": "json",
-        }
-        agent = spawn_python("agent", "agent", log_path=tmp_path / "agent.log", env=env)
+        env = {"PATH": os.environ.get("PATH", ""), "DWD_RENEW_INTERVAL": "500ms", "DWD_LOG_FORMAT": "json"}
+        agent = start_agent(
+            "node-r",
+            token_file=token,
+            server=ByUrl(plane.url, plane.ca_file),
+            log_path=tmp_path / "agent.log",
+            env=env,
+            name="agent",
+        )
         try:
             wait_for(
                 lambda: (

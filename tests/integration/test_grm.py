@@ -28,13 +28,14 @@ import pytest
 from core.errors import Forbidden, NotFound, TooManyRequests
 from core.lease import lease_path, node_lease_path
 from testenv.base.kapi import Client, denial, node_leases
-from testenv.base.process import Process, json_log, spawn, spawn_python
+from testenv.base.process import Process, json_log, spawn
 from testenv.base.wait import wait_for
 from testenv.gardener import grm
 from testenv.gardener.apply import RESOURCES, apply, kustomize_build, load_docs, object_path
 from testenv.gardener.seed_objects import cluster, module_crds
 from testenv.kube.controlplane import ControlPlane, free_port
 from testenv.kube.kcm import KcmReplicas
+from testenv.worlds import agents as node_agents
 from testenv.worlds.shoot_world import Shoot
 
 pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
@@ -193,16 +194,14 @@ def start_agent(world: GrmWorld, node: str) -> Process:
     token.write_text(
         world.shoot.shoot.node_token(node, namespace="kube-system", service_account="dwd-lease-agent")
     )
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "NODE_NAME": node,
-        "DWD_APISERVER_URL": world.shoot.shoot.url,
-        "DWD_CA_FILE": str(world.shoot.shoot.ca_file),
-        "DWD_TOKEN_FILE": str(token),
-        "DWD_RENEW_INTERVAL": "500ms",
-        "DWD_LOG_FORMAT": "json",
-    }
-    return spawn_python(f"agent-{node}", "agent", log_path=world.tmp / f"agent-{node}.log", env=env)
+    env = {"PATH": os.environ.get("PATH", ""), "DWD_RENEW_INTERVAL": "500ms", "DWD_LOG_FORMAT": "json"}
+    return node_agents.start_agent(
+        node,
+        token_file=token,
+        server=node_agents.ByUrl(world.shoot.shoot.url, world.shoot.shoot.ca_file),
+        log_path=world.tmp / f"agent-{node}.log",
+        env=env,
+    )
 
 
 def test_the_gardener_agent_runs_non_root_on_the_name_gardener_gives_its_pod(world: GrmWorld) -> None:

@@ -33,13 +33,14 @@ from core.lease import (
 )
 from testenv.base.kapi import Client, node_leases
 from testenv.base.poller import Poller
-from testenv.base.process import Process, spawn_python
+from testenv.base.process import Process
 from testenv.base.wait import wait_for
 from testenv.gardener.apply import apply, kustomize_build
 from testenv.kube.controllers import CONTROLLERS, DOWN
 from testenv.kube.controlplane import ensure_namespace, free_port
 from testenv.kube.kcm import KcmReplicas
 from testenv.kube.standins import LeaseDriver
+from testenv.worlds.agents import ByUrl, start_agent
 from testenv.worlds.shoot_world import Shoot
 
 pytestmark = pytest.mark.integration
@@ -184,17 +185,15 @@ def new_agent(shoot: Shoot, node: str, source: Path | None = None) -> Process:
     which = "-previous" if source else ""
     token = shoot.tmp / f"token-{node}{which}"
     token.write_text(shoot.shoot.node_token(node, namespace="kube-system", service_account="dwd-lease-agent"))
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "NODE_NAME": node,
-        "DWD_APISERVER_URL": shoot.shoot.url,
-        "DWD_CA_FILE": str(shoot.shoot.ca_file),
-        "DWD_TOKEN_FILE": str(token),
-        "DWD_RENEW_INTERVAL": "500ms",
-        "DWD_LOG_FORMAT": "json",
-    }
-    log_path = shoot.tmp / f"agent-{node}{which}.log"
-    return spawn_python(f"agent-{node}", "agent", log_path=log_path, env=env, source=source)
+    env = {"PATH": os.environ.get("PATH", ""), "DWD_RENEW_INTERVAL": "500ms", "DWD_LOG_FORMAT": "json"}
+    return start_agent(
+        node,
+        token_file=token,
+        server=ByUrl(shoot.shoot.url, shoot.shoot.ca_file),
+        log_path=shoot.tmp / f"agent-{node}{which}.log",
+        env=env,
+        source=source,
+    )
 
 
 def roll(shoot: Shoot, old: LeaseDriver, agents: list[Process]) -> None:
