@@ -24,7 +24,6 @@ from aggregator.extension.delivery import OBJECTS_KEY, OBJECTS_SECRET, managed_r
 from aggregator.extension.health import HEARTBEAT
 from testenv.base import binaries
 from testenv.base.kapi import Client, denial
-from testenv.base.process import spawn_python
 from testenv.base.wait import wait_for
 from testenv.gardener import gardener_types, grm
 from testenv.gardener.apply import RESOURCES, apply, kustomize_build, load_docs
@@ -33,6 +32,7 @@ from testenv.gardener.registration import CHART, TARGET
 from testenv.gardener.seed_objects import cluster, extension, module_crds
 from testenv.kube.controlplane import ControlPlane, ensure_namespace, free_port, kubeconfig_yaml
 from testenv.worlds.agents import pod_env
+from testenv.worlds.aggregators import FromSource, start_aggregator
 
 pytestmark = [
     pytest.mark.integration,
@@ -298,11 +298,11 @@ def test_installed_in_a_seed_the_controller_answers_an_extension(
 
     kubeconfig = tmp_path / "in-cluster.kubeconfig"
     kubeconfig.write_text(kubeconfig_yaml(seed.url, seed.ca_file, {"token": token}))
-    process = spawn_python(
-        "aggregator",
-        _module(container(objects)),
+    process = start_aggregator(
+        _env(objects, kubeconfig, tmp_path),
+        name="aggregator",
         log_path=tmp_path / "agg.log",
-        env=_env(objects, kubeconfig, tmp_path),
+        run=FromSource(_module(container(objects))),
     )
     try:
         with seed.admin_client() as admin:

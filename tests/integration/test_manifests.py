@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import functools
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -35,7 +34,6 @@ from core.lease import (
     renew_patch,
 )
 from testenv.base.kapi import Client, denial, unless_forbidden
-from testenv.base.process import spawn
 from testenv.base.wait import wait_for
 from testenv.gardener.apply import apply, generated, kustomize_build, load_docs
 from testenv.kube.controlplane import ControlPlane, ensure_namespace, ensure_node
@@ -44,7 +42,7 @@ from testenv.kube.standins import deployment
 from testenv.net import netns
 from testenv.net.names import EXTERNAL_NAMES
 from testenv.net.tcpproxy import TcpProxy
-from testenv.worlds.agents import pod_env
+from testenv.worlds.agents import pod_env, spawn_agent
 
 pytestmark = pytest.mark.integration
 
@@ -657,9 +655,7 @@ def test_agent_from_the_daemonset_environment_renews(
         ns.write_hosts({host: ns.host_ip})
         kapi_port = int(plane.url.rsplit(":", 1)[1])
         lb = TcpProxy(upstream=("127.0.0.1", kapi_port), listen=(ns.host_ip, 443)).open()
-        agent = spawn(
-            "agent", ns.argv([sys.executable, "-m", "agent"]), log_path=tmp_path / "agent.log", env=env
-        )
+        agent = spawn_agent("agent", env, log_path=tmp_path / "agent.log", netns=ns)
         with plane.admin_client() as admin:
             renewed = wait_for(
                 lambda: admin.get(node_lease_path(NS, node))["spec"].get("renewTime"),
