@@ -15,7 +15,8 @@ Error, each tried again, the finalizer kept. A Shoot confirmed for force deletio
 the resource manager to clean the shoot, which may be beyond reach; the marks still go first.
 
 Every step is read from the Extension as it is now, so a controller stopped in the middle
-(a restart, a new leader) finishes the operation. Only the leader writes (aggregator/lead/).
+(a restart, a new leader) finishes the operation; an Extension as it was before one of our own
+writes (the informer's cache a moment behind) is not acted on. Only the leader writes (aggregator/lead/).
 """
 
 from __future__ import annotations
