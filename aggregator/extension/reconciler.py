@@ -15,12 +15,14 @@ Error, each tried again, the finalizer kept. A Shoot confirmed for force deletio
 the resource manager to clean the shoot, which may be beyond reach; the marks still go first.
 
 Every step is read from the Extension as it is now, so a controller stopped in the middle
-(a restart, a new leader) finishes the operation. Only the leader writes (aggregator/lead/).
+(a restart, a new leader) finishes the operation; an Extension as it was before one of our own
+writes (the informer's cache a moment behind) is not acted on. Only the leader writes (aggregator/lead/).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import math
 import time
@@ -120,6 +122,10 @@ class Reconciler:
         self.clock = clock
         self.wall = wall
         self.errors: dict[str, str] = {}
+        # By namespace, the resourceVersions our own writes went past: the informer's cache may
+        # hold one of those a moment longer, and acting on it would run a finished step again
+        # (a migration's Succeeded written over with Processing).
+        self.superseded: dict[str, collections.deque[str]] = {}
 
     async def run(self) -> None:
         """A pass on every change of an Extension, and every ``Shoots.poll_s`` regardless (a
@@ -183,6 +189,8 @@ class Reconciler:
         self.errors[view.namespace] = error
 
     async def reconcile(self, view: ExtensionView) -> None:
+        if view.resource_version in self.superseded.get(view.namespace, ()):
+            return  # our own write went past it: the cache brings the object as it is
         migrating = view.operation == "migrate" or view.last_operation[:2] in MIGRATING
         if migrating:
             await self._migrate(view)
@@ -353,7 +361,9 @@ class Reconciler:
         return ExtensionView.from_object(await self._write(view, view.path + "/status", body))
 
     async def _write(self, view: ExtensionView, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        return await self._call(view.namespace, path, lambda: self.seed.merge_patch(path, body))
+        written = await self._call(view.namespace, path, lambda: self.seed.merge_patch(path, body))
+        self.superseded.setdefault(view.namespace, collections.deque(maxlen=16)).append(view.resource_version)
+        return written
 
     async def _call(
         self, namespace: str, path: str, write: Callable[[], Awaitable[dict[str, Any]]]

@@ -49,6 +49,8 @@ NS = "shoot--ext--s"
 OFF = "shoot--ext--off"  # its owner set disabled
 ACCESS = "shoot-access-dwd-lease-aggregator"
 AGENTS = "/apis/apps/v1/namespaces/kube-system/daemonsets/dwd-lease-agent"
+# The controller's heartbeat, in the namespace it is told to beat in (DWD_LEADER_ELECTION_NAMESPACE).
+HEARTBEAT_LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gardener-extension-heartbeat"
 
 
 @dataclass
@@ -170,7 +172,7 @@ def test_a_new_shoot_gets_its_agents_from_one_reconcile_and_an_opted_out_one_non
     # No kubelet runs the agents here: protection is off, and the Shoot's status would say so.
     condition = wait_for(lambda: _condition(a.admin, NS, "False"), 30, "the shoot's protection reported off")
     print(f"{NS}: {condition['type']}={condition['status']} {condition['reason']}: {condition['message']}")
-    beat = a.admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gardener-extension-heartbeat")
+    beat = a.admin.get(HEARTBEAT_LEASE)
     assert beat["spec"]["holderIdentity"] == "dwd-lease" and beat["spec"]["renewTime"]
     ((status, reason, message),) = shoot_conditions([(a.admin.get(_extension_path(NS)), beat)])
     print(f"  gardenlet's shoot care: {status} {reason}: {message}")
@@ -282,7 +284,7 @@ def _reason(admin: Client, reason: str, timeout_s: float, controller: Process) -
         return condition if condition is not None and condition["reason"] == reason else None
 
     condition = wait_for(said, timeout_s, f"SystemComponentsHealthy {reason} (log: {controller.log_path})")
-    beat = admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/gardener-extension-heartbeat")
+    beat = admin.get(HEARTBEAT_LEASE)
     ((status, why, message),) = shoot_conditions([(admin.get(_extension_path(NS)), beat)])
     return dict(condition), " ".join(x for x in (status, why, message) if x)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from testenv.gardener.seed_objects import (
     module_crds,
 )
 from testenv.kube.controlplane import ControlPlane, ensure_namespace
+from tests.unit.test_extension_health import Judged
 
 pytestmark = [
     pytest.mark.integration,
@@ -118,15 +118,6 @@ def test_force_deletion_is_read_as_gardener_reads_it() -> None:
     assert ours == gardeners and any(gardeners) and not all(gardeners)
 
 
-@dataclass
-class _Judged:
-    phase: Phase = Phase.HEALTHY
-    judging: bool = True
-    reason: str = "0/10 stale"
-    view: str = ""
-    view_opening: bool = False
-
-
 def _reported(said: Health, beat_age_s: float | None) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """An Extension carrying ``said`` as the reconciler writes it, and its controller's heartbeat
     Lease as it renews it, ``beat_age_s`` ago (None: no heartbeat)."""
@@ -145,13 +136,13 @@ def test_gardenlet_reads_our_condition_into_the_shoots_as_we_mean_it() -> None:
     checks, starting is Progressing, off is False with our words, and a controller whose heartbeat
     stopped has its report read as outdated."""
     cases = [
-        ("judging", health(_Judged(), ""), 10.0, ""),
-        ("holding down", health(_Judged(phase=Phase.DOWN), ""), 10.0, ""),
-        ("restoring", health(_Judged(phase=Phase.RECOVERING), ""), 10.0, ""),
-        ("view opening", health(_Judged(view="not listed yet", view_opening=True), ""), 10.0, "Progressing"),
-        ("too few agents", health(_Judged(judging=False, reason="2 candidates"), ""), 10.0, "False"),
-        ("heartbeat stopped", health(_Judged(), ""), 600.0, "Unknown"),
-        ("no heartbeat", health(_Judged(), ""), None, "Unknown"),
+        ("judging", health(Judged(), ""), 10.0, ""),
+        ("holding down", health(Judged(phase=Phase.DOWN), ""), 10.0, ""),
+        ("restoring", health(Judged(phase=Phase.RECOVERING), ""), 10.0, ""),
+        ("view opening", health(Judged(view="not listed yet", view_opening=True), ""), 10.0, "Progressing"),
+        ("too few agents", health(Judged(judging=False, reason="2 candidates"), ""), 10.0, "False"),
+        ("heartbeat stopped", health(Judged(), ""), 600.0, "Unknown"),
+        ("no heartbeat", health(Judged(), ""), None, "Unknown"),
     ]
     answers = gardener_types.shoot_conditions([_reported(said, age) for _, said, age, _ in cases])
     for (why, said, _, expected), (status, reason, message) in zip(cases, answers, strict=True):

@@ -89,7 +89,7 @@ async def answer(endpoint: Endpoint) -> dict[str, Any]:
 
 
 async def test_a_secrets_client_certificate_reaches_the_server_by_its_tls_server_name(
-    kapi: tuple[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+    kapi: tuple[int, dict[str, Any]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Read without the ``kubernetes`` loader (it would fail here), the certificate as data
     presented, the server checked against ``tls-server-name`` and not the address dialled,
@@ -101,9 +101,12 @@ async def test_a_secrets_client_certificate_reaches_the_server_by_its_tls_server
         raise AssertionError("the kubernetes loader read a Secret's kubeconfig")
 
     monkeypatch.setattr(kubernetes.config, "load_kube_config_from_dict", no_loader)
-    before = set(os.listdir(tempfile.gettempdir()))
+    # A temporary directory of its own: the machine's is shared with whatever else runs.
+    own = tmp_path / "tempdir"
+    own.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own))
     endpoint = load_kubeconfig_dict(config, "secret shoot--p--a/access", data_only=True)
-    assert set(os.listdir(tempfile.gettempdir())) == before
+    assert os.listdir(own) == []
     assert endpoint.server_name == NAME and endpoint.headers() == {}
     assert await answer(endpoint) == {"cn": "dwd-lease-aggregator"}
 

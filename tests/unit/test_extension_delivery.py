@@ -7,13 +7,14 @@ left in the shoot on migrate; the objects file refused, naming it, when it is no
 from __future__ import annotations
 
 import base64
+import copy
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from aggregator.extension.contract import FINALIZER, OPERATION
+from aggregator.extension.contract import FINALIZER, OPERATION, ExtensionView
 from aggregator.extension.delivery import (
     MANAGED_RESOURCE,
     NO_CLEANUP,
@@ -140,6 +141,40 @@ async def test_a_deletion_waits_for_the_resource_manager_and_a_force_deletion_do
     assert delivered(kube) == {MR}  # its Secrets gone; gardenlet finalizes what it left
     assert kube.objects[MR]["metadata"].get("deletionTimestamp")
     assert status_writes(kube)[-1] == ("Delete", "Succeeded")
+
+
+async def test_a_stale_view_of_a_finished_migration_does_not_run_it_again() -> None:
+    """The informer's cache may hold the Extension as the Succeeded status write left it (the
+    migrate annotation still on) after the release that followed: not migrated again, so no
+    Processing over its Succeeded for gardenlet to read."""
+    kube = world()
+    source = ExtensionSource(kube, SETTINGS)
+    controller = reconciler(kube, source, part=part())
+    await listed(source)
+    await controller.reconcile_all()
+    kube.put(f"{CLUSTERS}/{NS}", cluster(NS, last_operation=("Migrate", "Processing")))
+    annotate(kube, "migrate")
+    answers: list[dict[str, Any]] = []
+    patch = kube.merge_patch
+
+    async def recorded(path: str, body: Any) -> dict[str, Any]:
+        answers.append(copy.deepcopy(await patch(path, body)))
+        return answers[-1]
+
+    kube.merge_patch = recorded  # type: ignore[method-assign]
+    for _ in range(2):
+        await listed(source)
+        await controller.reconcile_all()
+    assert status_writes(kube)[-1] == ("Migrate", "Succeeded")
+    (stale,) = (
+        a
+        for a in answers
+        if (a.get("status") or {}).get("lastOperation", {}).get("state") == "Succeeded"
+        and OPERATION in (a["metadata"].get("annotations") or {})
+    )
+    writes = len(kube.writes)
+    await controller.reconcile(ExtensionView.from_object(stale))
+    assert len(kube.writes) == writes
 
 
 @pytest.mark.parametrize(

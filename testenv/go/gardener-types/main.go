@@ -136,18 +136,30 @@ func checkAll(in io.Reader) (any, error) {
 // strictly as one is an error of the whole run, naming its index: a verdict on a misread
 // object would prove nothing).
 func checkExtensions(in io.Reader) (any, error) {
+	return eachOf(in, "Extension", func(ext *extensionsv1alpha1.Extension) (string, error) {
+		if err := health.CheckExtensionObject(ext); err != nil {
+			return err.Error(), nil
+		}
+		return "", nil
+	})
+}
+
+// eachOf: each object of a JSON array decoded strictly as an extensions.gardener.cloud/v1alpha1
+// kind into a new T and answered by answer; an object that does not decode, or that answer
+// cannot judge, is an error of the whole run naming its index.
+func eachOf[T any](in io.Reader, kind string, answer func(*T) (string, error)) ([]string, error) {
 	objects, err := readArray(in)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]string, len(objects))
 	for i, raw := range objects {
-		ext := &extensionsv1alpha1.Extension{}
-		if err := checkTyped(raw, extensionsv1alpha1.SchemeGroupVersion.String(), "Extension", ext); err != nil {
+		obj := new(T)
+		if err := checkTyped(raw, extensionsv1alpha1.SchemeGroupVersion.String(), kind, obj); err != nil {
 			return nil, fmt.Errorf("object %d: %w", i, err)
 		}
-		if err := health.CheckExtensionObject(ext); err != nil {
-			out[i] = err.Error()
+		if out[i], err = answer(obj); err != nil {
+			return nil, fmt.Errorf("object %d: %w", i, err)
 		}
 	}
 	return out, nil
@@ -267,23 +279,13 @@ func viaExtensions(cluster *extensionsv1alpha1.Cluster) error {
 }
 
 func forceDeletion(in io.Reader) (any, error) {
-	objects, err := readArray(in)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, len(objects))
-	for i, raw := range objects {
-		cluster := &extensionsv1alpha1.Cluster{}
-		if err := checkTyped(raw, extensionsv1alpha1.SchemeGroupVersion.String(), "Cluster", cluster); err != nil {
-			return nil, fmt.Errorf("object %d: %w", i, err)
-		}
+	return eachOf(in, "Cluster", func(cluster *extensionsv1alpha1.Cluster) (string, error) {
 		shoot, err := extensions.ShootFromCluster(cluster)
 		if err != nil {
-			return nil, fmt.Errorf("object %d: ShootFromCluster: %w", i, err)
+			return "", fmt.Errorf("ShootFromCluster: %w", err)
 		}
-		out[i] = strconv.FormatBool(v1beta1helper.ShootNeedsForceDeletion(shoot))
-	}
-	return out, nil
+		return strconv.FormatBool(v1beta1helper.ShootNeedsForceDeletion(shoot)), nil
+	})
 }
 
 type conditionRequest struct {
