@@ -10,15 +10,39 @@ import atexit
 import contextlib
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+
+
+@contextlib.contextmanager
+def ahead_on_the_cpu(nice: int = -10) -> Iterator[bool]:
+    """This thread at ``nice``, and with it every thread and process it starts meanwhile (both
+    inherit it); the thread's own priority back after. Yields whether it was raised: only root
+    may (CI is root), elsewhere nothing changes.
+
+    For a world whose claims are about its path's timings, not about a CPU shared with other
+    worlds: on CI's 2 cores four workers' worlds and the image builds run beside it, and a
+    starved load balancer thread reads as a broken path."""
+    tid = 0  # Linux: the calling thread, not the whole process
+    before = os.getpriority(os.PRIO_PROCESS, tid)
+    raised = True
+    try:
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except PermissionError:
+        raised = False
+    try:
+        yield raised
+    finally:
+        if raised:
+            os.setpriority(os.PRIO_PROCESS, tid, before)
 
 
 def _die_with_parent() -> None:

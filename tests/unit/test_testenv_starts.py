@@ -4,14 +4,17 @@ programs are not run: what would start them is recorded."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testenv.base import containers
-from testenv.base.process import Process
+from testenv.base.process import Process, ahead_on_the_cpu
 from testenv.worlds import agents, aggregators
 from testenv.worlds.agents import ByKubeconfig, ByUrl, agent_env
 from testenv.worlds.aggregators import FromImage, FromSource, aggregator_env
@@ -142,3 +145,22 @@ def test_an_agent_in_a_namespace_runs_through_it(monkeypatch: pytest.MonkeyPatch
         ("agent-two", ["ip", "netns", "exec", "ns-1", sys.executable, "-m", "agent"])
     ]
     assert in_ns[0]["env"]["NODE_NAME"] == "n-2"
+
+
+def test_a_world_ahead_on_the_cpu_takes_its_threads_and_processes_along() -> None:
+    """As root (CI): the thread, a thread it starts and a process it starts run at nice -10,
+    and the thread is back at its own after. Elsewhere: nothing changes, and it says so."""
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    seen: list[int] = []
+    with ahead_on_the_cpu(-10) as raised:
+        thread = threading.Thread(target=lambda: seen.append(os.getpriority(os.PRIO_PROCESS, 0)))
+        thread.start()
+        thread.join()
+        child = subprocess.run(
+            ["sh", "-c", "cut -d' ' -f19 /proc/self/stat"], check=True, capture_output=True, text=True
+        )
+    want = -10 if os.geteuid() == 0 else before
+    assert raised == (os.geteuid() == 0)
+    assert seen == [want]
+    assert int(child.stdout) == want
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
