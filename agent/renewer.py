@@ -25,10 +25,13 @@ from agent.client import LeaseClient
 from agent.ledger import Ledger, Unrenewed
 from agent.legacy import LegacyLease
 from agent.path import PHASES, Attempt
-from agent.settings import MAX_INTERVAL_S, MIN_INTERVAL_S, Settings
+from agent.settings import Settings
 from core import logs
 from core.errors import Invalid, KubeError, NotFound, TooManyRequests, TransportError
 from core.lease import (
+    MAX_RENEW_INTERVAL_S,
+    MAX_RENEWAL_WINDOW_S,
+    MIN_RENEW_INTERVAL_S,
     LeaseView,
     Outage,
     evidence_patch,
@@ -44,8 +47,6 @@ log = logs.get("agent")
 
 # Retry-After is honoured, but a proxy asking for an hour must not silence a node for an hour.
 MAX_BACKOFF_S = 60.0
-# kubelet's own request timeout is about 10 s: a renewal never waits longer than that.
-MAX_WINDOW_S = 10.0
 RELEASE_TIMEOUT_S = 1.0
 
 
@@ -182,7 +183,7 @@ class Renewer:
         at its window's very end leaves a gap of an interval and a window since the last, which
         the default lease duration still covers (docs/agent.md, "Why a window of two
         intervals")."""
-        return min(2 * self.interval_s, MAX_WINDOW_S)
+        return min(2 * self.interval_s, MAX_RENEWAL_WINDOW_S)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Renew until ``stop`` is set; then mark the lease released."""
@@ -333,7 +334,7 @@ class Renewer:
                     self.log.warning("renew_interval_invalid", annotation=text, keeping=self.interval_s)
                     self._bad_interval = text
                 return
-            wanted = min(max(lease.interval_s, MIN_INTERVAL_S), MAX_INTERVAL_S)
+            wanted = min(max(lease.interval_s, MIN_RENEW_INTERVAL_S), MAX_RENEW_INTERVAL_S)
         if wanted != self.interval_s:
             self.log.info("renew_interval_changed", interval=wanted, previous=self.interval_s)
             self.interval_s = wanted

@@ -19,6 +19,7 @@ from core.lease import (
     MAX_NODE_NAME,
     is_dns_label,
     is_dns_subdomain,
+    renew_interval_var,
 )
 from core.logs import LogFormat
 
@@ -29,11 +30,6 @@ RENAMED: dict[str, str] = {}
 RETIRED = {
     "DWD_REQUEST_TIMEOUT": "a renewal may now take twice the interval, at most 10s (docs/agent.md)",
 }
-
-# An interval the aggregator hands out through the renew-interval annotation is
-# clamped to this range: a typo there must neither hammer KAPI nor silence a node.
-MIN_INTERVAL_S = 0.2
-MAX_INTERVAL_S = 300.0
 
 # Gardener's kubelet kubeconfig on a worker node; the DaemonSet mounts it at the same path.
 DEFAULT_KUBELET_KUBECONFIG = "/var/lib/kubelet/kubeconfig-real"
@@ -50,9 +46,7 @@ class Settings:
     legacy_namespace: str = var("DWD_LEGACY_LEASE_NAMESPACE", LEGACY_LEASE_NAMESPACE, "string")
     """During a move from the old layout, the node's lease there is renewed too, until it is gone
     or refused; ``-``: never."""
-    renew_interval_s: float = var(
-        "DWD_RENEW_INTERVAL", 2.0, "duration", min_s=MIN_INTERVAL_S, max_s=MAX_INTERVAL_S
-    )
+    renew_interval_s: float = renew_interval_var()
     """Until the aggregator's renew-interval annotation says otherwise: the aggregator's fast
     interval (the same variable on its side), so a node renews as it is judged from its first
     renewal; the aggregator's lease duration is at least twice it."""

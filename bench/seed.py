@@ -5,7 +5,7 @@
 
 Real seed and shoot kube-apiservers; per target a control-plane namespace with a Cluster of a
 real one's size (25 KB), the kubeconfig Secret and the three dependents. The targets share one
-shoot API server and its nodes: ``--nodes`` simulated agents (bench/tools/fleet.py) renew the leases
+shoot API server and its nodes: ``--nodes`` simulated agents (testenv/worlds/agent_fleet.py) renew the leases
 every target judges, so every target sees the same shoot and a cut of those agents is a cut of
 every shoot at the same instant. What differs from a real seed: 250 targets provision the same
 leases (their creates collide and are answered 409 at start-up) and send their watches, probes
@@ -50,8 +50,6 @@ from pathlib import Path
 from typing import Any
 
 from aggregator.model.records import RECORD
-from bench.tools.fleet import Fleet, FleetThread
-from bench.tools.kapi_metrics import Series, parse_metrics
 from bench.tools.sampling import cpu_s, rss_mib
 from bench.tools.stats import min_median_max
 from bench.tools.table import Column, print_columns, print_table
@@ -60,6 +58,8 @@ from testenv.kube.audit import Audit, audit_args, audited_kubeconfig
 from testenv.kube.controllers import CONTROLLERS
 from testenv.kube.controlplane import ControlPlane, ensure_namespace
 from testenv.kube.deployment_watch import DeploymentWatch
+from testenv.kube.kapi_metrics import Series, parse_metrics
+from testenv.worlds.agent_fleet import Fleet, FleetThread
 from testenv.worlds.targets import SHOOT_USER, access_kubeconfig, aggregators, namespace, populate
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from core.config import var
 from core.durations import format_duration, parse_duration
 
 DEFAULT_LEASE_NAMESPACE = "kube-system"
@@ -39,6 +40,28 @@ PREVIOUS_RENEW = PREFIX + "previous-renew-time"
 IGNORE_NODE = PREFIX + "ignore-node"
 # The uid of the node a lease is for, where the lease is owned by the agent's DaemonSet.
 NODE_UID = PREFIX + "node-uid"
+# The renew-interval contract: the aggregator hands out an interval in this range and the agent
+# clamps one it is handed to it (a typo there must neither hammer KAPI nor silence a node); both
+# start at the default until the annotation says otherwise. A renewal may take twice the
+# interval, never longer than kubelet's own request timeout (about 10 s).
+MIN_RENEW_INTERVAL_S = 0.2
+MAX_RENEW_INTERVAL_S = 300.0
+DEFAULT_RENEW_INTERVAL_S = 2.0
+MAX_RENEWAL_WINDOW_S = 10.0
+
+
+def renew_interval_var() -> Any:
+    """DWD_RENEW_INTERVAL, one variable on both sides: the agent's interval until the annotation
+    says otherwise, the aggregator's fast interval (its lease duration is at least twice it)."""
+    return var(
+        "DWD_RENEW_INTERVAL",
+        DEFAULT_RENEW_INTERVAL_S,
+        "duration",
+        min_s=MIN_RENEW_INTERVAL_S,
+        max_s=MAX_RENEW_INTERVAL_S,
+    )
+
+
 # The agent's DaemonSet: it owns the leases beside it, so they go with it (an uninstall).
 AGENT_DAEMONSET = "dwd-lease-agent"
 

@@ -22,6 +22,7 @@ from typing import Literal
 
 from aggregator.model.backoff import Backoff
 from aggregator.model.candidates import NodeConditions
+from core import lease
 from core.config import EnvReader, read_vars, var
 from core.durations import format_duration
 from core.errors import ConfigError
@@ -96,7 +97,7 @@ class Decider:
     stale only while its kubelet is silent too (docs/decision.md, "A lease its agent released")."""
     min_candidates: int = var("DWD_MIN_CANDIDATES", 2, "integer", min_value=1)
     """Fewer: no verdict (never a reason to scale down, nor to stay down)."""
-    fast_interval_s: float = var("DWD_RENEW_INTERVAL", 2.0, "duration", min_s=0.2, max_s=300)
+    fast_interval_s: float = lease.renew_interval_var()
     """The renewal interval of the fast sample, handed to the agents in their leases."""
     blind_limit_s: float = var("DWD_BLIND_LIMIT", 120.0, "duration", min_s=1)
     """Scaled down and unable to see the shoot at all (its KAPI unreachable from the seed,

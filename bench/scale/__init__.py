@@ -7,7 +7,7 @@ control plane, the REAL aggregator as its own process at its defaults (``DEFAULT
 bench/scale/scenarios.py, read from its settings' fields) except DWD_NODE_GRACE=0s: a node
 younger than the default grace is no candidate, and every run here creates its nodes minutes
 before. The dependents are testenv/worlds/shoot_world.py's (no initial delays, MCM 500 ms after KCM on the
-way up). The agents are bench/tools/fleet.py's simulated ones (its docstring says how they
+way up). The agents are testenv/worlds/agent_fleet.py's simulated ones (its docstring says how they
 differ from real ones).
 
 Every write and request rate is read from kube-apiserver's own /metrics

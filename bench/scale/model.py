@@ -16,9 +16,9 @@ from aggregator.kube.client import KubeClient
 from aggregator.model.objects import NodeView
 from aggregator.model.settings import Decider, Provisioning
 from aggregator.observe.watcher import Observed
-from bench.tools.fleet import ZONES
 from bench.tools.stats import estimate, hypergeom_pmf, p_down_spread, p_down_zoned
 from core.lease import RENEW_INTERVAL, LeaseView, lease_metadata
+from testenv.worlds.agent_fleet import ZONES
 
 # The aggregator's own defaults, read from its settings' fields.
 DECIDER = Decider()

@@ -26,11 +26,11 @@ from bench.scale.scenarios import (
     steady,
 )
 from bench.scale.tables import print_analysis, print_results
-from bench.tools.fleet import ZONES, Fleet, FleetThread
-from bench.tools.kapi_metrics import Kapi
 from core.lease import MISSING_MAX_WAIT_S
 from testenv.kube.audit import Audit, audit_args, audited_kubeconfig
 from testenv.kube.controlplane import ControlPlane
+from testenv.kube.kapi_metrics import Kapi
+from testenv.worlds.agent_fleet import ZONES, Fleet, FleetThread
 from testenv.worlds.shoot_world import Shoot
 
 

@@ -15,8 +15,6 @@ import httpx
 
 from aggregator.act import budget
 from bench.scale.model import BUDGET, DECIDER, FAST_S, THRESHOLD
-from bench.tools.fleet import FleetThread
-from bench.tools.kapi_metrics import Kapi, Series, histogram_quantile, requests
 from bench.tools.sampling import Window
 from bench.tools.stats import estimate
 from core.durations import format_duration
@@ -26,6 +24,8 @@ from testenv.base.wait import eventually, wait_for
 from testenv.kube.audit import Audit
 from testenv.kube.controllers import CONTROLLERS, DOWN
 from testenv.kube.controlplane import free_port
+from testenv.kube.kapi_metrics import Kapi, Series, histogram_quantile, requests
+from testenv.worlds.agent_fleet import FleetThread
 from testenv.worlds.shoot_world import Sampler, Shoot
 
 # The aggregator's defaults (testenv/worlds/shoot_world.py's environment has faster ones).

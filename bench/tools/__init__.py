@@ -1,2 +1,3 @@
-"""What the benchmarks share: the simulated agents (fleet), kube-apiserver's request counts
-(kapi_metrics), processes' CPU and RSS (sampling), statistics (stats) and the tables (table)."""
+"""What the benchmarks share and the harness has no use for: processes' CPU and RSS (sampling),
+statistics (stats) and the tables (table). The simulated agents and kube-apiserver's request
+counts are the harness's (testenv/worlds/agent_fleet.py, testenv/kube/kapi_metrics.py)."""

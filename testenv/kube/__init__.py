@@ -3,7 +3,8 @@ and kube-apiserver (controlplane), kube-controller-manager behind the seed's Dep
 the real kubelet as a hollow node (hollow) and a node's kubelet identity (kubelet_identity),
 lease drivers and a deployment controller (standins), a workload for KCM to act on (workload),
 the three controllers the aggregator scales (controllers); for the benchmarks, kube-apiserver's
-audit log of one user (audit) and a seed's Deployments watched (deployment_watch).
+audit log of one user (audit), its request counts and latencies from /metrics (kapi_metrics) and
+a seed's Deployments watched (deployment_watch).
 
 May import: core, image, base.
 """

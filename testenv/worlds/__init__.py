@@ -3,7 +3,8 @@ to start an aggregator (aggregators) and an agent for a node (agents, with the n
 tokens of the integration tests' agents), a shoot and its seed with its aggregators
 (shoot_world), nodes in network namespaces
 (networld), the whole chain at default timings (chain); for the benchmarks, a seed of Gardener
-targets (targets) and hollow kubelets each behind its own load balancer (hollow_world).
+targets (targets), hollow kubelets each behind its own load balancer (hollow_world) and N
+simulated agents in one process (agent_fleet).
 
 May import: core, image, base, kube, net, gardener.
 """

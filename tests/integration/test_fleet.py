@@ -1,4 +1,5 @@
-"""The fleet simulator (bench/tools/fleet.py) against a real shoot API server and the real aggregator.
+"""The fleet simulator (testenv/worlds/agent_fleet.py) against a real shoot API server and the
+real aggregator.
 
 The simulator is what the scale benchmarks trust for their figures, so it is held to
 the chain end to end: its renewals must land, it must adopt the intervals the budget
@@ -15,11 +16,11 @@ from collections.abc import Iterator
 import pytest
 
 from aggregator.act import budget
-from bench.tools.fleet import ZONE_LABEL, ZONES, Fleet, FleetThread
 from core.durations import parse_duration
 from core.lease import RENEW_INTERVAL
 from testenv.base.wait import wait_for
 from testenv.kube.controllers import CONTROLLERS, DOWN
+from testenv.worlds.agent_fleet import ZONE_LABEL, ZONES, Fleet, FleetThread
 from testenv.worlds.shoot_world import FAST_ENV, Shoot
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from bench.seed import BLOCKED, refusals, refusals_text
-from bench.tools.kapi_metrics import parse_metrics
+from testenv.kube.kapi_metrics import parse_metrics
 
 BEFORE = """# HELP dwd_scale_down_blocked_total Scale-downs an interlock stopped.
 # TYPE dwd_scale_down_blocked_total counter

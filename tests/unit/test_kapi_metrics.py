@@ -1,4 +1,4 @@
-"""bench/tools/kapi_metrics.py: Prometheus' text format as kube-apiserver writes it, the request
+"""testenv/kube/kapi_metrics.py: Prometheus' text format as kube-apiserver writes it, the request
 counters and latency histogram read from two scrapes; testenv/kube/audit.py: audit-log lines."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.tools.kapi_metrics import DURATIONS, REQUESTS, histogram_quantile, parse_metrics, requests, total
 from testenv.kube.audit import Audit, audit_key
+from testenv.kube.kapi_metrics import DURATIONS, REQUESTS, histogram_quantile, parse_metrics, requests, total
 
 TEXT = """\
 # HELP apiserver_request_total [STABLE] Counter of apiserver requests

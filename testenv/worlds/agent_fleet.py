@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import dataclasses
 import json
 import math
 import random
@@ -62,11 +61,13 @@ from typing import Any, TypeVar
 
 import httpx
 
-from agent import renewer
-from agent import settings as agent_settings
 from core.durations import parse_duration
 from core.lease import (
     DEFAULT_LEASE_NAMESPACE,
+    DEFAULT_RENEW_INTERVAL_S,
+    MAX_RENEW_INTERVAL_S,
+    MAX_RENEWAL_WINDOW_S,
+    MIN_RENEW_INTERVAL_S,
     PHASED_FROM_S,
     RENEW_INTERVAL,
     missing_wait_s,
@@ -77,14 +78,6 @@ from core.lease import (
 
 ZONES = ("zone-a", "zone-b", "zone-c")
 ZONE_LABEL = "topology.kubernetes.io/zone"
-# The agent's bounds on an interval it is handed, and its default one (agent/settings.py).
-MIN_INTERVAL_S = agent_settings.MIN_INTERVAL_S
-MAX_INTERVAL_S = agent_settings.MAX_INTERVAL_S
-_DEFAULT = {f.name: f.default for f in dataclasses.fields(agent_settings.Settings)}["renew_interval_s"]
-assert isinstance(_DEFAULT, float)
-DEFAULT_INTERVAL_S = _DEFAULT
-# The agent gives a renewal twice its interval, at most kubelet's 10 s (agent/renewer.py).
-MAX_WINDOW_S = renewer.MAX_WINDOW_S
 
 T = TypeVar("T")
 
@@ -93,7 +86,7 @@ T = TypeVar("T")
 class SimNode:
     name: str
     zone: str
-    interval_s: float = DEFAULT_INTERVAL_S
+    interval_s: float = DEFAULT_RENEW_INTERVAL_S
     renewals: int = 0
     last_renewed: float = 0.0  # time.monotonic() of the last successful renewal
     misses: int = 0  # 404s in a row
@@ -129,7 +122,7 @@ class Fleet:
             http2=True,
             verify=tls,
             trust_env=False,
-            timeout=httpx.Timeout(MAX_WINDOW_S),
+            timeout=httpx.Timeout(MAX_RENEWAL_WINDOW_S),
             limits=httpx.Limits(max_connections=4, max_keepalive_connections=4),
         )
         self._gate = asyncio.Semaphore(max_in_flight)
@@ -237,7 +230,7 @@ class Fleet:
             # A failed renewal: the agent tries again after its interval.
             return node.interval_s
         stamp = datetime.now(UTC)
-        window_s = min(2 * node.interval_s, MAX_WINDOW_S)
+        window_s = min(2 * node.interval_s, MAX_RENEWAL_WINDOW_S)
         response = await self._request(
             "PATCH",
             "leases",
@@ -273,7 +266,7 @@ class Fleet:
             return
         # The agent keeps its interval on a bad annotation too.
         with contextlib.suppress(ValueError):
-            node.interval_s = min(max(parse_duration(text), MIN_INTERVAL_S), MAX_INTERVAL_S)
+            node.interval_s = min(max(parse_duration(text), MIN_RENEW_INTERVAL_S), MAX_RENEW_INTERVAL_S)
 
     async def _request(self, method: str, resource: str, path: str, **kw: Any) -> httpx.Response | None:
         async with self._gate:
