@@ -6,10 +6,12 @@ from __future__ import annotations
 import io
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from demo import scenario
+from demo import picture, scenario
+from tests import chromium
 
 
 @pytest.mark.timeout(600)
@@ -38,3 +40,46 @@ def test_the_demo_shows_kcm_marking_the_nodes_without_protection_and_nothing_wit
     }
     assert marks == {"no protection": {"cut", "heal"}, "protection": {"cut", "KCM at 0", "heal"}}
     assert f"the race as a picture: {(tmp_path / 'race.svg').resolve()}" in text
+    shown_as_the_race(chromium.laid_out(tmp_path / "race.svg", tmp_path))
+
+
+# How each chart's line lies once the race is run: level at the chart's top (all of them), level
+# at its bottom (none), or spanning its height (it moved: renewals stop at the cut in both worlds).
+ALL, NONE, MOVED = "all", "none", "moved"
+RACE = {
+    "no protection": {
+        "leases renewed": MOVED,
+        "KCM replicas": ALL,
+        "nodes Unknown": MOVED,
+        "ready endpoints": MOVED,
+    },
+    "protection": {
+        "leases renewed": MOVED,
+        "KCM replicas": MOVED,
+        "nodes Unknown": NONE,
+        "ready endpoints": ALL,
+    },
+}
+
+
+def shown_as_the_race(shown: dict[str, Any]) -> None:
+    """What a browser shows of the picture: two columns side by side, every text on the canvas,
+    each chart's line across its column and lying as RACE says, the marks in order."""
+    assert not shown["unseen"], f"texts off the canvas or not drawn: {shown['unseen']}"
+    worlds = shown["worlds"]
+    assert list(worlds) == list(RACE)
+    assert worlds["no protection"]["box"]["right"] < worlds["protection"]["box"]["left"]
+    for name, world in worlds.items():
+        assert list(world["series"]) == list(RACE[name]), name
+        for r, (series, box) in enumerate(world["series"].items()):
+            top = picture.TOP + r * picture.ROW
+            lies = {ALL: (top, top), NONE: (top + picture.CHART,) * 2, MOVED: (top, top + picture.CHART)}
+            assert box["width"] >= 0.9 * picture.COLUMN, (name, series, box)
+            assert (box["top"], box["bottom"]) == lies[RACE[name][series]], (name, series, box)
+        x = {mark: box["left"] for mark, box in world["marks"].items()}
+        left = world["series"]["leases renewed"]["left"]
+        assert left < x["cut"] < x.get("KCM at 0", x["cut"] + 1) < x["heal"] < left + picture.COLUMN, (
+            name,
+            x,
+        )
+    assert "KCM at 0" in worlds["protection"]["marks"]

@@ -18,6 +18,7 @@ from testenv.gardener.seed_objects import CLUSTER_CRD, cluster
 from testenv.kube.controllers import CONTROLLERS, DOWN, KCM
 from testenv.kube.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.worlds.shoot_world import Shoot, shoot_for
+from tests import chromium
 from tests.alerting import alert, check, samples, scrape, scraped, series
 
 pytestmark = pytest.mark.integration
@@ -308,25 +309,9 @@ def test_dry_run_reports_and_scales_nothing(shoot: Shoot) -> None:
     assert not [e for e in shoot.events() if e["reason"] in ("ScaledDown", "ScaledUp")]
 
 
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
 def test_status_page_in_chromium(shoot: Shoot, tmp_path: Path) -> None:
     import os
-    import shutil
-    import subprocess
 
-    chromium = shutil.which("chromium")
-    assert chromium, "Debian's chromium is needed for this test: `make deps` (or apt-get install chromium)"
     shoot.setup()
     port = free_port()
     shoot.start_aggregator({"DWD_METRICS_ADDR": f"127.0.0.1:{port}"})
@@ -335,21 +320,12 @@ def test_status_page_in_chromium(shoot: Shoot, tmp_path: Path) -> None:
     shoot.driver.alive -= {"node-0", "node-1"}
     time.sleep(4)  # two stale leases and a few minutes... of history, in seconds
     url = f"http://127.0.0.1:{port}/"
-    base = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
-    dom = subprocess.run(
-        [*base, "--dump-dom", url], capture_output=True, text=True, timeout=60, check=True
-    ).stdout
+    dom = chromium.dump_dom(url, tmp_path / "profile")
     assert shoot.namespace in dom
     assert ">healthy<" in dom
     assert "node-0" in dom and "stale" in dom
     shot = Path(os.environ.get("DWDDEV_STATUS_SCREENSHOT", tmp_path / "status.png"))
-    subprocess.run(
-        [*base, f"--screenshot={shot}", "--window-size=1100,700", "--hide-scrollbars", url],
-        capture_output=True,
-        timeout=60,
-        check=True,
-    )
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    chromium.screenshot(url, shot, tmp_path / "profile", (1100, 700))
 
 
 def test_status_cli(shoot: Shoot) -> None:
