@@ -36,6 +36,7 @@ from testenv.gardener.apply import apply
 from testenv.gardener.grm import embedded_kubeconfig
 from testenv.gardener.seed_objects import (
     CLUSTER_CRD,
+    CLUSTERS_PATH,
     LAST_OPERATION_STATES,
     LAST_OPERATION_TYPES,
     MACHINE_CRD,
@@ -153,7 +154,7 @@ def ensure_crds(admin: Client, timeout_s: float = 30.0) -> None:
 
     def served() -> bool:
         try:
-            admin.get("/apis/extensions.gardener.cloud/v1alpha1/clusters", limit="1")
+            admin.get(CLUSTERS_PATH, limit="1")
             admin.get("/apis/machine.sapcloud.io/v1alpha1/machines", limit="1")
         except (NotFound, TooManyRequests):  # 429: a new CRD's storage is still initialising
             return False

@@ -46,6 +46,7 @@ def schemaless_crd(
 
 
 CLUSTER_CRD = schemaless_crd("extensions.gardener.cloud", "Cluster", namespaced=False)
+CLUSTERS_PATH = "/apis/extensions.gardener.cloud/v1alpha1/clusters"
 # MCM's Machine, as far as a reader of its phase needs it.
 MACHINE_CRD = schemaless_crd("machine.sapcloud.io", "Machine", namespaced=True, status=True)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import random
 import shutil
 import socket
@@ -33,17 +34,41 @@ from testenv.base.wait import wait_for
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on, below the kernel's ephemeral range: one from that range (what
     binding port 0 gives) can be taken by any outgoing connection between this check and the
-    bind of the program it is for; a hollow kubelet lost its port so while the tests ran."""
-    low = _ephemeral_low()
+    bind of the program it is for; a hollow kubelet lost its port so while the tests ran.
+
+    Between this check and that bind the port is still free to anyone: so a port is handed out
+    once per process (until all of its share were), and each pytest-xdist worker has a share of
+    the range of its own (two workers picked the same one for two hollow kubelets)."""
+    low, high = _port_share(EPHEMERAL_FLOOR, _ephemeral_low())
+    if len(_HANDED_OUT) >= (high - low) // 2:
+        _HANDED_OUT.clear()
     for _ in range(200):
-        port = random.randrange(EPHEMERAL_FLOOR, low)
+        port = random.randrange(low, high)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as s:
             try:
                 s.bind((host, port))
             except OSError:
                 continue
-            return port
-    raise RuntimeError(f"no free port on {host} in {EPHEMERAL_FLOOR}-{low - 1}")
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free port on {host} in {low}-{high - 1}")
+
+
+_HANDED_OUT: set[int] = set()
+
+
+def _port_share(low: int, high: int) -> tuple[int, int]:
+    """This process's part of [low, high): the whole of it, or under pytest-xdist its worker's
+    (gw0, gw1, ...) part, the range cut into as many parts as there are workers."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if not (worker.startswith("gw") and worker[2:].isdigit() and workers.isdigit() and int(workers) > 0):
+        return low, high
+    size = (high - low) // int(workers)
+    start = low + (int(worker[2:]) % int(workers)) * size
+    return start, start + size
 
 
 # Below the ports that services of this machine are likely to hold.

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from core.errors import NotFound
 from core.lease import DEFAULT_LEASE_NAMESPACE
 from testenv.base import containers
 from testenv.base.kapi import Client, node_leases
@@ -23,6 +24,7 @@ from testenv.base.poller import TRANSIENT, Poller
 from testenv.base.process import Process
 from testenv.base.wait import wait_for
 from testenv.gardener.apply import apply, kustomize_build, load_docs
+from testenv.gardener.seed_objects import CLUSTERS_PATH
 from testenv.kube.controllers import CONTROLLERS
 from testenv.kube.controlplane import ControlPlane, ensure_namespace, ensure_node, kubeconfig_yaml
 from testenv.kube.standins import DEPLOYMENTS, DeploymentController, LeaseDriver, deployment
@@ -384,6 +386,10 @@ class Shoot:
             proxy.shutdown()
         self.driver.stop()
         self.controller.stop()
+        # The seed outlives the shoot: a Cluster left in it would be served by the next test's
+        # aggregator that discovers Gardener's Clusters.
+        with contextlib.suppress(NotFound):
+            self.seed_admin.delete(f"{CLUSTERS_PATH}/{self.namespace}")
         self.shoot_admin.close()
         self.seed_admin.close()
 

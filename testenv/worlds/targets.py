@@ -16,14 +16,13 @@ from testenv.base.kapi import Client
 from testenv.base.process import Process, stop_all
 from testenv.base.wait import wait_for
 from testenv.gardener.apply import apply, load_docs
-from testenv.gardener.seed_objects import CLUSTER_CRD, cluster
+from testenv.gardener.seed_objects import CLUSTER_CRD, CLUSTERS_PATH, cluster
 from testenv.kube.controllers import CONTROLLERS
 from testenv.kube.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.kube.standins import DEPLOYMENTS, deployment
 from testenv.worlds.aggregators import FromSource, start_aggregator
 from testenv.worlds.shoot_world import ACCESS_SECRET, AGGREGATOR_RBAC
 
-CLUSTERS = "/apis/extensions.gardener.cloud/v1alpha1/clusters"
 MACHINE_TYPES = 200  # a Cluster of ~25 KB
 SHOOT_USER = "system:serviceaccount:kube-system:dwd-lease-aggregator"
 
@@ -73,12 +72,12 @@ def populate(seed: Client, targets: int, kubeconfig: str) -> None:
         seed.ensure(f"/api/v1/namespaces/{ns}/secrets", {"metadata": {"name": ACCESS_SECRET}, "data": data})
         for name, replicas in CONTROLLERS.items():
             seed.ensure(DEPLOYMENTS.format(ns=ns), deployment(name, replicas))
-        seed.ensure(CLUSTERS, cluster(ns, machine_types=MACHINE_TYPES))
+        seed.ensure(CLUSTERS_PATH, cluster(ns, machine_types=MACHINE_TYPES))
 
 
 def _served(seed: Client) -> bool:
     with contextlib.suppress(Exception):
-        seed.get(CLUSTERS)
+        seed.get(CLUSTERS_PATH)
         return True
     return False
 

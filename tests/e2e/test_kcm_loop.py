@@ -115,7 +115,7 @@ def kcm_loop(seed: ControlPlane, tmp: Path, namespace: str, **aggregator_env: st
                 world.start_agent(node)  # renews every 500 ms, as the FAST aggregator expects
             wait_for(
                 lambda: sum(bool(x["spec"].get("renewTime")) for x in shoot.leases().values()) == NODES,
-                30,
+                60,  # 30 s ran out in a run of four workers starting their worlds at once
                 "every agent renewing its lease",
                 every_s=0.5,
             )
