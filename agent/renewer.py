@@ -47,7 +47,10 @@ log = logs.get("agent")
 
 # Retry-After is honoured, but a proxy asking for an hour must not silence a node for an hour.
 MAX_BACKOFF_S = 60.0
-RELEASE_TIMEOUT_S = 1.0
+# Each release (ours, and during a move the first layout's) gets this long, so both fit the
+# DaemonSet's 5 s grace period: a release that gives up leaves its lease to go stale as a cut
+# node's does, and 1 s gave up beside a loaded API server during a roll (tests/integration/test_roll.py).
+RELEASE_TIMEOUT_S = 2.0
 
 
 PATH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from testenv.base.kapi import Client
+from testenv.base.wait import wait_for
 from testenv.kube.controlplane import ensure_namespace
 
 NAMESPACE = "workload"
@@ -22,7 +23,10 @@ def pod_name(node: str) -> str:
     return f"{APP}-{node}"
 
 
-def deploy(c: Client, nodes: list[str], namespace: str = NAMESPACE) -> None:
+def deploy(c: Client, nodes: list[str], namespace: str = NAMESPACE, timeout_s: float = 120.0) -> None:
+    """The Service, and a pod on each of ``nodes`` once its kubelet has reported what the node
+    holds: a pod bound to a Node the test created before its kubelet first posted a status is
+    refused for good (OutOfpods, "capacity: 0"), and that node's pod never turns Ready."""
     ensure_namespace(c, namespace)
     # The ServiceAccount admission plugin rejects pods until "default" exists; KCM's
     # serviceaccount controller would create it, but KCM may not be running yet.
@@ -34,6 +38,7 @@ def deploy(c: Client, nodes: list[str], namespace: str = NAMESPACE) -> None:
             "spec": {"selector": {"app": APP}, "ports": [{"port": 80, "targetPort": 8080}]},
         },
     )
+    wait_for(lambda: not without_room(c, nodes), timeout_s, "every node's kubelet reporting room for pods")
     for node in nodes:
         c.ensure(
             f"/api/v1/namespaces/{namespace}/pods",
@@ -46,6 +51,15 @@ def deploy(c: Client, nodes: list[str], namespace: str = NAMESPACE) -> None:
                 },
             },
         )
+
+
+def without_room(c: Client, nodes: list[str]) -> list[str]:
+    """Those of ``nodes`` whose Node has no room for a pod (yet): allocatable pods missing or 0."""
+    room = {
+        n["metadata"]["name"]: int((n.get("status") or {}).get("allocatable", {}).get("pods", "0"))
+        for n in c.get("/api/v1/nodes")["items"]
+    }
+    return [n for n in nodes if room.get(n, 0) < 1]
 
 
 def _condition(obj: dict[str, Any], kind: str) -> str:

@@ -17,7 +17,16 @@ from agent.client import LeaseClient
 from agent.renewer import MAX_BACKOFF_S, Renewer
 from agent.settings import Settings
 from core.errors import Invalid, NotFound, ServerError, TooManyRequests, TransportError
-from core.lease import LAST_OUTAGE, PREVIOUS_RENEW, RELEASED, RENEW_INTERVAL, Outage, renewal_phase_s
+from core.lease import (
+    LAST_OUTAGE,
+    PREVIOUS_RENEW,
+    RELEASED,
+    RENEW_INTERVAL,
+    Outage,
+    release_patch,
+    renewal_phase_s,
+)
+from tests.unit.virtualtime import in_virtual_time
 
 Logs = list[MutableMapping[str, Any]]
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -474,3 +483,39 @@ async def test_any_2xx_answer_is_a_renewal_that_landed(
     assert renewer.state == "renewing" and renewer.metrics.renewals.get() == 2
     assert renewer.interval_s == 60.0  # the next answer's interval adopted
     assert all(LAST_OUTAGE not in p.get("metadata", {}).get("annotations", {}) for p in patches(client))
+
+
+class SlowToRelease(FakeClient):
+    """Every release (ours and the first layout's) answered after ``release_s``."""
+
+    release_s = 0.0
+
+    async def patch(self, body: Any, *, window_s: float, path: str = "") -> dict[str, Any]:
+        if body == release_patch():
+            await asyncio.sleep(self.release_s)
+        return await super().patch(body, window_s=window_s, path=path)
+
+
+@pytest.mark.parametrize(("release_s", "released"), [(1.5, 2), (3.0, 0)])
+@in_virtual_time
+async def test_both_releases_fit_the_pods_grace_period(
+    tmp_path: Path, release_s: float, released: int
+) -> None:
+    """A loaded API server answering a release in 1.5 s still gets both (1 s gave up on it); one
+    that takes longer is given up, and the two leave the agent inside its 5 s grace period."""
+    token = tmp_path / "token"
+    token.write_text("t")
+    settings = Settings(apiserver_url="https://api.example", node_name="n1", token_file=str(token))
+    client = SlowToRelease(Clock())
+    client.release_s = release_s
+    renewer = Renewer(settings, client)
+    await renewer.renew_once()
+    stop = asyncio.Event()
+    stop.set()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with capture_logs() as logs:
+        await renewer.run(stop)
+    assert loop.time() - began < 5.0
+    assert [e["lease"] for e in logs if e["event"] == "lease_released"] == ["own", "legacy"][:released]
+    assert len([e for e in logs if e["event"] == "lease_release_failed"]) == 2 - released
