@@ -17,6 +17,11 @@ Three records, each from a place the faults do not touch:
   straight to the shoot KAPI, never through a node's path;
 - what each agent did, from its debug log (every renewal, retry and change of
   state) and its counters.
+
+The shoot's control plane, the network's threads, the agents and the aggregator run ahead of
+other worlds on the CPU where that is allowed (``ahead_on_the_cpu``): in CI a fine node's load
+balancer thread, starved beside four workers, once forwarded nothing for 10 s, and its agent
+reported timeouts on a path that was only slow.
 """
 
 from __future__ import annotations
@@ -289,12 +294,7 @@ def chain(
 ) -> Iterator[Chain]:
     """``images``: run the agents and the aggregator from these (testenv.base.containers.images()),
     the agents as the example overlay's DaemonSet runs them. ``settings``: the aggregator's,
-    over its defaults (AGGREGATOR_DEFAULTS).
-
-    The shoot's control plane, the network's threads, the agents and the aggregator run ahead
-    of other worlds on the CPU where that is allowed (``ahead_on_the_cpu``): in CI a fine
-    node's load balancer thread, starved beside four workers, once forwarded nothing for 10 s
-    and its agent reported timeouts on a path that was only slow."""
+    over its defaults (AGGREGATOR_DEFAULTS)."""
     with ahead_on_the_cpu(), shoot_for(seed, namespace, tmp / "shoot", EXTERNAL_NAMES) as shoot:
         (tmp / "shoot").mkdir(parents=True, exist_ok=True)
         shoot.setup(nodes=nodes)
