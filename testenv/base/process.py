@@ -29,7 +29,7 @@ def ahead_on_the_cpu(nice: int = -10) -> Iterator[bool]:
     may (CI is root), elsewhere nothing changes.
 
     For a world whose claims are about its path's timings, not about a CPU shared with other
-    worlds: on CI's 2 cores four workers' worlds and the image builds run beside it, and a
+    worlds: under `make test` on 2 cores four workers' worlds and the image builds run beside it, and a
     starved load balancer thread reads as a broken path."""
     tid = 0  # Linux: the calling thread, not the whole process
     before = os.getpriority(os.PRIO_PROCESS, tid)
