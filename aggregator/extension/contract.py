@@ -42,12 +42,19 @@ class ExtensionView:
     deleting: bool
     finalizers: tuple[str, ...]
     operation: str
+    # gardenlet's ``gardener.cloud/timestamp``: a new one is a new request ("" where absent).
+    timestamp: str
     observed_generation: int | None
     last_operation: tuple[str, str, str]  # type, state, description ("" where absent)
     last_error: str
     provider_config: Any = field(default=None, hash=False)
     # Our condition as last written (aggregator/extension/health.py), None before the first.
     health: Any = field(default=None, hash=False)
+
+    @property
+    def asked(self) -> tuple[int, str]:
+        """What gardenlet asked for last: a new generation or timestamp is a new request."""
+        return self.generation, self.timestamp
 
     @property
     def path(self) -> str:
@@ -69,6 +76,7 @@ class ExtensionView:
             deleting=bool(meta.get("deletionTimestamp")),
             finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
             operation=str((meta.get("annotations") or {}).get(OPERATION) or ""),
+            timestamp=str((meta.get("annotations") or {}).get(TIMESTAMP) or ""),
             observed_generation=None if observed is None else int(observed),
             last_operation=(
                 str(last.get("type") or ""),
@@ -90,10 +98,12 @@ class ExtensionView:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a finished operation says: Succeeded, or Error with the problems as its lastError."""
+    """What a finished operation says: Succeeded, or Error with the problems as its lastError
+    and the error codes gardenlet classifies them by."""
 
-    kind: str  # Reconcile, Restore, Delete or Migrate
+    kind: str  # Create, Reconcile, Restore, Delete or Migrate
     problems: tuple[str, ...] = ()
+    codes: tuple[str, ...] = ()
 
     @property
     def state(self) -> str:
@@ -107,33 +117,57 @@ class Outcome:
 
 
 DONE = {"Delete": "marks handed back", "Migrate": "shoot part left to the next seed"}
+# gardenlet reads this code as the owner's error, not the landscape's (a providerConfig to fix).
+CONFIGURATION_PROBLEM = "ERR_CONFIGURATION_PROBLEM"
+# Annotations Gardener's library answers; ``wait-for-state`` (a restore on a new seed before
+# gardenlet has copied the state in) it leaves alone altogether.
+ASKING = ("reconcile", "restore", "migrate")
+WAIT_FOR_STATE = "wait-for-state"
 
 
-def wants_reconcile(view: ExtensionView, outcome: Outcome) -> bool:
-    """Whether the Extension asks for a reconcile now: gardenlet's annotation, a new generation,
-    our finalizer missing, an operation left Processing (a controller stopped in the middle),
-    or a status that does not say what the spec amounts to now. A restore that succeeded
-    answers a reconcile: it is one, in a new seed."""
-    kind, state, description = view.last_operation
-    if (kind, outcome.kind) == ("Restore", "Reconcile"):
-        kind = "Reconcile"
-    return (
-        view.operation in ("reconcile", "restore")
-        or view.observed_generation != view.generation
-        or FINALIZER not in view.finalizers
-        or (kind, state, description) != (outcome.kind, outcome.state, outcome.description)
-    )
+def operation_type(view: ExtensionView) -> str:
+    """The operation the Extension asks for, as Gardener computes it
+    (``v1beta1helper.ComputeOperationType``): the annotation or the deletion first, then an
+    operation that did not succeed goes on as what it was, and one that never was is a Create."""
+    kind, state, _ = view.last_operation
+    if view.operation == "migrate":
+        return "Migrate"
+    if view.deleting:
+        return "Delete"
+    if view.operation == "restore":
+        return "Restore"
+    if not kind:
+        return "Create"
+    if kind in ("Create", "Migrate", "Restore") and state != "Succeeded":
+        return kind
+    return "Reconcile"
+
+
+def wants_reconcile(view: ExtensionView, *, first_look: bool) -> bool:
+    """Whether the Extension asks for a reconcile now, as the library's ``DefaultPredicates``
+    admit one: gardenlet's annotation, or at the controller's first look (a start, a new
+    leader) an operation that did not succeed. A new generation, a status that no longer says
+    what the seed's settings make of the spec, our finalizer gone: none of these, on their own,
+    is gardenlet asking (it annotates every spec change it makes)."""
+    asked = view.operation in ("reconcile", "restore")
+    return asked or (first_look and view.last_operation[1] != "Succeeded")
 
 
 def claim(view: ExtensionView) -> dict[str, Any]:
-    """The metadata patch that takes an operation on: our finalizer on, the operation annotation
-    off, conditional on the resourceVersion read (the finalizers are a list: a merge patch
+    """The metadata patch that takes an operation on: our finalizer on, the ``reconcile``
+    annotation off (a ``restore`` stays until the restore has succeeded, as the library keeps
+    it), conditional on the resourceVersion read (the finalizers are a list: a merge patch
     replaces it whole, so it must be the list as it is now)."""
     finalizers = list(view.finalizers) if FINALIZER in view.finalizers else [*view.finalizers, FINALIZER]
     body: dict[str, Any] = {"resourceVersion": view.resource_version, "finalizers": finalizers}
-    if view.operation in ("reconcile", "restore"):
+    if view.operation == "reconcile":
         body["annotations"] = {OPERATION: None}
     return {"metadata": body}
+
+
+def restored(view: ExtensionView) -> dict[str, Any]:
+    """The metadata patch that answers a ``restore`` once it has succeeded."""
+    return {"metadata": {"resourceVersion": view.resource_version, "annotations": {OPERATION: None}}}
 
 
 def release(view: ExtensionView, *, every: bool = False) -> dict[str, Any]:
@@ -146,29 +180,37 @@ def release(view: ExtensionView, *, every: bool = False) -> dict[str, Any]:
     return {"metadata": body}
 
 
+# The library's progress: 1 when an operation begins, 50 when it failed, 100 when it succeeded.
+PROGRESS = {"Processing": 1, "Error": 50, "Succeeded": 100}
+
+
 def processing(kind: str, now: str) -> dict[str, Any]:
     """The status body of an operation begun."""
-    return {"status": {"lastOperation": _last(kind, "Processing", f"{kind} in progress", now, 0)}}
+    return {"status": {"lastOperation": _last(kind, "Processing", f"{kind} in progress", now)}}
 
 
 def finished(view: ExtensionView, outcome: Outcome, now: str) -> dict[str, Any]:
     """The status body of an operation finished: its lastOperation, its lastError (or none), and
     the generation it answers."""
-    error = {"description": outcome.description, "lastUpdateTime": now} if outcome.problems else None
+    error: dict[str, Any] | None = None
+    if outcome.problems:
+        error = {"description": outcome.description, "lastUpdateTime": now}
+        if outcome.codes:
+            error["codes"] = list(outcome.codes)
     return {
         "status": {
-            "lastOperation": _last(outcome.kind, outcome.state, outcome.description, now, 100),
+            "lastOperation": _last(outcome.kind, outcome.state, outcome.description, now),
             "lastError": error,
             "observedGeneration": view.generation,
         }
     }
 
 
-def _last(kind: str, state: str, description: str, now: str, progress: int) -> dict[str, Any]:
+def _last(kind: str, state: str, description: str, now: str) -> dict[str, Any]:
     return {
         "type": kind,
         "state": state,
         "description": description,
         "lastUpdateTime": now,
-        "progress": progress,
+        "progress": PROGRESS[state],
     }

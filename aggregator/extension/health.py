@@ -1,17 +1,18 @@
-"""What the Extension tells gardenlet of a served shoot's protection, and the heartbeat that says
-the controller is alive.
+"""What the Extension tells gardenlet of its shoot's protection, and the heartbeat that says the
+controller is alive.
 
 gardenlet's shoot care merges each Extension's ``SystemComponentsHealthy`` condition into the
 Shoot's own (``pkg/gardenlet/controller/shoot/care/health.go``, judged by
 ``checker.CheckExtensionCondition``): False or Unknown makes the Shoot's condition fail with our
-message, Progressing passes through, and a condition whose controller's heartbeat Lease
-(``gardener-extension-heartbeat`` in the controller's namespace) is older than its threshold
-reads as outdated. So a shoot whose protection is off says so in its own status.
-
-The condition is read from what the target already knows: it judges a quorum of renewing
-agents (True; while it holds the controllers down or restores them, True with that reason), it
-is starting (Progressing), or it cannot protect: no view of the shoot, too few agents renewing
-to judge, a target that failed (False, and why).
+message, Progressing passes through, True leaves it to gardenlet's other checks, and a condition
+whose controller's heartbeat Lease (``gardener-extension-heartbeat`` in the controller's
+namespace) is older than its threshold reads as outdated. With ``autoEnable`` every shoot of a
+landscape carries it, so the contract (docs/design.md, "The condition contract") is that only a
+broken protection of a shoot that needs one is False: no view of the shoot, a target that
+failed, a providerConfig that was never valid. A shoot too small to judge, one in dry run, one
+its owner opted out, a hibernated one and one without workers are True and say so. Starting to
+judge (a start, a new leader, a view waiting out its first lease duration) says nothing: what
+was said stands, so a restart changes no Shoot's condition.
 
 Pure: the reconciler writes what these return.
 """
@@ -27,7 +28,12 @@ from aggregator.model.verdict import Phase
 HEARTBEAT = "gardener-extension-heartbeat"
 HELD_DOWN = "dwd-lease holds the shoot's controllers down: a quorum of its nodes cannot reach the API server"
 RESTORING = "dwd-lease is restoring the shoot's controllers: its nodes reach the API server again"
+DRY_RUN = "dwd-lease judges the nodes' agents in a dry run: it scales nothing"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+# The source's reasons for an Extension it does not serve (aggregator/extension/source.py).
+DISABLED = "its providerConfig says disabled"
+INVALID = "its providerConfig is invalid"
+WAITING = "its Extension waits for its state (wait-for-state)"
 
 
 class Judged(Protocol):
@@ -75,21 +81,22 @@ class Health:
         )
 
 
-def health(status: Judged | None, error: str) -> Health:
-    """A served shoot's protection from its target's ``status`` (None: not started yet) and the
-    error its last life ended with ("" for none)."""
+def health(status: Judged | None, error: str, *, dry_run: bool = False) -> Health | None:
+    """A served shoot's protection from its target's ``status`` (None: not started yet), the
+    error its last life ended with ("" for none) and whether it runs dry: None while it starts
+    to judge (nothing new to say)."""
     if error:
         return Health("False", "ProtectionOff", f"dwd-lease cannot protect this shoot: {error}")
     # A view waiting out its first lease duration is no lack of one: a leader's start would
-    # otherwise turn every shoot's condition False for that long.
+    # otherwise turn every shoot's condition False, or Progressing, for that long.
     if status is None or status.phase is Phase.STARTING or (status.view and status.view_opening):
-        return Health(
-            "Progressing", "ProtectionStarting", "dwd-lease is starting to judge the agents' leases"
-        )
+        return None
     if status.view:
         return Health("False", "ProtectionOff", f"dwd-lease has no trusted view of the shoot: {status.view}")
+    if dry_run:
+        return Health("True", "DryRun", DRY_RUN)
     if not status.judging:
-        return Health("False", "ProtectionOff", f"dwd-lease cannot judge a quorum: {status.reason}")
+        return Health("True", "QuorumNotJudged", f"dwd-lease has no quorum to judge: {status.reason}")
     # Protection doing its work, said in the Shoot's status so that nobody wonders why its
     # controllers are at 0. Fixed texts: the verdict's own words change every tick.
     if status.phase is Phase.DOWN:
@@ -97,6 +104,21 @@ def health(status: Judged | None, error: str) -> Health:
     if status.phase is Phase.RECOVERING:
         return Health("True", "ControllersRestoring", RESTORING)
     return Health("True", "ProtectionActive", "dwd-lease judges the nodes' agents and protects the shoot")
+
+
+def unserved(skipped: str, why: str) -> Health | None:
+    """The protection of a shoot whose Extension stays while nothing serves it: ``skipped``, why
+    its Cluster's lifecycle leaves it to gardenlet, ``why`` our own reason (the source's). None
+    where it is between states (created, waking up, deleted, migrated): nothing new to say."""
+    if skipped == "hibernated":
+        return Health("True", "ShootHibernated", "Shoot is hibernated")
+    if skipped == "worker-less":
+        return Health("True", "NoWorkers", "the shoot has no worker nodes: nothing for dwd-lease to protect")
+    if why == DISABLED:
+        return Health("True", "ProtectionDisabled", "dwd-lease is turned off by the shoot's providerConfig")
+    if why.startswith(INVALID):
+        return Health("False", "ConfigurationInvalid", f"dwd-lease cannot protect this shoot: {why}")
+    return None
 
 
 def heartbeat(namespace: str, holder: str, renew_s: int, now: str) -> dict[str, Any]:

@@ -33,14 +33,17 @@ from typing import Any
 
 from aggregator.act.scaler import Scaler
 from aggregator.extension.contract import (
+    CONFIGURATION_PROBLEM,
     FINALIZER,
+    WAIT_FOR_STATE,
     ExtensionView,
     Outcome,
     claim,
     finished,
+    operation_type,
     processing,
     release,
-    wants_reconcile,
+    restored,
 )
 from aggregator.extension.delivery import (
     OBJECTS_SECRET,
@@ -51,7 +54,8 @@ from aggregator.extension.delivery import (
     objects_secret,
     secret_path,
 )
-from aggregator.extension.health import HEARTBEAT, LEASES, Judged, health, heartbeat
+from aggregator.extension.health import HEARTBEAT, LEASES, Health, Judged, health, heartbeat, unserved
+from aggregator.extension.retries import Retries
 from aggregator.extension.source import ExtensionSource
 from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Alone, Leadership
@@ -68,8 +72,6 @@ HealthOf = Callable[[str], "tuple[Judged | None, str]"]
 # Gardener's heartbeat controller renews every 30 s by default.
 HEARTBEAT_S = 30.0
 KEEP_OBJECTS = {"spec": {"keepObjects": True}}
-# A migration asked for, or begun and not finished (a controller stopped in the middle).
-MIGRATING = {("Migrate", "Processing"), ("Migrate", "Error")}
 
 
 def _now() -> str:
@@ -126,6 +128,10 @@ class Reconciler:
         # hold one of those a moment longer, and acting on it would run a finished step again
         # (a migration's Succeeded written over with Processing).
         self.superseded: dict[str, collections.deque[str]] = {}
+        # The namespaces looked at since this replica began to lead them: the first look
+        # reconciles what did not succeed, as the library's predicates do on an informer's start.
+        self.looked: set[str] = set()
+        self.retries = Retries(settings.shoots.retry)
 
     async def run(self) -> None:
         """A pass on every change of an Extension, and every ``Shoots.poll_s`` regardless (a
@@ -142,6 +148,7 @@ class Reconciler:
     async def reconcile_all(self) -> None:
         for namespace, view in sorted(self.source.extensions.items()):
             if not self.leadership.scope(namespace).leads():
+                self.looked.discard(namespace)
                 continue
             try:
                 await self.reconcile(view)
@@ -152,16 +159,29 @@ class Reconciler:
         await self.beat()
 
     async def report(self, view: ExtensionView) -> None:
-        """The served shoot's protection as a condition gardenlet merges into the Shoot's status,
-        written when it says something new."""
-        served = self.served()
-        if self.health_of is None or view.deleting or served is None or view.namespace not in served:
+        """The shoot's protection as a condition gardenlet merges into the Shoot's status,
+        written when it says something new; nothing while the Extension is deleted, migrated or
+        waits for its state (the healthcheck library leaves those alone too)."""
+        if self.health_of is None or view.deleting or view.operation in (WAIT_FOR_STATE, "migrate"):
             return
-        said = health(*self.health_of(view.namespace))
-        if said.said_by(view.health):
+        if view.last_operation[0] == "Migrate":
+            return
+        said = self._health(view.namespace)
+        if said is None or said.said_by(view.health):
             return
         await self._status(view, {"status": {"conditions": [said.condition(self.wall(), view.health)]}})
         log.info("extension_health", namespace=view.namespace, status=said.status, reason=said.reason)
+
+    def _health(self, namespace: str) -> Health | None:
+        served = self.served()
+        if served is None:
+            return None
+        if namespace not in served:
+            return unserved(self.source.skipped.get(namespace, ""), self.source.unserved.get(namespace, ""))
+        assert self.health_of is not None
+        config = self.source.config(namespace)
+        settings = config.over(self.settings) if config is not None else self.settings
+        return health(*self.health_of(namespace), dry_run=settings.scaling.dry_run)
 
     async def beat(self) -> None:
         """The heartbeat Lease, every ``HEARTBEAT_S``, by a replica that leads: gardenlet reads an
@@ -189,30 +209,43 @@ class Reconciler:
         self.errors[view.namespace] = error
 
     async def reconcile(self, view: ExtensionView) -> None:
+        """One Extension's operation, as the library's reconciler chooses it: none while it waits
+        for its state or its shoot has failed, then migrate, delete, restore or reconcile."""
         if view.resource_version in self.superseded.get(view.namespace, ()):
             return  # our own write went past it: the cache brings the object as it is
-        migrating = view.operation == "migrate" or view.last_operation[:2] in MIGRATING
-        if migrating:
+        if view.operation == WAIT_FOR_STATE:
+            return
+        cluster = self.source.clusters.clusters.get(view.namespace)
+        if cluster is not None and cluster.failed:
+            return
+        first_look = view.namespace not in self.looked
+        self.looked.add(view.namespace)
+        kind = operation_type(view)
+        if kind == "Migrate":
             await self._migrate(view)
             return
-        if view.last_operation[:2] == ("Migrate", "Succeeded") and view.operation != "restore":
+        if view.last_operation[:2] == ("Migrate", "Succeeded") and kind != "Restore":
             return  # the shoot is the next seed's now: only a restore makes it ours again
         if view.deleting:
             if FINALIZER in view.finalizers:
                 await self._delete(view)
             return
-        kind = "Restore" if view.operation == "restore" else "Reconcile"
-        outcome = Outcome(kind, self.source.problems(view.namespace))
-        if not wants_reconcile(view, outcome):
+        if not self.retries.asked(view, self.clock(), first_look=first_look):
             return
+        problems = self.source.problems(view.namespace)
+        outcome = Outcome(kind, problems, (CONFIGURATION_PROBLEM,) if problems else ())
         view = await self._patch(view, claim(view))
         view = await self._status(view, processing(kind, self.wall()))
         if not outcome.problems:
-            problems = await self._deliver(view.namespace)
-            if problems is None:
+            delivered = await self._deliver(view.namespace)
+            if delivered is None:
+                self.retries.under_way(view, self.clock())
                 return  # the shoot part being taken away: Processing until it has gone
-            outcome = Outcome(kind, problems)
-        await self._status(view, finished(view, outcome, self.wall()))
+            outcome = Outcome(kind, delivered)
+        view = await self._status(view, finished(view, outcome, self.wall()))
+        self.retries.finished(view, self.clock(), failed=bool(outcome.problems))
+        if kind == "Restore" and not outcome.problems:
+            await self._patch(view, restored(view))
         log.info(
             "extension_reconciled",
             namespace=view.namespace,
@@ -222,16 +255,17 @@ class Reconciler:
         )
 
     async def _deliver(self, namespace: str) -> tuple[str, ...] | None:
-        """The shoot part delivered, or taken away where nothing may run in the shoot (its
-        owner's ``disabled``, a hibernated shoot): the problems met, for ``lastError``; None
-        while it is being taken away."""
+        """The shoot part delivered, left as it is in a hibernated shoot (its API server and
+        resource manager may be gone; the shoot extensions skip their shoot resources there too),
+        or taken away where its owner turned protection off: the problems met, for
+        ``lastError``; None while it is being taken away."""
         if self.part is None:
             return ()
         config = self.source.config(namespace)
         cluster = self.source.clusters.clusters.get(namespace)
-        if (config is not None and config.disabled) or (
-            cluster is not None and cluster.lifecycle.stop == "hibernated"
-        ):
+        if cluster is not None and cluster.lifecycle.stop == "hibernated":
+            return ()
+        if config is not None and config.disabled:
             gone, problems = await self._removed(namespace, keep_objects=False)
             return problems if problems or gone else None
         try:
@@ -314,6 +348,11 @@ class Reconciler:
         removed, problem = await self._removed(view.namespace, keep_objects=False, wait=not force)
         done, problems = await self._give_back(view.namespace)
         problems = problem + problems
+        if force and (problems or not done):
+            # Gardener's ForceDelete "should still succeed, even if some resources are orphaned":
+            # the shoot goes whole, and its force deletion must not wait on our marks.
+            log.warning("extension_force_deleted_orphaning", namespace=view.namespace, left=problems)
+            done, problems = True, ()
         if not (done and removed) and not problems:
             return  # under way (the resource manager deleting, MCM's scale-up delay): Processing still
         outcome = Outcome("Delete", problems)

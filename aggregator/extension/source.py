@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from aggregator.extension.contract import EXTENSIONS, ExtensionView
+from aggregator.extension.contract import EXTENSIONS, WAIT_FOR_STATE, ExtensionView
+from aggregator.extension.health import DISABLED, INVALID, WAITING
 from aggregator.kube.client import KubeApi
 from aggregator.model.protection import ProtectionConfig, parse
 from aggregator.model.settings import Settings
@@ -154,11 +155,13 @@ class ExtensionSource:
             return ""
         if view.deleting:
             return "its Extension is being deleted"
+        if view.operation == WAIT_FOR_STATE:
+            return WAITING
         config = self.config(namespace)
         if config is None:
-            return "its providerConfig is invalid: " + "; ".join(self.problems(namespace))
+            return f"{INVALID}: " + "; ".join(self.problems(namespace))
         if isinstance(self.configs.get(namespace), ProtectionConfig):
             self.last_good[namespace] = config
         if config.disabled:
-            return "its providerConfig says disabled"
+            return DISABLED
         return None

@@ -1,5 +1,5 @@
-"""The retry delays of the settings: a watch's restarts (settings.Watching) and a failed
-target's (settings.Shoots)."""
+"""The retry delays of the settings: a watch's restarts (settings.Watching), a failed target's
+and a failed Extension operation's (settings.Shoots)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ class Backoff:
         while True:
             yield delay_s
             delay_s = min(delay_s * 2, self.max_s)
+
+    def delay(self, attempt: int) -> float:
+        """The nominal delay before retry ``attempt`` (1: the first)."""
+        return min(self.first_s * 2.0 ** max(attempt - 1, 0), self.max_s)
 
     def spread(self, delay_s: float) -> float:
         """``delay_s`` with jitter, so that many retriers do not return in step."""

@@ -48,6 +48,8 @@ class ClusterView:
     node_conditions: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # The Shoot confirmed for force deletion: its Extension's deletion waits on nothing in it.
     force_deletion: bool = False
+    # The Shoot's last operation failed (Gardener's ``IsFailed``): its extensions leave it alone.
+    failed: bool = False
 
     @classmethod
     def from_object(cls, obj: Mapping[str, Any]) -> ClusterView:
@@ -58,7 +60,9 @@ class ClusterView:
         pools = pools_of_workers(section(shoot_spec, "provider").get("workers"))
         shoot_meta = metadata(section(section(obj, "spec"), "shoot"))
         force = (shoot_meta.get("annotations") or {}).get(FORCE_DELETION)
-        return cls(name, Lifecycle.of(obj), tuple(sorted(pools.items())), go_bool(force))
+        last = section(section(section(section(obj, "spec"), "shoot"), "status"), "lastOperation")
+        failed = last.get("state") == "Failed"
+        return cls(name, Lifecycle.of(obj), tuple(sorted(pools.items())), go_bool(force), failed)
 
 
 @dataclass(frozen=True)

@@ -356,6 +356,9 @@ class Shoots:
     poll_s: float = 5.0
     # A target that failed is started again after these delays.
     restart: Backoff = Backoff(2.0, 60.0)
+    # An Extension operation that failed is taken up again after these delays, while gardenlet
+    # asks nothing new (controller-runtime backs a failed reconcile off likewise, to 1000 s).
+    retry: Backoff = Backoff(5.0, 300.0)
     # The leader lists our records across the seed this often (and when it starts leading,
     # and when a target is removed): a record no target serves is an orphan to restore.
     sweep_s: float = 60.0

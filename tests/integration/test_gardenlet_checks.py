@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from aggregator.extension.health import Health, health, heartbeat
+from aggregator.extension.health import Health, heartbeat
 from aggregator.model.lifecycle import ClusterView
-from aggregator.model.verdict import Phase
 from core.errors import NotFound, TooManyRequests
 from testenv.base import binaries
 from testenv.base.kapi import Client
@@ -34,7 +33,7 @@ from testenv.gardener.seed_objects import (
     module_crds,
 )
 from testenv.kube.controlplane import ControlPlane, ensure_namespace
-from tests.unit.test_extension_health import Judged
+from tests.unit.test_extension_health import CONTRACT
 
 pytestmark = [
     pytest.mark.integration,
@@ -131,26 +130,24 @@ def _reported(said: Health, beat_age_s: float | None) -> tuple[dict[str, Any], d
 
 
 def test_gardenlet_reads_our_condition_into_the_shoots_as_we_mean_it() -> None:
-    """Each condition the extension writes, read by gardenlet's shoot care with the heartbeat
-    beside it: protection on or acting leaves the Shoot's SystemComponentsHealthy to its other
-    checks, starting is Progressing, off is False with our words, and a controller whose heartbeat
-    stopped has its report read as outdated."""
+    """Each state of the condition contract (tests/unit/test_extension_health.py ``CONTRACT``)
+    read by gardenlet's shoot care with the heartbeat beside it: only a broken protection turns
+    the Shoot's condition False; protection on, acting, too small to judge, in dry run, opted out
+    or hibernated leaves it to its other checks; and a controller whose heartbeat stopped has its
+    report read as outdated."""
+    said = [(state, h, expected) for state, h, _, expected in CONTRACT if h is not None]
     cases = [
-        ("judging", health(Judged(), ""), 10.0, ""),
-        ("holding down", health(Judged(phase=Phase.DOWN), ""), 10.0, ""),
-        ("restoring", health(Judged(phase=Phase.RECOVERING), ""), 10.0, ""),
-        ("view opening", health(Judged(view="not listed yet", view_opening=True), ""), 10.0, "Progressing"),
-        ("too few agents", health(Judged(judging=False, reason="2 candidates"), ""), 10.0, "False"),
-        ("heartbeat stopped", health(Judged(), ""), 600.0, "Unknown"),
-        ("no heartbeat", health(Judged(), ""), None, "Unknown"),
+        *[(state, h, 10.0, expected) for state, h, expected in said],
+        ("heartbeat stopped", said[0][1], 600.0, "Unknown"),
+        ("no heartbeat", said[0][1], None, "Unknown"),
     ]
-    answers = gardener_types.shoot_conditions([_reported(said, age) for _, said, age, _ in cases])
-    for (why, said, _, expected), (status, reason, message) in zip(cases, answers, strict=True):
+    answers = gardener_types.shoot_conditions([_reported(h, age) for _, h, age, _ in cases])
+    for (why, h, _, expected), (status, reason, message) in zip(cases, answers, strict=True):
         shoots = f"{status} {reason}" if status else "(left to its other checks)"
-        print(f"{why}: ours {said.status} {said.reason}; the Shoot's: {shoots}")
+        print(f"{why}: ours {h.status} {h.reason}; the Shoot's: {shoots}")
         assert status == expected, f"{why}: {status} {reason}: {message}"
         if status == "False":
-            assert message.endswith(said.message), message
+            assert message.endswith(h.message), message
 
 
 def _registration(**resource: Any) -> dict[str, Any]:

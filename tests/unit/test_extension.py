@@ -5,14 +5,15 @@ annotation, lastOperation, lastError, observedGeneration, the hand-back on delet
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from aggregator.extension.contract import (
     FINALIZER,
     OPERATION,
     ExtensionView,
-    Outcome,
     claim,
+    operation_type,
     wants_reconcile,
 )
 from aggregator.extension.reconciler import Reconciler
@@ -56,14 +57,17 @@ async def listed(source: ExtensionSource) -> None:
 
 
 def reconciler(
-    kube: FakeKube, source: ExtensionSource, served: set[str] | None = None, **kw: Any
+    kube: FakeKube,
+    source: ExtensionSource,
+    served: set[str] | Callable[[], set[str]] | None = None,
+    **kw: Any,
 ) -> Reconciler:
     return Reconciler(
         kube,
         source,
         SETTINGS,
         DEFAULT_DEPENDENTS,
-        served=lambda: set() if served is None else served,
+        served=served if callable(served) else lambda: set() if served is None else served,
         wall=lambda: NOW,
         **kw,
     )
@@ -94,7 +98,7 @@ async def test_an_extension_turns_its_shoot_on_with_its_own_settings_and_is_answ
     await reconciler(kube, source).reconcile_all()
     meta = kube.objects[PATH]["metadata"]
     assert meta["finalizers"] == [FINALIZER] and OPERATION not in meta["annotations"]
-    assert status_writes(kube) == [("Reconcile", "Processing"), ("Reconcile", "Succeeded")]
+    assert status_writes(kube) == [("Create", "Processing"), ("Create", "Succeeded")]
     got = status(kube)
     assert got["observedGeneration"] == 1 and got.get("lastError") is None
     assert got["lastOperation"]["lastUpdateTime"] == NOW
@@ -274,6 +278,7 @@ def view(**changes: Any) -> ExtensionView:
         deleting=False,
         finalizers=("other", FINALIZER),
         operation="",
+        timestamp="",
         observed_generation=2,
         last_operation=("Reconcile", "Succeeded", "protection configured"),
         last_error="",
@@ -282,14 +287,35 @@ def view(**changes: Any) -> ExtensionView:
 
 
 def test_what_asks_for_a_reconcile() -> None:
-    ok = Outcome("Reconcile")
-    assert not wants_reconcile(view(), ok)
-    assert wants_reconcile(view(operation="reconcile"), ok)
-    assert wants_reconcile(view(observed_generation=1), ok)
-    assert wants_reconcile(view(finalizers=("other",)), ok)
-    assert wants_reconcile(view(last_operation=("Reconcile", "Processing", "Reconcile in progress")), ok)
-    # The spec amounts to something else now (the seed's settings changed): answered again.
-    assert wants_reconcile(view(), Outcome("Reconcile", ("providerConfig.dryRun: 'x' is not a boolean",)))
+    """gardenlet's annotation, or at the first look an operation that did not succeed: nothing
+    else (Gardener's DefaultPredicates)."""
+    assert not wants_reconcile(view(), first_look=True)
+    assert wants_reconcile(view(operation="reconcile"), first_look=False)
+    assert wants_reconcile(view(operation="restore"), first_look=False)
+    assert not wants_reconcile(view(operation="wait-for-state"), first_look=True)
+    processing = ("Reconcile", "Processing", "Reconcile in progress")
+    assert wants_reconcile(view(last_operation=processing), first_look=True)
+    assert not wants_reconcile(view(last_operation=processing), first_look=False)
+    assert wants_reconcile(view(last_operation=("", "", "")), first_look=True)
+    for unasked in (view(observed_generation=1), view(finalizers=("other",))):
+        assert not wants_reconcile(unasked, first_look=False)
+
+
+def test_the_operation_is_computed_as_gardener_computes_it() -> None:
+    """``v1beta1helper.ComputeOperationType``, case by case."""
+    cases = [
+        (view(operation="migrate", deleting=True), "Migrate"),
+        (view(deleting=True, operation="restore"), "Delete"),
+        (view(operation="restore"), "Restore"),
+        (view(last_operation=("", "", "")), "Create"),
+        (view(last_operation=("Create", "Error", "x")), "Create"),
+        (view(last_operation=("Create", "Succeeded", "x")), "Reconcile"),
+        (view(last_operation=("Migrate", "Processing", "x")), "Migrate"),
+        (view(last_operation=("Restore", "Error", "x")), "Restore"),
+        (view(last_operation=("Restore", "Succeeded", "x")), "Reconcile"),
+        (view(last_operation=("Delete", "Error", "x")), "Reconcile"),
+    ]
+    assert [operation_type(v) for v, _ in cases] == [kind for _, kind in cases]
 
 
 def test_the_claim_keeps_the_others_finalizers_and_is_conditional() -> None:
@@ -301,3 +327,7 @@ def test_the_claim_keeps_the_others_finalizers_and_is_conditional() -> None:
         }
     }
     assert claim(view()) == {"metadata": {"resourceVersion": "7", "finalizers": ["other", FINALIZER]}}
+    # A restore keeps its annotation until it has succeeded (the library removes it last).
+    assert claim(view(operation="restore")) == {
+        "metadata": {"resourceVersion": "7", "finalizers": ["other", FINALIZER]}
+    }

@@ -81,7 +81,7 @@ async def test_a_reconcile_delivers_the_shoot_part_as_gardener_has_an_extension_
     assert {c["image"] for c in agent["spec"]["template"]["spec"]["containers"]} == {IMAGE}
     access = kube.objects[SECRETS[1]]["metadata"]
     assert access["labels"]["resources.gardener.cloud/purpose"] == "token-requestor"
-    assert status_writes(kube)[-1] == ("Reconcile", "Succeeded")
+    assert status_writes(kube)[-1] == ("Create", "Succeeded")
     # Asked again (gardenlet's next shoot reconcile): written over, not refused as existing.
     annotate(kube, "reconcile")
     await passes(kube)
@@ -101,7 +101,7 @@ async def test_an_owners_opt_out_takes_the_shoot_part_away_and_a_hibernated_shoo
 
     kube = world(hibernation=True, hibernated=True)
     await passes(kube, 2)
-    assert delivered(kube) == set() and status_writes(kube)[-1] == ("Reconcile", "Succeeded")
+    assert delivered(kube) == set() and status_writes(kube)[-1] == ("Create", "Succeeded")
 
 
 async def test_a_failed_delivery_is_a_last_error_that_says_so() -> None:
