@@ -15,7 +15,9 @@
 //	                 their own rules (below); any other kind the seed's scheme knows (apps,
 //	                 RBAC, policy, VPA, ...) into its Go type.
 //	check-extension  an array of Extension objects -> an array of gardenlet's verdicts, "" for
-//	                 ready, else the error text of health.CheckExtensionObject.
+//	                 ready, else the error text of health.CheckExtensionObject, and where it
+//	                 carries error codes, " [codes ...; retryable|non-retryable]" as gardenlet
+//	                 classifies them (v1beta1helper.HasNonRetryableErrorCode: the owner's to fix).
 //	render-chart     a renderRequest -> a renderResponse: a ControllerDeployment's chart archive
 //	                 rendered by pkg/chartrenderer as gardenlet's ControllerInstallation
 //	                 reconciler renders it, with the seed's name injected as it injects it.
@@ -137,10 +139,19 @@ func checkAll(in io.Reader) (any, error) {
 // object would prove nothing).
 func checkExtensions(in io.Reader) (any, error) {
 	return eachOf(in, "Extension", func(ext *extensionsv1alpha1.Extension) (string, error) {
-		if err := health.CheckExtensionObject(ext); err != nil {
+		err := health.CheckExtensionObject(ext)
+		if err == nil {
+			return "", nil
+		}
+		codes := v1beta1helper.ExtractErrorCodes(err)
+		if len(codes) == 0 {
 			return err.Error(), nil
 		}
-		return "", nil
+		kind := "retryable"
+		if v1beta1helper.HasNonRetryableErrorCode(gardencorev1beta1.LastError{Codes: codes}) {
+			kind = "non-retryable"
+		}
+		return fmt.Sprintf("%s [codes %v; %s]", err.Error(), codes, kind), nil
 	})
 }
 
