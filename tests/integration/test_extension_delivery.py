@@ -255,7 +255,7 @@ def test_a_cut_is_told_on_the_extension_and_a_force_deletion_waits_on_nothing_in
         agents.procs.clear()
         wait_for(lambda: b.shoot.replicas() == DOWN, 30, "the controllers held down")
         said.append(_reason(b.admin, "ControllersHeldDown", 30, b.controller))
-        assert verdict(b.admin, NS) == ("Restore", "Succeeded", "")  # the condition is no operation
+        assert verdict(b.admin, NS) == ("Reconcile", "Succeeded", "")  # the condition is no operation
         for node in nodes:  # healed
             agents.start(agents.env(node))
         wait_for(lambda: b.shoot.replicas() == CONTROLLERS, 30, "the controllers restored")
