@@ -260,6 +260,8 @@ def test_a_cut_is_told_on_the_extension_and_a_force_deletion_waits_on_nothing_in
             agents.start(agents.env(node))
         wait_for(lambda: b.shoot.replicas() == CONTROLLERS, 30, "the controllers restored")
         said.append(_reason(b.admin, "ProtectionActive", 30, b.controller))
+        said.append(_dry_run(b))
+        _failed_shoot(b)
     finally:
         agents.close()
     for condition, shoots in said:
@@ -284,6 +286,41 @@ def test_a_cut_is_told_on_the_extension_and_a_force_deletion_waits_on_nothing_in
         print("force-deleted: the Extension gone, its Secrets gone, the ManagedResource left to gardenlet")
     finally:
         cp.start_apiserver()
+
+
+def _dry_run(seed: Seed) -> tuple[dict[str, Any], str]:
+    """The owner turns the dry run on: True DryRun, the Extension ready; then off again."""
+    said = _dry_run_set(seed, dry=True, reason="DryRun")
+    _dry_run_set(seed, dry=False, reason="ProtectionActive")
+    return said
+
+
+def _dry_run_set(seed: Seed, *, dry: bool, reason: str) -> tuple[dict[str, Any], str]:
+    assert seed.controller is not None
+    config = {"apiVersion": API_VERSION, "kind": KIND, "dryRun": dry}
+    seed.admin.merge_patch(
+        _extension_path(NS),
+        {"metadata": {"annotations": {OPERATION: "reconcile"}}, "spec": {"providerConfig": config}},
+    )
+    wait_for(lambda: answered(seed.admin, NS, "Reconcile"), 30, "the providerConfig answered")
+    assert verdict(seed.admin, NS) == ("Reconcile", "Succeeded", "")
+    return _reason(seed.admin, reason, 60, seed.controller)
+
+
+def _failed_shoot(seed: Seed) -> None:
+    """The shoot's last operation failed: its Extension is left alone, as every Gardener extension
+    leaves it, until gardenlet's next attempt (the Cluster says Reconcile again)."""
+    admin, path = seed.admin, _extension_path(NS)
+    admin.merge_patch(f"{CLUSTERS}/{NS}", cluster(NS, last_operation=("Reconcile", "Failed")))
+    time.sleep(1)  # the Cluster's watch event first: gardenlet writes the Cluster before it annotates
+    before = admin.get(path)["status"]["lastOperation"]
+    admin.merge_patch(path, {"metadata": {"annotations": {OPERATION: "reconcile"}}})
+    time.sleep(3)  # the controller's passes go by
+    kind, state, said = verdict(admin, NS)
+    print(f"failed shoot: left alone ({kind} {state}), gardenlet says {said}")
+    assert admin.get(path)["status"]["lastOperation"] == before and said.startswith("gardener operation")
+    admin.merge_patch(f"{CLUSTERS}/{NS}", cluster(NS, last_operation=("Reconcile", "Processing")))
+    wait_for(lambda: answered(admin, NS, "Reconcile"), 30, "the Extension answered once the shoot is retried")
 
 
 def _hibernated_and_woken(seed: Seed) -> None:
