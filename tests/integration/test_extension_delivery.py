@@ -29,7 +29,7 @@ from aggregator.extension.delivery import MANAGED_RESOURCES, OBJECTS_SECRET, man
 from aggregator.model.protection import API_VERSION, KIND
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
 from aggregator.observe.sources import CLUSTERS
-from core.errors import NotFound, TooManyRequests
+from core.errors import Invalid, NotFound, TooManyRequests
 from testenv.base.kapi import Client, node_leases
 from testenv.base.process import Process
 from testenv.base.wait import wait_for
@@ -37,7 +37,7 @@ from testenv.gardener import grm
 from testenv.gardener.apply import RESOURCES, apply
 from testenv.gardener.gardener_types import extension_verdicts, shoot_conditions, strict_errors
 from testenv.gardener.seed_objects import cluster, extension, module_crds
-from testenv.kube.controllers import CONTROLLERS, DOWN
+from testenv.kube.controllers import CONTROLLERS, DOWN, KCM
 from testenv.kube.controlplane import ControlPlane, ensure_node, free_port
 from testenv.worlds.agents import Agents
 from testenv.worlds.shoot_world import Shoot
@@ -409,3 +409,86 @@ def _established(admin: Client) -> bool:
     except (NotFound, TooManyRequests):  # 429: a new CRD's storage is still initialising
         return False
     return True
+
+
+REFUSE = "refuse-deployment-writes"
+
+
+def _refusing(namespace: str) -> list[dict[str, Any]]:
+    """An admission policy that refuses every Deployment write in ``namespace``: a hand-back that
+    cannot go through (a webhook down, a policy gone wrong), whoever sends it."""
+    return [
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": REFUSE},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["apps"],
+                            "apiVersions": ["v1"],
+                            "operations": ["UPDATE"],
+                            "resources": ["deployments", "deployments/scale"],
+                        }
+                    ]
+                },
+                "validations": [{"expression": "false", "message": "refused by the test"}],
+            },
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": REFUSE},
+            "spec": {
+                "policyName": REFUSE,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+                },
+            },
+        },
+    ]
+
+
+def _refused(admin: Client) -> bool:
+    try:
+        admin.merge_patch(
+            f"/apis/apps/v1/namespaces/{NS}/deployments/{KCM}", {"metadata": {"labels": {"t": "1"}}}
+        )
+    except Invalid:
+        return True
+    return False
+
+
+def test_a_force_deletion_lets_go_when_the_hand_back_is_refused(seeds: tuple[Seed, Seed]) -> None:
+    """The first seed's copy of the shoot, held down by a record of ours, its Shoot confirmed for
+    force deletion, every write to its controllers refused: the Extension's deletion lets go all
+    the same (Gardener's ForceDelete "should still succeed, even if some resources are
+    orphaned"), where a deletion without force would hold the finalizer and retry."""
+    a, _ = seeds
+    if a.controller is None:
+        pytest.fail("needs the first seed's controller started by the tests before it (module order)")
+    admin, path = a.admin, _extension_path(NS)
+    record = json.dumps({"format": 2, "replicas": 3, "episode": "e-force"})
+    admin.merge_patch(
+        f"/apis/apps/v1/namespaces/{NS}/deployments/{KCM}",
+        {"metadata": {"annotations": {RECORD: record, REPLICAS: "3", MELTDOWN: ""}}, "spec": {"replicas": 0}},
+    )
+    admin.merge_patch(f"{CLUSTERS}/{NS}", cluster(NS, deleting=True, force_deletion="true"))
+    obj = extension(NS)
+    obj["metadata"].update(finalizers=["extensions.gardener.cloud/dwd-lease"], annotations={})
+    apply(admin, [obj])
+    apply(admin, _refusing(NS))
+    try:
+        wait_for(lambda: _refused(admin), 30, "the admission policy in force")
+        admin.delete(path)
+        wait_for(lambda: not _exists(admin, path), 30, f"the Extension gone (log: {a.controller.log_path})")
+        kcm = admin.get(f"/apis/apps/v1/namespaces/{NS}/deployments/{KCM}")
+        assert RECORD in kcm["metadata"]["annotations"]  # orphaned, as Gardener allows: the shoot goes whole
+        assert "extension_force_deleted_orphaning" in a.controller.names()
+        print("force deletion with every controller write refused: the Extension gone, our record orphaned")
+    finally:
+        for doc in reversed(_refusing(NS)):
+            admin.delete(f"/apis/admissionregistration.k8s.io/v1/{RESOURCES[doc['kind']][0]}/{REFUSE}")
