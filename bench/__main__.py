@@ -12,6 +12,7 @@ from bench import (
     agent_hostile,
     agent_imports,
     aggregator_scale,
+    extensions,
     kubelet,
     lease_home,
     path,
@@ -28,6 +29,10 @@ QUICK: Benchmarks = {
     "agent_imports": ("what each of the agent's imports costs in RSS and time (10 s)", agent_imports.run),
     "agent_hostile": ("the agent's peak memory against servers that mean harm (a minute)", agent_hostile.run),
     "aggregator_scale": ("the aggregator's cost per event and per decision (a minute)", aggregator_scale.run),
+    "extensions": (
+        "250 Extensions created at once on a real seed, then the controller SIGKILLed (2 min)",
+        lambda: extensions.main([]),
+    ),
 }
 LONG: Benchmarks = {
     "race": (

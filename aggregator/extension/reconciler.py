@@ -152,7 +152,10 @@ class Reconciler:
                 continue
             try:
                 await self.reconcile(view)
-                await self.report(self.source.extensions.get(namespace, view))
+                # As the cache has it now: what reconcile wrote may not have come back yet.
+                now = self.source.extensions.get(namespace, view)
+                if not self._superseded(now):
+                    await self.report(now)
                 self._settled(view, "")
             except KubeError as e:
                 self._settled(view, str(e))
@@ -200,6 +203,10 @@ class Reconciler:
             return
         self._beat_at = self.clock()
 
+    def _superseded(self, view: ExtensionView) -> bool:
+        """Whether our own write went past ``view``: the cache brings the object as it is."""
+        return view.resource_version in self.superseded.get(view.namespace, ())
+
     def _settled(self, view: ExtensionView, error: str) -> None:
         if error != self.errors.get(view.namespace, ""):
             if error:
@@ -211,8 +218,8 @@ class Reconciler:
     async def reconcile(self, view: ExtensionView) -> None:
         """One Extension's operation, as the library's reconciler chooses it: none while it waits
         for its state or its shoot has failed, then migrate, delete, restore or reconcile."""
-        if view.resource_version in self.superseded.get(view.namespace, ()):
-            return  # our own write went past it: the cache brings the object as it is
+        if self._superseded(view):
+            return
         if view.operation == WAIT_FOR_STATE:
             return
         cluster = self.source.clusters.clusters.get(view.namespace)
