@@ -119,7 +119,7 @@ def _parse_item(item: Any) -> Dependent:
     if not isinstance(item, dict):
         raise TypeError("not a mapping")
     ref = item.get("ref")
-    if not isinstance(ref, dict) or not ref.get("name"):
+    if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
         raise ValueError("ref.name is required")
     api_version, kind = ref.get("apiVersion", "apps/v1"), ref.get("kind", "Deployment")
     if (api_version, kind) not in KIND_PATHS:
@@ -142,10 +142,12 @@ def _parse_step(item: dict[str, Any], key: str) -> Step:
     if not isinstance(raw, dict):
         raise ValueError(f"{key} is required")
     level = raw.get("level", 0)
-    if not isinstance(level, int) or level < 0:
+    if not isinstance(level, int) or isinstance(level, bool) or level < 0:
         raise ValueError(f"{key}.level must be a whole number >= 0")
-    delay = parse_duration(str(raw.get("initialDelay", "0s")))
-    timeout = parse_duration(str(raw.get("timeout", "30s")))
+    delay, timeout = raw.get("initialDelay", "0s"), raw.get("timeout", "30s")
+    if not isinstance(delay, str) or not isinstance(timeout, str):
+        raise ValueError(f"{key}: initialDelay and timeout are durations (a string: 30s, 1m)")
+    delay, timeout = parse_duration(delay), parse_duration(timeout)
     if delay < 0 or timeout <= 0:
         raise ValueError(f"{key}: initialDelay must be >= 0 and timeout > 0")
     return Step(level, delay, timeout)

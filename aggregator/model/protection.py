@@ -74,8 +74,23 @@ class ProtectionConfig:
 def parse(raw: Any, settings: Settings) -> ProtectionConfig:
     """An Extension's ``providerConfig`` (None: none given, the seed's settings), checked against
     the seed's ``settings``; ConfigError lists every problem, each naming its field."""
+    config, given = _checked(raw)
+    _relations(config, settings, given)
+    return config
+
+
+def check(raw: Any) -> ProtectionConfig:
+    """The rules of the shoot's own fields, the seed's settings aside (relations between fields
+    the config sets itself included): what the garden's door applies at the Shoot's update
+    (aggregator/model/door.py), where no seed's settings are known."""
+    config, given = _checked(raw)
+    _relations(config, Settings(), given, own_only=True)
+    return config
+
+
+def _checked(raw: Any) -> tuple[ProtectionConfig, set[str]]:
     if raw is None:
-        return ProtectionConfig()
+        return ProtectionConfig(), set()
     if not isinstance(raw, Mapping):
         raise ConfigError([f"{WHERE}: expected an object with apiVersion {API_VERSION} and kind {KIND}"])
     problems = _header(raw)
@@ -101,9 +116,7 @@ def parse(raw: Any, settings: Settings) -> ProtectionConfig:
             problems += e.problems
     if problems:
         raise ConfigError(problems)
-    config = ProtectionConfig(**fields, dependents=dependents, disabled=disabled is True)
-    _relations(config, settings, set(values))
-    return config
+    return ProtectionConfig(**fields, dependents=dependents, disabled=disabled is True), set(values)
 
 
 def _header(raw: Mapping[str, Any]) -> list[str]:
@@ -116,20 +129,32 @@ def _header(raw: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def _relations(config: ProtectionConfig, settings: Settings, given: set[str]) -> None:
+def _relations(
+    config: ProtectionConfig, settings: Settings, given: set[str], *, own_only: bool = False
+) -> None:
     """The seed's rules between settings, on the shoot's values: a message names the shoot's
-    field where the shoot set it, the seed's variable where it did not."""
+    field where the shoot set it, the seed's variable where it did not. ``own_only``: only the
+    rules between fields the shoot set (a problem that names no seed variable)."""
     try:
         config.over(settings)
     except ConfigError as e:
         names = {_field(*OVERRIDES[key])[1].name: f"{WHERE}.{key}" for key in given}
-        raise ConfigError([_renamed(problem, names) for problem in e.problems]) from None
+        problems = [_renamed(problem, names) for problem in e.problems]
+        if own_only:
+            problems = [p for p in problems if "DWD_" not in p]
+        if problems:
+            raise ConfigError(problems) from None
 
 
 def _renamed(problem: str, names: Mapping[str, str]) -> str:
     for variable, key in names.items():
         problem = problem.replace(variable, key)
     return problem
+
+
+def override_var(key: str) -> Var:
+    """The seed setting that the providerConfig's field ``key`` overrides."""
+    return _field(*OVERRIDES[key])[1]
 
 
 def _field(group: type, name: str) -> tuple[dataclasses.Field[Any], Var]:

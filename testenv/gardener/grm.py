@@ -75,7 +75,10 @@ GARDENER_TYPES = TreeBinary(
     "./cmd/dwd-lease-gardener-types",
     binaries.GO_DIR / "gardener-types" / "main.go",
 )
-TREE_BINARIES = (GRM, GARDENER_TYPES)
+# The garden's API server (testenv/gardener/garden.py), where Shoots and the registration are
+# validated by Gardener itself.
+GARDENER_APISERVER = TreeBinary("gardener-apiserver", "./cmd/gardener-apiserver")
+TREE_BINARIES = (GRM, GARDENER_TYPES, GARDENER_APISERVER)
 
 
 def cache_dir() -> Path:

@@ -89,6 +89,9 @@ class ControlPlane:
 
     extra_sans: Sequence[str] = ()
     extra_apiserver_args: Sequence[str] = ()
+    # The aggregation layer on (front-proxy certificates, request headers): an API server of
+    # another's, registered by an APIService, is reached through this one (testenv/gardener/garden.py).
+    aggregation: bool = False
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="dwd-testenv-")))
     url: str = ""
     etcd_url: str = ""
@@ -177,9 +180,27 @@ class ControlPlane:
             f"--service-account-signing-key-file={sa.key}",
             "--endpoint-reconciler-type=none",
             "--profiling=false",
+            *(self._aggregation_args() if self.aggregation else ()),
             *self.extra_apiserver_args,
         ]
         self._run_apiserver(timeout_s)
+
+    def _aggregation_args(self) -> list[str]:
+        """kube-apiserver's front proxy, as kubeadm sets it up: a CA of its own, whose client
+        certificate (``front-proxy-client``) it presents to an aggregated API server, which
+        takes the user from the request headers it vouches for."""
+        pki = self.workdir / "pki" / "front-proxy"
+        pki.mkdir(parents=True, exist_ok=True)
+        client = CertificateAuthority(pki, "front-proxy-ca").issue("client", "front-proxy-client")
+        return [
+            f"--requestheader-client-ca-file={pki / 'ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={client.cert}",
+            f"--proxy-client-key-file={client.key}",
+        ]
 
     def _run_apiserver(self, timeout_s: float) -> None:
         proc = self._spawn("kube-apiserver", self._apiserver_argv)
