@@ -103,6 +103,9 @@ GENERATED = {
     # The same objects in the extension's chart, which delivers them (before the registration,
     # whose archive of the chart holds them).
     f"{registration.CHART}/files/shoot-objects.yaml": "manifests/gardener/shoot/objects",
+    # The alerting rules and the dashboard, which the chart ships to the seed's monitoring.
+    f"{registration.CHART}/files/prometheusrule.yaml": "manifests/monitoring",
+    f"{registration.CHART}/files/dashboard.json": "manifests/monitoring/dashboard.json",
     registration.TARGET: registration.CHART,
 }
 
@@ -110,9 +113,12 @@ GENERATED = {
 def generated(root: Path, target: str) -> str:
     """The text ``target`` (one of GENERATED) must hold."""
     source = GENERATED[target]
-    body = (
-        registration.render(root / source) if target == registration.TARGET else kustomize_text(root / source)
-    )
+    if target == registration.TARGET:
+        body = registration.render(root / source)
+    elif (root / source).is_file():
+        return (root / source).read_text()  # JSON takes no comment: a copy, as it is
+    else:
+        body = kustomize_text(root / source)
     return GENERATED_HEADER.format(source=source) + body
 
 

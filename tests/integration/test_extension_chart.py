@@ -109,11 +109,41 @@ def test_every_rendered_object_is_what_the_seeds_types_decode(rendered: Rendered
     kinds = sorted(o["kind"] for o in objects)
     print(f"\n{len(objects)} objects: {', '.join(kinds)}")
     assert gardener_types.strict_errors(objects) == [""] * len(objects)
-    assert {o["metadata"].get("namespace", NAMESPACE) for o in objects} == {NAMESPACE}
+    # Only the dashboard goes elsewhere: the seed's Plutono reads the garden namespace's.
+    elsewhere = {
+        (o["kind"], o["metadata"]["namespace"])
+        for o in objects
+        if o["metadata"].get("namespace", NAMESPACE) != NAMESPACE
+    }
+    assert elsewhere == {("ConfigMap", "garden")}
     env = container(objects)["env"]
     # gardenlet's own mutation of what it renders: the seed's name in every container.
     assert {"name": "SEED_NAME", "value": "seed-a"} in env
     assert {"name": "DWD_TARGETS", "value": "extension"} in env
+
+
+def test_gardens_monitoring_picks_up_what_the_chart_ships(rendered: RenderedChart) -> None:
+    """Each object with what Gardener's monitoring selects it by (docs/extensions/
+    logging-and-monitoring.md in v1.149.3): the pods scraped by the seed's Prometheus through
+    their annotations, on the port the aggregator serves its metrics on; the alerting rules
+    (promtool-tested in tests/unit/test_alerts.py) labelled for the seed's Prometheus; the
+    dashboard labelled for the seed's Plutono, in the garden namespace."""
+    objects = rendered.objects()
+    pod = by_kind(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
+    metrics = next(e["value"] for e in container(objects)["env"] if e["name"] == "DWD_METRICS_ADDR")
+    assert (pod["prometheus.io/scrape"], pod["prometheus.io/port"]) == ("true", metrics.rsplit(":", 1)[1])
+    rule = by_kind(objects, "PrometheusRule")
+    shipped = yaml.safe_load((ROOT / "manifests/monitoring/prometheusrule.yaml").read_text())
+    assert rule["metadata"]["labels"]["prometheus"] == "seed" and rule["spec"] == shipped["spec"]
+    (dashboard,) = (o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["namespace"] == "garden")
+    assert dashboard["metadata"]["labels"]["dashboard.monitoring.gardener.cloud/seed"] == "true"
+    (board,) = dashboard["data"].values()
+    assert json.loads(board) == json.loads((ROOT / "manifests/monitoring/dashboard.json").read_text())
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    print(
+        f"\nseed Prometheus: pods scraped on :{pod['prometheus.io/port']}, {len(alerts)} alerts "
+        f"(prometheus: seed); seed Plutono: {dashboard['metadata']['name']} in garden"
+    )
 
 
 def test_a_misspelt_field_in_a_rendered_object_is_found(rendered: RenderedChart) -> None:
@@ -248,6 +278,7 @@ def _served(admin: Client) -> bool:
             "/apis/extensions.gardener.cloud/v1alpha1/extensions",
             "/apis/extensions.gardener.cloud/v1alpha1/clusters",
             "/apis/autoscaling.k8s.io/v1/verticalpodautoscalers",
+            "/apis/monitoring.coreos.com/v1/prometheusrules",
         ):
             admin.get(path)
     except Exception:
@@ -278,13 +309,16 @@ def test_installed_in_a_seed_the_controller_answers_an_extension(
         ("Extension", "extensions", True),
         ("VerticalPodAutoscaler", "verticalpodautoscalers", True),
         ("ManagedResource", "managedresources", True),
+        ("PrometheusRule", "prometheusrules", True),
     ):
         RESOURCES.setdefault(kind, (plural, namespaced))
     objects = rendered.objects()
     with seed.admin_client() as admin:
-        apply(admin, module_crds("Cluster", "Extension", "VerticalPodAutoscaler", "ManagedResource"))
+        crds = ("Cluster", "Extension", "VerticalPodAutoscaler", "ManagedResource", "PrometheusRule")
+        apply(admin, module_crds(*crds))
         wait_for(lambda: _served(admin), 30, "the CRDs")
         apply(admin, [installation_namespace()])
+        ensure_namespace(admin, "garden")  # every seed has it: its monitoring lives there
         apply(admin, objects)  # raises ApplyWarning on any warning: pod security's included
         ensure_namespace(admin, SHOOT_NS)
         apply(admin, [cluster(SHOOT_NS), extension(SHOOT_NS), extension(SHOOT_NS, type_="other")])
