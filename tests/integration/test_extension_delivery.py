@@ -1,6 +1,6 @@
 """The extension delivering the shoot part the Gardener way, against real API servers and the real
 gardener-resource-manager (testenv/gardener/grm.py), one per seed as gardenlet runs a shoot's: two seeds'
-kube-apiservers and one shoot's. A shoot turned on after the controller started gets its agents'
+kube-apiservers and one shoot's. A 1-node shoot turned on after the controller started gets its agents'
 DaemonSet from one reconcile, and too small to judge, its Shoot's condition untouched; one whose
 owner set ``disabled`` gets nothing; the shoot's control plane migrated from the first seed to
 the second keeps its agents (the same DaemonSet, never deleted) and its controllers' replicas,
@@ -147,6 +147,7 @@ def test_a_new_shoot_gets_its_agents_from_one_reconcile_and_an_opted_out_one_non
     seeds: tuple[Seed, Seed],
 ) -> None:
     a, _ = seeds
+    ensure_node(a.shoot.shoot_admin, "node-0")  # a 1-node shoot
     start(a)
     apply(a.admin, [cluster(NS), extension(NS)])
     t0 = time.monotonic()
@@ -172,8 +173,8 @@ def test_a_new_shoot_gets_its_agents_from_one_reconcile_and_an_opted_out_one_non
     assert ours_in(a.admin, OFF) == []
     print(f"opted-out shoot {OFF}: ready, nothing delivered")
 
-    # No node, no agent: too small to judge, which is no broken protection. The Shoot's condition
-    # is left to gardenlet's other checks.
+    # One node, no agent renewing (no kubelet runs the DaemonSet here): too few to judge, which
+    # is no broken protection. The Shoot's condition is left to gardenlet's other checks.
     assert a.controller is not None
     condition, shoots = _reason(a.admin, "QuorumNotJudged", 30, a.controller)
     print(f"{NS}: {condition['type']}={condition['status']} {condition['reason']}: {condition['message']}")
