@@ -234,7 +234,7 @@ class Reconciler:
         if view.last_operation[:2] == ("Migrate", "Succeeded") and kind != "Restore":
             return  # the shoot is the next seed's now: only a restore makes it ours again
         if view.deleting:
-            if FINALIZER in view.finalizers:
+            if FINALIZER in view.finalizers and self.retries.due(view, self.clock()):
                 await self._delete(view)
             return
         if not self.retries.asked(view, self.clock(), first_look=first_look):
@@ -366,6 +366,7 @@ class Reconciler:
         # Each write answers with the object as written: the finalizers' write is conditional
         # on the resourceVersion the status write gave it.
         view = await self._status(view, finished(view, outcome, self.wall()))
+        self.retries.finished(view, self.clock(), failed=bool(problems))
         if problems:
             log.warning("extension_delete_failed", namespace=view.namespace, error=outcome.description)
             return

@@ -1,6 +1,6 @@
 """When the extension controller takes an Extension up without gardenlet asking: an operation of
-ours that failed, after a backoff that doubles, or one under way (the shoot part being taken
-away), on the next pass. gardenlet asking anew (a new generation or ``gardener.cloud/timestamp``)
+ours that failed (a deletion too), after a backoff that doubles, or one under way (the shoot part
+being taken away), on the next pass. gardenlet asking anew (a new generation or ``gardener.cloud/timestamp``)
 is answered at once; a failure is not retried sooner for an annotation that stays on (a
 ``restore`` is removed only once it has succeeded).
 
@@ -36,6 +36,12 @@ class Retries:
         if again is not None and again.asked == view.asked:
             return now >= again.due
         return wants_reconcile(view, first_look=first_look)
+
+    def due(self, view: ExtensionView, now: float) -> bool:
+        """Whether an operation that goes on unasked (a deletion) is to be tried now: at once,
+        unless the last try failed and its backoff has not run out."""
+        again = self.again.get(view.namespace)
+        return again is None or now >= again.due
 
     def under_way(self, view: ExtensionView, now: float) -> None:
         self.again[view.namespace] = Again(now, 0, view.asked)

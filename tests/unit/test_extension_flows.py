@@ -295,3 +295,20 @@ async def test_a_condition_is_not_written_again_from_a_cache_our_write_went_past
     assert f.reconciler is not None
     await f.reconciler.reconcile_all()  # the cache still holds ``stale``
     assert f.source.extensions[NS] is stale and len(f.kube.writes) == writes
+
+
+async def test_a_deletion_that_fails_is_tried_again_after_a_backoff_not_every_pass() -> None:
+    """A refused hand-back is Delete Error, tried again as the library's rate limiter would:
+    not two status writes every pass for as long as it is refused."""
+    f = flow(answered=True)
+    held_down(f.kube)
+    f.kube.objects[PATH]["metadata"]["deletionTimestamp"] = DELETED_AT
+    f.kube.fail("PATCH", f"deployments/{KCM}$")
+    await f.run()
+    assert status_writes(f.kube)[-1] == ("Delete", "Error")
+    writes = len(status_writes(f.kube))
+    await f.run(passes=3, every_s=1.0)
+    assert len(status_writes(f.kube)) == writes
+    f.kube.clear()
+    await f.run(passes=2, every_s=SETTINGS.shoots.retry.first_s)
+    assert PATH not in f.kube.objects
