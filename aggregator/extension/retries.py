@@ -39,9 +39,10 @@ class Retries:
 
     def due(self, view: ExtensionView, now: float) -> bool:
         """Whether an operation that goes on unasked (a deletion) is to be tried now: at once,
-        unless the last try failed and its backoff has not run out."""
+        unless the last try of it failed and its backoff has not run out. The delete request
+        raises the generation once, so a reconcile's backoff never delays the deletion."""
         again = self.again.get(view.namespace)
-        return again is None or now >= again.due
+        return again is None or again.asked != view.asked or now >= again.due
 
     def under_way(self, view: ExtensionView, now: float) -> None:
         self.again[view.namespace] = Again(now, 0, view.asked)

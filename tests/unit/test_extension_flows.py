@@ -312,3 +312,16 @@ async def test_a_deletion_that_fails_is_tried_again_after_a_backoff_not_every_pa
     f.kube.clear()
     await f.run(passes=2, every_s=SETTINGS.shoots.retry.first_s)
     assert PATH not in f.kube.objects
+
+
+async def test_a_deletion_does_not_wait_out_a_failed_reconciles_backoff() -> None:
+    """A bad providerConfig failed its reconcile (backed off); then the Extension is deleted, which
+    raises its generation once, as the API server does: the deletion goes ahead at once."""
+    f = flow(good(failureFraction=1.5))
+    await f.run()
+    assert status_writes(f.kube)[-1] == ("Create", "Error")
+    obj = f.kube.objects[PATH]
+    obj["metadata"]["deletionTimestamp"] = DELETED_AT
+    obj["metadata"]["generation"] += 1
+    await f.run(passes=2)
+    assert PATH not in f.kube.objects
