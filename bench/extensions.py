@@ -57,7 +57,7 @@ from testenv.kube.audit import Audit, audit_args, audited_kubeconfig
 from testenv.kube.controlplane import ControlPlane, ensure_namespace, free_port
 from testenv.worlds.agent_fleet import Fleet, FleetThread
 from testenv.worlds.aggregators import start_aggregator
-from testenv.worlds.targets import access_kubeconfig, namespace, populate
+from testenv.worlds.targets import access_kubeconfig, bench_env, namespace, populate
 
 API_VERSION = "extensions.gardener.cloud/v1alpha1"
 # The controller's own namespace, where the chart's pod runs and its heartbeat goes.
@@ -89,11 +89,7 @@ class Rig:
     def start(self) -> Process:
         """The aggregator as the seed's extension controller, once it says it is ready."""
         n = len(self.procs)
-        env = {
-            "PATH": "/usr/bin:/bin",
-            "DWD_TARGETS": "extension",
-            "DWD_NODE_GRACE": "0s",
-            "DWD_LOG_FORMAT": "json",
+        env = bench_env("extension") | {
             "DWD_METRICS_ADDR": f"127.0.0.1:{self.port}",
             "POD_NAMESPACE": CONTROLLER_NS,
         }

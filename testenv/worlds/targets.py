@@ -82,6 +82,12 @@ def _served(seed: Client) -> bool:
     return False
 
 
+def bench_env(targets: str) -> dict[str, str]:
+    """An aggregator's environment at its defaults serving ``targets`` (DWD_TARGETS), but no
+    node grace: a benchmark's nodes are minutes old."""
+    return {"PATH": "/usr/bin:/bin", "DWD_TARGETS": targets, "DWD_NODE_GRACE": "0s", "DWD_LOG_FORMAT": "json"}
+
+
 @contextlib.contextmanager
 def aggregators(
     kubeconfig: Path, code: Path, tmp: Path, replicas: int = 1, shards: int = 1
@@ -89,12 +95,7 @@ def aggregators(
     """``replicas`` aggregators in gardener mode at their defaults (but no node grace: the
     nodes are minutes old), from the tree ``code``, each with its /metrics port; more than one
     elect on ``shards`` shard Leases in ``garden``."""
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "DWD_TARGETS": "gardener",
-        "DWD_NODE_GRACE": "0s",
-        "DWD_LOG_FORMAT": "json",
-    }
+    env = bench_env("gardener")
     if replicas > 1:
         env |= {"DWD_LEADER_ELECTION": "true", "DWD_SHARDS": str(shards)}
     procs: list[tuple[Process, int]] = []
