@@ -88,6 +88,9 @@ class Reporter:
     def error(self, text: str) -> None:
         self.status.error = text
 
+    def dry_run(self, dry: bool) -> None:
+        self.metrics.target_dry_run.set(1 if dry else 0, target=self.name)
+
     def leading(self, leader: bool) -> None:
         self.metrics.leading.set(1 if leader else 0, target=self.name)
 

@@ -68,6 +68,7 @@ class Target:
             events=shared.events,
         )
         self.report = Reporter(name, self.metrics, wall=shared.wall, log=self.log, event=self.scaler.report)
+        self.report.dry_run(settings.scaling.dry_run)
         self.parts = wire(
             name,
             namespace,

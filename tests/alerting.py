@@ -50,9 +50,13 @@ def rendered_annotations(alert: str, **values: str) -> dict[str, str]:
     return out
 
 
-def promtool(tmp_path: Path, *tests: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+def promtool(
+    tmp_path: Path, *tests: dict[str, Any], groups: list[dict[str, Any]] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """promtool's verdict on ``tests`` over the seed's rules (or ``groups``)."""
     assert PROMTOOL is not None
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": rules()["spec"]["groups"]}))
+    groups = rules()["spec"]["groups"] if groups is None else groups
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
     (tmp_path / "tests.yaml").write_text(
         yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": list(tests)})
     )

@@ -32,6 +32,7 @@ from functools import partial
 from typing import Any
 
 from aggregator.act.scaler import Scaler
+from aggregator.extension import monitoring
 from aggregator.extension.contract import (
     CONFIGURATION_PROBLEM,
     FINALIZER,
@@ -279,11 +280,28 @@ class Reconciler:
             for body in (access_secret(namespace, self.part), objects_secret(namespace, self.part)):
                 await self._apply(namespace, secret_path(namespace, body["metadata"]["name"]), body)
             await self._apply(namespace, managed_resource_path(namespace), managed_resource(namespace))
+            await self._monitoring(namespace)
         except NotLeading:
             raise
         except KubeError as e:
             return (f"delivering the shoot part: {e}",)
         return ()
+
+    async def _monitoring(self, namespace: str) -> None:
+        """The shoot's own alerts beside its shoot part (aggregator/extension/monitoring.py),
+        where the controller's namespace is known; a seed without prometheus-operator's CRDs
+        gets none, and says so: protection does not wait on monitoring."""
+        if self.heartbeat_ns is None:
+            return
+        bodies = (
+            monitoring.service_monitor(namespace, self.heartbeat_ns),
+            monitoring.prometheus_rule(namespace),
+        )
+        try:
+            for path, body in zip(monitoring.paths(namespace), bodies, strict=True):
+                await self._apply(namespace, path, body)
+        except NotFound as e:
+            log.warning("shoot_monitoring_not_delivered", namespace=namespace, error=str(e))
 
     async def _removed(
         self, namespace: str, *, keep_objects: bool, wait: bool = True
@@ -304,6 +322,9 @@ class Reconciler:
         Gardener's force deletion has it: the shoot may be beyond reach, and gardenlet finalizes
         what is left): whether all of it is gone."""
         assert self.part is not None
+        for own in monitoring.paths(namespace):
+            with contextlib.suppress(NotFound):
+                await self._call(namespace, own, partial(self.seed.delete, own))
         path = managed_resource_path(namespace)
         try:
             if keep_objects:

@@ -66,6 +66,11 @@ class AggregatorMetrics:
 
     def _actions(self, r: Registry) -> None:
         """What the actuator does and refuses, and what it finds others did."""
+        self.target_dry_run = r.gauge(
+            "dwd_target_dry_run",
+            "1 when the target's scaling is only reported (its providerConfig's or the seed's dry run).",
+            ["target"],
+        )
         self.scale_actions = r.counter(
             "dwd_scale_actions_total",
             "Scale actions by resource, direction and result.",

@@ -43,6 +43,7 @@ SEED_CRDS = {
     "Machine": "example/seed-crds/10-crd-machine.sapcloud.io_machines.yaml",
     "VerticalPodAutoscaler": "example/seed-crds/10-crd-autoscaling.k8s.io_verticalpodautoscalers.yaml",
     "PrometheusRule": "example/seed-crds/10-crd-monitoring.coreos.com_prometheusrules.yaml",
+    "ServiceMonitor": "example/seed-crds/10-crd-monitoring.coreos.com_servicemonitors.yaml",
 }
 # gardenlet's target namespaces for a shoot (pkg/gardenlet/operation/botanist/resource_manager.go).
 # A pod or namespace with this label set to "disable" is left out by the kubernetes-service-host

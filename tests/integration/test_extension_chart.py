@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aggregator.extension import monitoring
 from aggregator.extension.contract import FINALIZER, OPERATION
 from aggregator.extension.delivery import OBJECTS_KEY, OBJECTS_SECRET, managed_resource_path
 from aggregator.extension.health import HEARTBEAT
@@ -314,7 +315,14 @@ def test_installed_in_a_seed_the_controller_answers_an_extension(
         RESOURCES.setdefault(kind, (plural, namespaced))
     objects = rendered.objects()
     with seed.admin_client() as admin:
-        crds = ("Cluster", "Extension", "VerticalPodAutoscaler", "ManagedResource", "PrometheusRule")
+        crds = (
+            "Cluster",
+            "Extension",
+            "VerticalPodAutoscaler",
+            "ManagedResource",
+            "PrometheusRule",
+            "ServiceMonitor",
+        )
         apply(admin, module_crds(*crds))
         wait_for(lambda: _served(admin), 30, "the CRDs")
         apply(admin, [installation_namespace()])
@@ -347,12 +355,17 @@ def test_installed_in_a_seed_the_controller_answers_an_extension(
                 f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/dwd-lease-aggregator"
             )
             delivered = admin.get(managed_resource_path(SHOOT_NS))
+            alerts = [admin.get(path) for path in monitoring.paths(SHOOT_NS)]
             objects_secret = admin.get(f"/api/v1/namespaces/{SHOOT_NS}/secrets/{OBJECTS_SECRET}")
             beat = admin.get(f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{HEARTBEAT}")
     finally:
         process.kill()
     # The shoot part delivered under the chart's RBAC and policy, the agents' image the chart's.
     assert delivered["spec"]["secretRefs"] == [{"name": OBJECTS_SECRET}]
+    # The shoot's own alerts beside it, under the same RBAC and policy, as Gardener's types read them.
+    assert [a["kind"] for a in alerts] == ["ServiceMonitor", "PrometheusRule"]
+    assert gardener_types.strict_errors(alerts) == ["", ""]
+    assert alerts[0]["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
     shipped = yaml.safe_load_all(base64.b64decode(objects_secret["data"][OBJECTS_KEY]))
     (agents,) = (d for d in shipped if d and d["kind"] == "DaemonSet")
     values = yaml.safe_load((ROOT / CHART / "values.yaml").read_text())

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from aggregator.extension import monitoring
 from aggregator.extension.contract import OPERATION
 from aggregator.extension.delivery import MANAGED_RESOURCES, OBJECTS_SECRET, managed_resource_path
 from aggregator.model.protection import API_VERSION, KIND
@@ -77,6 +78,8 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Seed, Seed
         ("Cluster", "clusters"),
         ("Extension", "extensions"),
         ("ManagedResource", "managedresources"),
+        ("PrometheusRule", "prometheusrules"),
+        ("ServiceMonitor", "servicemonitors"),
     ):
         RESOURCES.setdefault(kind, (plural, kind != "Cluster"))
     with contextlib.ExitStack() as stack:
@@ -89,7 +92,10 @@ def seeds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Seed, Seed
             world = Shoot(shoot, seed, NS, tmp / name)
             stack.callback(world.close)
             world.setup(nodes=0)
-            apply(world.seed_admin, module_crds("Cluster", "Extension", "ManagedResource"))
+            apply(
+                world.seed_admin,
+                module_crds("Cluster", "Extension", "ManagedResource", "PrometheusRule", "ServiceMonitor"),
+            )
             wait_for(partial(_established, world.seed_admin), 30, "the CRDs")
             manager = grm.ResourceManager(
                 seed, shoot, NS, workdir=tmp / name / "grm", kubernetes_service_host="localhost"
@@ -135,8 +141,10 @@ def answered(admin: Client, namespace: str, kind: str) -> bool:
 
 
 def ours_in(admin: Client, namespace: str) -> list[str]:
-    """What of ours a seed namespace holds: the ManagedResource, its Secrets, records."""
-    left = [p for p in (managed_resource_path(namespace), *_secrets(namespace)) if _exists(admin, p)]
+    """What of ours a seed namespace holds: the ManagedResource, its Secrets, the shoot's own
+    alerts, records."""
+    ours = (managed_resource_path(namespace), *_secrets(namespace), *monitoring.paths(namespace))
+    left = [p for p in ours if _exists(admin, p)]
     for d in admin.get(f"/apis/apps/v1/namespaces/{namespace}/deployments")["items"]:
         if {RECORD, REPLICAS, MELTDOWN} & set(d["metadata"].get("annotations") or {}):
             left.append(f"record on {d['metadata']['name']}")
@@ -162,6 +170,11 @@ def test_a_new_shoot_gets_its_agents_from_one_reconcile_and_an_opted_out_one_non
     )
     assert len(writes) == 1
     assert agents["metadata"]["labels"].get("shoot.gardener.cloud/no-cleanup") == "true"
+    # The shoot's own alerts beside the shoot part, for the shoot's Prometheus (prometheus: shoot).
+    alerts = [a.admin.get(p) for p in monitoring.paths(NS)]
+    assert strict_errors(alerts) == ["", ""] and {x["metadata"]["labels"]["prometheus"] for x in alerts} == {
+        "shoot"
+    }
     wait_for(partial(_applied, a.admin), 60, f"GRM applied (log: {a.grm.proc and a.grm.proc.log_path})")
 
     # The owner's opt-out: answered and ready, and nothing delivered.

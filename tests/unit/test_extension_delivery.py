@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aggregator.extension import monitoring
 from aggregator.extension.contract import FINALIZER, OPERATION, ExtensionView
 from aggregator.extension.delivery import (
     MANAGED_RESOURCE,
@@ -28,7 +29,7 @@ from aggregator.extension.delivery import (
 from aggregator.extension.source import ExtensionSource
 from aggregator.model.lifecycle import ClusterView
 from aggregator.observe.sources import CLUSTERS
-from core.errors import ConfigError
+from core.errors import ConfigError, NotFound
 from testenv.gardener.seed_objects import DELETED_AT, cluster
 from tests.unit.fakekube import FakeKube
 from tests.unit.test_extension import PATH, SETTINGS, good, listed, reconciler, status, status_writes, world
@@ -244,3 +245,36 @@ def test_without_an_image_the_objects_keep_theirs() -> None:
     docs = list(yaml.safe_load_all(ShootPart.load(str(OBJECTS), ACCESS).objects))
     assert docs == [d for d in yaml.safe_load_all(OBJECTS.read_text()) if d]
     assert MANAGED_RESOURCE == "dwd-lease-shoot"
+
+
+MONITORING = monitoring.paths(NS)
+
+
+async def test_the_shoots_own_alerts_go_with_the_shoot_part_and_away_with_it() -> None:
+    """With the controller's namespace known, each reconcile delivers the ServiceMonitor and the
+    PrometheusRule the shoot's Prometheus takes (prometheus: shoot, in the shoot's namespace), the
+    monitor on the aggregator's Service in the controller's namespace and this shoot's series
+    only; a hibernation keeps them, an opt-out takes them away with the shoot part."""
+    kube = world()
+    await passes(kube, heartbeat_ns="extension-dwd-lease")
+    monitor, rule = (kube.objects[p] for p in MONITORING)
+    assert monitor["metadata"]["labels"] == rule["metadata"]["labels"] == {"prometheus": "shoot"}
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["extension-dwd-lease"]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert {"sourceLabels": ["target"], "action": "keep", "regex": f"^{NS}$"} in endpoint["metricRelabelings"]
+    alerts = [r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert alerts == ["DwdLeaseControllersHeldDown", "DwdLeaseCannotJudge"]
+    kube.objects[PATH]["spec"]["providerConfig"] = good(disabled=True)
+    annotate(kube, "reconcile")
+    await passes(kube, 2, heartbeat_ns="extension-dwd-lease")
+    assert not any(p in kube.objects for p in MONITORING) and delivered(kube) == set()
+
+
+async def test_a_seed_without_prometheus_operators_crds_gets_its_shoot_part_all_the_same() -> None:
+    kube = world()
+    for kind in ("servicemonitors", "prometheusrules"):
+        kube.fail(
+            "POST", f"{kind}$", lambda: NotFound(404, "NotFound", "the server could not find the resource")
+        )
+    await passes(kube, heartbeat_ns="extension-dwd-lease")
+    assert status_writes(kube)[-1] == ("Create", "Succeeded") and delivered(kube) == {MR, *SECRETS}
