@@ -33,7 +33,8 @@ def test_the_rules_are_valid_prometheus_rules(tmp_path: Path) -> None:
 def test_a_scale_down_alerts_on_the_replica_that_acts_and_not_on_a_standbys_view(tmp_path: Path) -> None:
     """t1: scaled down where it is led. t2: a standby judges it scaled down while the leader's
     interlocks refused (a standby checks none): no alert. t3: led by a replica in dry-run,
-    which scales nothing: no alert."""
+    which scales nothing: no alert. t4: in its own dry run (its providerConfig) under a replica
+    that scales others: no alert."""
     phase, leading = "dwd_target_phase", "dwd_target_leading"
     out = promtool(
         tmp_path,
@@ -50,9 +51,15 @@ def test_a_scale_down_alerts_on_the_replica_that_acts_and_not_on_a_standbys_view
                 series(leading, "0x16", instance="b", target="t2"),
                 series(phase, "1x16", instance="c", target="t3", phase="scaled-down"),
                 series(leading, "1x16", instance="c", target="t3"),
-                series("dwd_dry_run", "0x16", instance="a"),
-                series("dwd_dry_run", "0x16", instance="b"),
-                series("dwd_dry_run", "1x16", instance="c"),
+                series("dwd_target_dry_run", "0x16", instance="a", target="t1"),
+                series("dwd_target_dry_run", "0x16", instance="b", target="t1"),
+                series("dwd_target_dry_run", "0x16", instance="a", target="t2"),
+                series("dwd_target_dry_run", "0x16", instance="b", target="t2"),
+                series("dwd_target_dry_run", "1x16", instance="c", target="t3"),
+                # t4: its own providerConfig's dry run, under a replica that acts for others.
+                series(phase, "1x16", instance="a", target="t4", phase="scaled-down"),
+                series(leading, "1x16", instance="a", target="t4"),
+                series("dwd_target_dry_run", "1x16", instance="a", target="t4"),
             ],
             "alert_rule_test": [
                 alert("1m", "DwdLeaseShootScaledDown"),
