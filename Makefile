@@ -83,8 +83,12 @@ XDIST ?= 4
 test: deps install
 	$(MAKE) --no-print-directory -j5 --output-sync=target test-clocks testenv-rest image NICE="nice -n 19"
 
+# The model in a run of its own: its fixed-seed exploration reached another interleaving after
+# some unit tests in the same worker (a false scale-down that the model found and that is
+# not fixed yet: CHANGELOG, "Known"), so the run in CI was not the repeatable one its docstring promises.
 test-cpu:
-	$(BIN)/pytest -n 2 tests/unit tests/model $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 tests/unit $(PYTEST_ARGS)
+	$(BIN)/pytest -n 2 tests/model $(PYTEST_ARGS)
 
 test-lowest: test-cpu $(LOWEST_STAMP)
 	$(LOWEST_PYTEST)
