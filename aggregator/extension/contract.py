@@ -119,9 +119,8 @@ class Outcome:
 DONE = {"Delete": "marks handed back", "Migrate": "shoot part left to the next seed"}
 # gardenlet reads this code as the owner's error, not the landscape's (a providerConfig to fix).
 CONFIGURATION_PROBLEM = "ERR_CONFIGURATION_PROBLEM"
-# Annotations Gardener's library answers; ``wait-for-state`` (a restore on a new seed before
-# gardenlet has copied the state in) it leaves alone altogether.
-ASKING = ("reconcile", "restore", "migrate")
+# A restore on a new seed before gardenlet has copied the state in: Gardener's library leaves
+# the Extension alone altogether.
 WAIT_FOR_STATE = "wait-for-state"
 
 

@@ -166,9 +166,8 @@ class Reconciler:
         """The shoot's protection as a condition gardenlet merges into the Shoot's status,
         written when it says something new; nothing while the Extension is deleted, migrated or
         waits for its state (the healthcheck library leaves those alone too)."""
-        if self.health_of is None or view.deleting or view.operation in (WAIT_FOR_STATE, "migrate"):
-            return
-        if view.last_operation[0] == "Migrate":
+        migrating = view.operation == "migrate" or view.last_operation[0] == "Migrate"
+        if self.health_of is None or view.deleting or view.operation == WAIT_FOR_STATE or migrating:
             return
         said = self._health(view.namespace)
         if said is None or said.said_by(view.health):
@@ -183,9 +182,10 @@ class Reconciler:
         if namespace not in served:
             return unserved(self.source.skipped.get(namespace, ""), self.source.unserved.get(namespace, ""))
         assert self.health_of is not None
-        config = self.source.config(namespace)
-        settings = config.over(self.settings) if config is not None else self.settings
-        return health(*self.health_of(namespace), dry_run=settings.scaling.dry_run)
+        config = self.source.config(namespace)  # its dry run where it sets one, else the seed's
+        own = config.dry_run if config is not None else None
+        dry_run = self.settings.scaling.dry_run if own is None else own
+        return health(*self.health_of(namespace), dry_run=dry_run)
 
     async def beat(self) -> None:
         """The heartbeat Lease, every ``HEARTBEAT_S``, by a replica that leads: gardenlet reads an
