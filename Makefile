@@ -47,8 +47,8 @@ testenv-rest: install
 # extension's chart packed into its registration (manifests/gardener/extension); builds only
 # kustomize (a minute cold), not the test binaries.
 manifests: install
-	$(BIN)/python -m testenv manifests
 	$(BIN)/python -m aggregator.model.door > manifests/gardener/garden/admission-policy.yaml
+	$(BIN)/python -m testenv manifests
 
 # The images' Python dependencies pinned with their hashes (image/locks/), from pyproject.toml,
 # by pip-tools in a venv of its own: after a change to the dependencies, then `make image`.

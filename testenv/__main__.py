@@ -59,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         binaries.build(only=(binaries.KUSTOMIZE,))  # kustomize alone: no kube-apiserver build
         root = Path(__file__).resolve().parents[1]
         for target in GENERATED:
+            (root / target).parent.mkdir(parents=True, exist_ok=True)
             (root / target).write_text(generated(root, target))
             print(f"testenv: wrote {target}", file=sys.stderr)
         return 0

@@ -107,6 +107,10 @@ GENERATED = {
     f"{registration.CHART}/files/prometheusrule.yaml": "manifests/monitoring",
     f"{registration.CHART}/files/dashboard.json": "manifests/monitoring/dashboard.json",
     registration.TARGET: registration.CHART,
+    # The door (aggregator/model/door.py writes it first) in the chart gardener-operator installs
+    # into the virtual garden, and the operator's Extension of both charts.
+    f"{registration.ADMISSION_CHART}/templates/admission-policy.yaml": registration.DOOR,
+    registration.OPERATOR_TARGET: registration.CHART,
 }
 
 
@@ -115,6 +119,8 @@ def generated(root: Path, target: str) -> str:
     source = GENERATED[target]
     if target == registration.TARGET:
         body = registration.render(root / source)
+    elif target == registration.OPERATOR_TARGET:
+        body = registration.render_operator(root / source)
     elif (root / source).is_file():
         return (root / source).read_text()  # JSON takes no comment: a copy, as it is
     else:

@@ -14,18 +14,18 @@ gardener-resource-manager from the same Gardener release), one verb a run:
   with the values gardenlet mixes in, as gardenlet renders it into a seed (and the seed's name
   injected into every container, as gardenlet injects it).
 - ``find_images``: an image as Gardener's image vector resolves it under an overwrite.
+- ``pull_chart``: a chart's OCI artifact pulled by gardener-operator's puller, from a registry
+  on loopback the checker serves (``registry``).
 """
 
 from __future__ import annotations
 
 import base64
-import gzip
-import io
+import contextlib
 import json
 import subprocess
 import sys
-import tarfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -141,24 +141,6 @@ def parse_rendered(stdout: str) -> RenderedChart:
     return RenderedChart(files=answer["files"], values=answer.get("values") or {})
 
 
-def chart_archive(chart: Path) -> bytes:
-    """The chart directory as ``helm package`` archives it and a ControllerDeployment's
-    ``helm.rawChart`` carries it: a gzipped tar whose one top-level directory is the chart's.
-    Its bytes depend on the files alone (no times, owners or order of the file system)."""
-    buffer = io.BytesIO()
-    # gzip's header holds a time (the clock's, unless given) and a file name.
-    with (
-        gzip.GzipFile(filename="", mode="wb", fileobj=buffer, mtime=0) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-    ):
-        for path in sorted(p for p in chart.rglob("*") if p.is_file()):
-            info = tarfile.TarInfo(f"{chart.name}/{path.relative_to(chart).as_posix()}")
-            data = path.read_bytes()
-            info.size, info.mode, info.mtime = len(data), 0o644, 0
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 def render_chart(
     archive: bytes,
     *,
@@ -169,7 +151,7 @@ def render_chart(
     gardenlet: GardenletValues | None = None,
     timeout_s: float = 60.0,
 ) -> RenderedChart:
-    """``archive`` (``chart_archive``, or a ControllerDeployment's rawChart) rendered by Gardener's
+    """``archive`` (``image.charts.archive``, or a ControllerDeployment's rawChart) rendered by Gardener's
     chartrenderer for a seed whose kube-apiserver is ``kube_version``, as release
     ``release_name`` (gardenlet: the ControllerRegistration's name) into ``namespace``
     (gardenlet: ``extension-<ControllerInstallation>``), with ``values`` (the
@@ -208,3 +190,24 @@ def find_images(questions: Sequence[ImageQuestion], timeout_s: float = 60.0) -> 
     if not isinstance(answers, list) or len(answers) != len(questions):
         raise RuntimeError(f"{CHECKER.name} find-images answered {str(answers)[:200]!r}")
     return [f"error: {a['error']}" if a.get("error") else str(a["image"]) for a in answers]
+
+
+@contextlib.contextmanager
+def registry() -> Iterator[str]:
+    """An OCI registry on loopback (the checker's: go-containerregistry's own), its host:port,
+    plain HTTP. Gone when the block ends."""
+    with subprocess.Popen(
+        [str(find()), "registry"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as p:
+        assert p.stdout is not None and p.stdin is not None
+        try:
+            yield p.stdout.readline().strip()
+        finally:
+            p.stdin.close()
+            p.wait(timeout=10)
+
+
+def pull_chart(ref: str, timeout_s: float = 60.0) -> bytes:
+    """The chart archive Gardener's ``HelmRegistry.Pull`` takes from the artifact at ``ref`` (the
+    layer of Helm's type), as gardener-operator pulls an Extension's charts."""
+    return base64.b64decode(json.loads(_run("pull-chart", ref, timeout_s))["chart"])

@@ -44,6 +44,9 @@ SEED_CRDS = {
     "VerticalPodAutoscaler": "example/seed-crds/10-crd-autoscaling.k8s.io_verticalpodautoscalers.yaml",
     "PrometheusRule": "example/seed-crds/10-crd-monitoring.coreos.com_prometheusrules.yaml",
     "ServiceMonitor": "example/seed-crds/10-crd-monitoring.coreos.com_servicemonitors.yaml",
+    # Not a seed's: gardener-operator's, in the garden's runtime cluster, where the second way
+    # of installing the extension (manifests/gardener/operator) is applied.
+    "OperatorExtension": "example/operator/10-crd-operator.gardener.cloud_extensions.yaml",
 }
 # gardenlet's target namespaces for a shoot (pkg/gardenlet/operation/botanist/resource_manager.go).
 # A pod or namespace with this label set to "disable" is left out by the kubernetes-service-host

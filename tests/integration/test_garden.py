@@ -8,6 +8,9 @@ one corpus (tests/unit/door_corpus.py)."""
 
 from __future__ import annotations
 
+import base64
+import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,17 +21,32 @@ import yaml
 
 from aggregator.model import door
 from aggregator.model.protection import check
-from core.errors import ConfigError, Invalid, KubeError
+from core.errors import ConfigError, Invalid, KubeError, NotFound
+from image import charts, version
+from testenv.base import binaries
 from testenv.base.kapi import Client
 from testenv.base.wait import wait_for
-from testenv.gardener import garden, grm
+from testenv.gardener import garden, gardener_types, grm, registration
+from testenv.gardener.seed_objects import module_crds
 from testenv.kube.controlplane import ControlPlane
 from tests.unit.door_corpus import BASE, corpus
 
 pytestmark = [pytest.mark.integration, pytest.mark.builds(grm.NAME)]
 
 ROOT = Path(__file__).resolve().parents[2]
-REGISTRATION = ROOT / "manifests" / "gardener" / "extension" / "controller-registration.yaml"
+REGISTRATION = ROOT / registration.TARGET
+OPERATOR_EXTENSION = ROOT / registration.OPERATOR_TARGET
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+OPERATOR_EXTENSIONS = "/apis/operator.gardener.cloud/v1alpha1/extensions"
+# What gardener-operator mixes into the admission chart's values for the virtual garden.
+OPERATOR_VALUES = {
+    "gardener": {
+        "virtualCluster": {
+            "enabled": True,
+            "serviceAccount": {"name": "extension-admission-dwd-lease", "namespace": "kube-system"},
+        }
+    }
+}
 POLICIES = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
 BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
 GOOD = {**BASE, "failureFraction": 0.7}
@@ -55,16 +73,63 @@ def _registered(admin: Client) -> list[dict[str, Any]]:
     return out
 
 
-def _door(admin: Client) -> None:
+def pulled(artifact: Path) -> bytes:
+    """``artifact`` (image/charts.py) copied to a registry as docs/install.md says (skopeo), and
+    taken from there by gardener-operator's puller."""
+    name = artifact.name.removesuffix(".oci.tar")
+    with gardener_types.registry() as host:
+        ref = f"{host}/gardener/extensions/{name}:{version.current()}"
+        subprocess.run(
+            [
+                "skopeo",
+                "copy",
+                "--quiet",
+                "--dest-tls-verify=false",
+                f"oci-archive:{artifact}",
+                f"docker://{ref}",
+            ],
+            check=True,
+        )
+        archive = gardener_types.pull_chart(ref)
+    print(f"{name}: copied to {ref} by skopeo, pulled by gardener's HelmRegistry ({len(archive)} bytes)")
+    return archive
+
+
+def door_as_the_operator_installs_it(artifact: Path) -> list[dict[str, Any]]:
+    """The admission chart pulled and rendered as gardener-operator renders it into the virtual
+    garden (pkg/operator/controller/extension/extension/admission): the release named after the
+    Extension, in namespace extension-<name>, with the operator's values."""
+    rendered = gardener_types.render_chart(
+        pulled(artifact),
+        release_name="dwd-lease",
+        namespace="extension-dwd-lease",
+        kube_version=binaries.KUBE_APISERVER.version(),
+        values=OPERATOR_VALUES,
+    )
+    return rendered.objects()
+
+
+def _door(admin: Client, objects: list[dict[str, Any]]) -> None:
     """The door's policy and binding, in force once a bad config is refused."""
-    for doc in yaml.safe_load_all((ROOT / door.TARGET).read_text()):
+    for doc in objects:
         admin.ensure(POLICIES if doc["kind"] == "ValidatingAdmissionPolicy" else BINDINGS, doc)
     bad = garden.shoot("probe", extensions({**GOOD, "failureFraction": 2}))
     wait_for(lambda: refusal(admin, bad) != "", 30, "the door in force")
 
 
 @pytest.fixture(scope="module")
-def admin() -> Iterator[Client]:
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Both charts' artifacts, as `make image` builds them."""
+    return charts.build(tmp_path_factory.mktemp("charts"))
+
+
+@pytest.fixture(scope="module")
+def door_objects(artifacts: dict[str, Path]) -> list[dict[str, Any]]:
+    return door_as_the_operator_installs_it(artifacts["dwd-lease-admission"])
+
+
+@pytest.fixture(scope="module")
+def admin(door_objects: list[dict[str, Any]]) -> Iterator[Client]:
     t0 = time.monotonic()
     with ControlPlane(aggregation=True).running() as cp:
         t1 = time.monotonic()
@@ -76,7 +141,7 @@ def admin() -> Iterator[Client]:
                 f"\nthe garden: kube-apiserver {t1 - t0:.1f}s, gardener-apiserver registered {t2 - t1:.1f}s; "
                 f"accepted by it: {', '.join(o['kind'] + ' ' + o['metadata']['name'] for o in registered)}"
             )
-            _door(client)
+            _door(client, door_objects)
             yield client
 
 
@@ -108,7 +173,7 @@ def test_a_bad_config_is_refused_at_the_door_and_a_good_one_is_not(admin: Client
     assert refusal(admin, garden.shoot("plain")) == ""  # no dwd-lease extension: never judged
 
 
-def test_an_unchanged_config_is_never_refused(admin: Client) -> None:
+def test_an_unchanged_config_is_never_refused(admin: Client, door_objects: list[dict[str, Any]]) -> None:
     """A Shoot whose config was taken before the door (or a rule) existed: updated otherwise,
     it passes; its config changed to another bad one, it is refused."""
     binding = f"{BINDINGS}/{door.NAME}"
@@ -120,7 +185,7 @@ def test_an_unchanged_config_is_never_refused(admin: Client) -> None:
     admin.create(
         BINDINGS, {k: held[k] for k in ("apiVersion", "kind", "spec")} | {"metadata": {"name": door.NAME}}
     )
-    _door(admin)
+    _door(admin, door_objects)
     path = f"{garden.shoots_path()}/legacy"
     admin.merge_patch(path, {"metadata": {"labels": {"team": "a"}}})
     with pytest.raises(Invalid):
@@ -153,3 +218,48 @@ def test_the_door_refuses_only_what_gardener_does_not(admin: Client) -> None:
     with pytest.raises(KubeError) as refused:
         admin.create(garden.shoots_path(), broken)
     assert door.NAME not in str(refused.value)
+
+
+def test_the_operator_installs_the_door_the_aggregator_makes(door_objects: list[dict[str, Any]]) -> None:
+    """What gardener-operator renders from the admission chart's artifact is the door, as the
+    aggregator's rules write it (and the fixture put it in force in the garden above)."""
+    made = [d for d in yaml.safe_load_all((ROOT / door.TARGET).read_text()) if d]
+    assert door_objects == made
+
+
+def test_the_operator_extension_is_the_operators_to_accept(admin: Client, artifacts: dict[str, Path]) -> None:
+    """manifests/gardener/operator/extension.yaml: decoded strictly and judged by the operator's
+    own validation (a planted fault shows the judge is live), stored through its CRD on a real
+    kube-apiserver (which refuses a field of the wrong type), and the seed part's chart it names
+    pulled from its artifact as gardenlet's ControllerDeployment carries it."""
+    (ext,) = [d for d in yaml.safe_load_all(OPERATOR_EXTENSION.read_text()) if d]
+    planted = json.loads(json.dumps(ext))
+    planted["spec"]["deployment"]["extension"]["helm"]["ociRepository"]["tag"] = "latest"
+    verdicts = gardener_types.strict_errors([ext, planted])
+    print(f"the operator's validation of the planted fault: {verdicts[1]}")
+    assert verdicts[0] == "" and "ociRepository.tag" in verdicts[1]
+
+    for crd in module_crds("OperatorExtension"):
+        admin.ensure(CRDS, crd)
+    wrong = json.loads(json.dumps(ext))
+    wrong["metadata"]["name"] = "wrong"
+    wrong["spec"]["resources"][0]["workerlessSupported"] = "no"
+    wait_for(lambda: _stored(admin, ext), 30, "the operator's Extension CRD served")
+    with pytest.raises(Invalid) as refused:
+        admin.create(OPERATOR_EXTENSIONS, wrong)
+    print(f"a field of the wrong type, refused by the CRD: {refused.value}")
+    assert "workerlessSupported" in str(refused.value)
+
+    archive = pulled(artifacts["dwd-lease-extension"])
+    (deployment, _) = [d for d in yaml.safe_load_all(REGISTRATION.read_text()) if d]
+    assert registration.archive_files(base64.b64encode(archive).decode()) == registration.archive_files(
+        deployment["helm"]["rawChart"]
+    )
+
+
+def _stored(admin: Client, ext: dict[str, Any]) -> bool:
+    try:
+        admin.create(OPERATOR_EXTENSIONS, ext)
+    except NotFound:
+        return False
+    return bool(admin.get(f"{OPERATOR_EXTENSIONS}/{ext['metadata']['name']}")["spec"] == ext["spec"])

@@ -19,6 +19,7 @@ import pytest
 from aggregator.extension.health import Health, heartbeat
 from aggregator.model.lifecycle import ClusterView
 from core.errors import NotFound, TooManyRequests
+from image import charts
 from testenv.base import binaries
 from testenv.base.kapi import Client
 from testenv.base.wait import wait_for
@@ -261,7 +262,7 @@ def own_seed() -> Iterator[ControlPlane]:
 def test_a_chart_renders_as_gardenlet_renders_it_and_applies(chart: Path, own_seed: ControlPlane) -> None:
     namespace = "extension-dwd-lease-x1y2z"
     rendered = gardener_types.render_chart(
-        gardener_types.chart_archive(chart),
+        charts.archive(chart),
         release_name="dwd-lease",
         namespace=namespace,
         kube_version=binaries.KUBE_APISERVER.version(),
@@ -299,7 +300,7 @@ def test_gardenlet_refuses_a_seed_without_its_cluster_identity(chart: Path) -> N
     seed = {**SEED, "status": {}}
     with pytest.raises(RuntimeError, match=r"status\.clusterIdentity not set"):
         gardener_types.render_chart(
-            gardener_types.chart_archive(chart),
+            charts.archive(chart),
             release_name="dwd-lease",
             namespace="extension-x",
             kube_version=binaries.KUBE_APISERVER.version(),

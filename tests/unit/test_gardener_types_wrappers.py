@@ -5,12 +5,7 @@ tests/integration/test_gardener_types.py."""
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import tarfile
-import time
-from pathlib import Path
 
 import pytest
 
@@ -56,37 +51,6 @@ def test_a_rendered_chart_is_its_objects_in_file_order() -> None:
 def test_a_render_answer_without_files_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="not files and values"):
         gardener_types.parse_rendered('{"manifest": ""}')
-
-
-def _chart(root: Path) -> Path:
-    chart = root / "dwd-lease"
-    (chart / "templates").mkdir(parents=True)
-    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: dwd-lease\nversion: 0.1.0\n")
-    (chart / "templates" / "cm.yaml").write_text("kind: ConfigMap\n")
-    return chart
-
-
-def test_the_chart_archive_is_the_chart_under_its_own_name(tmp_path: Path) -> None:
-    archive = gardener_types.chart_archive(_chart(tmp_path))
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
-        names = tar.getnames()
-        cm = tar.extractfile("dwd-lease/templates/cm.yaml")
-        assert cm is not None and cm.read() == b"kind: ConfigMap\n"
-    assert names == ["dwd-lease/Chart.yaml", "dwd-lease/templates/cm.yaml"]
-
-
-def test_the_chart_archive_depends_on_the_files_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Neither the files' times nor the clock's: gzip writes the time it compresses at into its
-    header unless told one (a checked-in registration carries the archive)."""
-    chart = _chart(tmp_path)
-    before = gardener_types.chart_archive(chart)
-    os.utime(chart / "Chart.yaml", (1, 1))
-    monkeypatch.setattr(time, "time", lambda: 2_000_000_000.0)
-    assert gardener_types.chart_archive(chart) == before
-    (chart / "templates" / "cm.yaml").write_text("kind: Secret\n")
-    assert gardener_types.chart_archive(chart) != before
 
 
 GO_MOD = """module github.com/gardener/gardener

@@ -4,7 +4,7 @@
 // builds it in the same `go build` as gardener-resource-manager, so it decodes, judges and
 // renders with the very code (and the very release) the seed's components run.
 //
-// Six verbs (argv[1]; none: check), each reading JSON on stdin and writing JSON on stdout:
+// Eight verbs (argv[1]; none: check), each reading JSON on stdin and writing JSON on stdout:
 //
 //	check            an array of objects -> an array of error strings, one per object, "" for
 //	                 one that decodes. "Strictly": sigs.k8s.io/json's UnmarshalStrict,
@@ -30,25 +30,39 @@
 //	                 gardenlet's shoot care makes of an Extension's SystemComponentsHealthy
 //	                 (checker.CheckExtensionCondition, given its controller's heartbeat Lease):
 //	                 the Shoot's condition it forces, or status "" where it lets the others decide.
+//	pull-chart       a reference -> a pullAnswer: the chart archive gardener-operator's puller
+//	                 (pkg/utils/oci HelmRegistry.Pull) takes from an OCI artifact at it.
+//	registry         (no JSON) a registry on loopback, go-containerregistry's own, serving until
+//	                 stdin closes; its address the one line on stdout. Ours to push to.
+//
+// An operator.gardener.cloud Extension is checked as gardener-operator's validating webhook
+// checks it (pkg/api/operator/v1alpha1/validation.ValidateExtension) after the strict decode,
+// without its defaulting webhook before: a manifest must say what that would default.
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/google/go-containerregistry/pkg/registry"
 
 	v1beta1helper "github.com/gardener/gardener/pkg/api/core/v1beta1/helper"
+	operatorvalidation "github.com/gardener/gardener/pkg/api/operator/v1alpha1/validation"
 	gardencorev1 "github.com/gardener/gardener/pkg/apis/core/v1"
 	gardencorev1beta1 "github.com/gardener/gardener/pkg/apis/core/v1beta1"
 	v1beta1constants "github.com/gardener/gardener/pkg/apis/core/v1beta1/constants"
 	extensionsv1alpha1 "github.com/gardener/gardener/pkg/apis/extensions/v1alpha1"
+	operatorv1alpha1 "github.com/gardener/gardener/pkg/apis/operator/v1alpha1"
 	resourcesv1alpha1 "github.com/gardener/gardener/pkg/apis/resources/v1alpha1"
 	"github.com/gardener/gardener/pkg/chartrenderer"
 	"github.com/gardener/gardener/pkg/client/kubernetes"
@@ -61,6 +75,7 @@ import (
 	kubernetesutils "github.com/gardener/gardener/pkg/utils/kubernetes"
 	"github.com/gardener/gardener/pkg/utils/kubernetes/health"
 	healthchecker "github.com/gardener/gardener/pkg/utils/kubernetes/health/checker"
+	"github.com/gardener/gardener/pkg/utils/oci"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -95,10 +110,18 @@ func main() {
 		"find-images":     findImages,
 		"force-deletion":  forceDeletion,
 		"shoot-condition": shootCondition,
+		"pull-chart":      pullChart,
+	}
+	if verb == "registry" {
+		if err := serveRegistry(); err != nil {
+			fmt.Fprintf(os.Stderr, "registry: %v\n", err)
+			os.Exit(1)
+		}
+		return
 	}
 	run, ok := verbs[verb]
 	if !ok {
-		fmt.Fprintf(os.Stderr, "unknown verb %q: want check, check-extension, render-chart, find-images, force-deletion or shoot-condition\n", verb)
+		fmt.Fprintf(os.Stderr, "unknown verb %q: want check, check-extension, render-chart, find-images, force-deletion, shoot-condition, pull-chart or registry\n", verb)
 		os.Exit(2)
 	}
 	out, err := run(os.Stdin)
@@ -193,6 +216,9 @@ func check(raw []byte) error {
 	case "ManagedResource":
 		return checkTyped(raw, resourcesv1alpha1.SchemeGroupVersion.String(), "ManagedResource", &resourcesv1alpha1.ManagedResource{})
 	case "Extension":
+		if meta.APIVersion == operatorv1alpha1.SchemeGroupVersion.String() {
+			return checkOperatorExtension(raw)
+		}
 		return checkTyped(raw, extensionsv1alpha1.SchemeGroupVersion.String(), "Extension", &extensionsv1alpha1.Extension{})
 	case "ControllerRegistration":
 		return checkTyped(raw, coreAPIVersion, "ControllerRegistration", &gardencorev1beta1.ControllerRegistration{})
@@ -200,6 +226,41 @@ func check(raw []byte) error {
 		return checkControllerDeployment(raw, meta.APIVersion)
 	}
 	return checkSeedKind(raw, meta)
+}
+
+// checkOperatorExtension: decoded strictly, then judged by the operator's own validation.
+func checkOperatorExtension(raw []byte) error {
+	ext := &operatorv1alpha1.Extension{}
+	if err := strict(raw, ext); err != nil {
+		return err
+	}
+	return operatorvalidation.ValidateExtension(ext).ToAggregate()
+}
+
+// serveRegistry: go-containerregistry's registry on 127.0.0.1 (spoken to in plain HTTP, by a
+// pusher and Gardener's puller alike), its address on stdout, until stdin closes.
+func serveRegistry() error {
+	server := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer server.Close()
+	fmt.Println(strings.TrimPrefix(server.URL, "http://"))
+	_, err := io.Copy(io.Discard, os.Stdin)
+	return err
+}
+
+type pullAnswer struct {
+	Chart []byte `json:"chart"`
+}
+
+func pullChart(in io.Reader) (any, error) {
+	var ref string
+	if err := json.NewDecoder(in).Decode(&ref); err != nil {
+		return nil, fmt.Errorf("stdin: not a reference as a JSON string: %w", err)
+	}
+	chart, err := oci.NewHelmRegistry(nil).Pull(context.Background(), &gardencorev1.OCIRepository{Ref: &ref})
+	if err != nil {
+		return nil, err
+	}
+	return pullAnswer{Chart: chart}, nil
 }
 
 // checkSeedKind: an object of a kind the seed's scheme registers (what gardenlet's and the
