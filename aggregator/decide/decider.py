@@ -21,16 +21,30 @@ from aggregator.model.settings import Decider
 from aggregator.model.verdict import Memory, Phase, Verdict, stale_fraction
 
 
-def is_stale(lease: LeaseObs, now: float, params: Decider) -> bool:
-    return now >= stale_at(lease, params)
+def is_stale(lease: LeaseObs, now: float, params: Decider, *, answered: bool = False) -> bool:
+    return now >= stale_at(lease, params, answered=answered)
 
 
-def stale_at(lease: LeaseObs, params: Decider) -> float:
-    """When a lease not renewed again turns stale (our clock). One its agent released (a roll,
-    a drain) waits the roll allowance for a successor, and is then stale only to a kubelet that
-    is silent too (``decide``): a release alone never counts towards a quorum."""
-    wait = params.roll_allowance_s if lease.view.released else params.lease_duration_s
+def stale_at(lease: LeaseObs, params: Decider, *, answered: bool = False) -> float:
+    """When a lease not renewed again turns stale (our clock). A release (a roll, a drain) says
+    nothing of the path, so one its agent released is judged by its kubelet alone: where the
+    second witness can answer for the node (``answered``: its kubelet's lease read, a renewal in
+    it), after a lease duration like any other, and then it counts only while its kubelet is
+    silent too (``decide``); where the witness cannot answer yet, after the roll allowance; and
+    without a witness, never (``_stale``)."""
+    wait = params.roll_allowance_s if lease.view.released and not answered else params.lease_duration_s
     return lease.seen_renewed_mono + wait
+
+
+def answerable(counted: Mapping[str, LeaseObs], kubelets: Readings | None) -> frozenset[str]:
+    """The released candidates the second witness can answer for now: read, with a renewal."""
+    if kubelets is None or kubelets.read_at == -math.inf:
+        return frozenset()
+    return frozenset(
+        n
+        for n, lease in counted.items()
+        if lease.view.released and (k := kubelets.leases.get(n)) is not None and k.renew_time is not None
+    )
 
 
 def decide(
@@ -60,11 +74,11 @@ def decide(
     """
     left_out: dict[str, str] = {}
     counted = candidates(nodes, leases, now, params, sample, machines=machines, left_out=left_out)
-    said = _witnessed(counted, now, params, kubelets)
-    stale = _stale(counted, now, params, witnessed=kubelets is not None) - said.alive
-    # What a scale-down may count: the stale candidates that a read sent now finds silent to both
-    # witnesses (the interlocks' read is sent after this verdict; their confirming verdict judges
-    # by that read's own time).
+    expiry = _expiries(counted, params, kubelets)
+    said = _witnessed(counted, expiry, now, params, kubelets)
+    stale = _stale(counted, expiry, now, witnessed=kubelets is not None) - said.alive
+    # What a scale-down may count: those a read sent now finds silent to both witnesses (the
+    # interlocks' read is sent after this verdict; their confirming verdict judges by its time).
     silent = said.silent_by(stale, kubelets.read_at if confirming and kubelets is not None else now)
     sampled = sample is not None and len(sample) < len(nodes)
     size = eligible_by_zone(nodes, leases, now, params, machines) if sampled else None
@@ -76,27 +90,35 @@ def decide(
     (zones, estimate), (_, silent_estimate) = fraction_of(stale), fraction_of(silent)
     quorum = Quorum(len(counted), len(stale), estimate, fraction(len(silent), len(counted), silent_estimate))
     verdict = judge(memory, now, params, quorum, view_since=view_since, records=records)
-    verdict = _explained(verdict, zones=zones, estimate=estimate, said=said, stale=stale, left_out=left_out)
-    look = _next_look(verdict, counted, stale | said.alive, now, params)
+    verdict = _explained(
+        verdict, counted, zones=zones, estimate=estimate, said=said, stale=stale, left_out=left_out
+    )
+    look = _next_look(verdict, expiry, stale | said.alive, now, params)
     if look is not None and (verdict.wake_at is None or look < verdict.wake_at):
         verdict = replace(verdict, wake_at=look)
     return verdict
 
 
+def _expiries(
+    counted: Mapping[str, LeaseObs], params: Decider, kubelets: Readings | None
+) -> dict[str, float]:
+    """When each candidate turns stale if not renewed again."""
+    answered = answerable(counted, kubelets)
+    return {n: stale_at(lease, params, answered=n in answered) for n, lease in counted.items()}
+
+
 def _stale(
-    counted: Mapping[str, LeaseObs], now: float, params: Decider, *, witnessed: bool
+    counted: Mapping[str, LeaseObs], expiry: Mapping[str, float], now: float, *, witnessed: bool
 ) -> frozenset[str]:
     """The stale candidates as their agents' leases say. A released one only with a second
     witness to ask (it is silent to its kubelet too, or nothing counts it)."""
     return frozenset(
-        n
-        for n, lease in counted.items()
-        if is_stale(lease, now, params) and (witnessed or not lease.view.released)
+        n for n, lease in counted.items() if now >= expiry[n] and (witnessed or not lease.view.released)
     )
 
 
 def _next_look(
-    verdict: Verdict, counted: Mapping[str, LeaseObs], not_fresh: frozenset[str], now: float, params: Decider
+    verdict: Verdict, expiry: Mapping[str, float], not_fresh: frozenset[str], now: float, params: Decider
 ) -> float | None:
     """When the next look can change the verdict, where that falls before the next tick: the
     moment the failure fraction is reached if no fresh candidate renews again (healthy), the
@@ -114,23 +136,23 @@ def _next_look(
     need = at_failure - verdict.stale
     if need <= 0:
         return None
-    soon = sorted(
-        expiry
-        for name, lease in counted.items()
-        if name not in not_fresh and (expiry := stale_at(lease, params)) < now + params.tick_s
-    )
+    soon = sorted(at for name, at in expiry.items() if name not in not_fresh and at < now + params.tick_s)
     return soon[need - 1] if len(soon) >= need else None
 
 
 def _witnessed(
-    counted: Mapping[str, LeaseObs], now: float, params: Decider, kubelets: Readings | None
+    counted: Mapping[str, LeaseObs],
+    expiry: Mapping[str, float],
+    now: float,
+    params: Decider,
+    kubelets: Readings | None,
 ) -> Witness:
     """What the kubelets say of the candidates whose agents are stale."""
     return witness(
         {
             n: (micro_time(lease.view.renew_time), lease.seen_renewed_mono)
             for n, lease in counted.items()
-            if is_stale(lease, now, params)
+            if now >= expiry[n]
         },
         kubelets,
         margin_s=params.witness_margin_s,
@@ -141,6 +163,7 @@ def _witnessed(
 
 def _explained(
     verdict: Verdict,
+    counted: Mapping[str, LeaseObs],
     *,
     zones: Mapping[str, tuple[int, int]],
     estimate: float | None,
@@ -149,9 +172,10 @@ def _explained(
     left_out: Mapping[str, str],
 ) -> Verdict:
     """The verdict with what it rests on: the zones, the estimate (for a judged quorum only: a
-    blind or too-thin tick has none), the silent agents whose kubelets renew, the nodes left out."""
+    blind or too-thin tick has none), the silent agents whose kubelets renew (an agent that
+    released is not failing: a roll is not told as one), the nodes left out."""
     reason = verdict.reason
-    alive = said.alive
+    alive = said.alive - {n for n, lease in counted.items() if lease.view.released}
     if alive and verdict.judged:
         reason += (
             f"; {len(alive)} agent(s) silent while their kubelets renew: the path works, the agents fail"

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from aggregator.kube.client import METADATA_LIST, METADATA_ONLY, KubeApi
 from aggregator.model.objects import NodeView, metadata, resource_version
-from aggregator.model.observed import LeaseObs, NodeObs
+from aggregator.model.observed import LeaseObs, NodeObs, micro_time
 from aggregator.model.settings import Watching
 from core import logs
 from core.errors import BadResponse, Forbidden, Gone, KubeError, NotFound, TransportError
@@ -303,9 +303,20 @@ def _released_by_either(chosen: LeaseObs, other: LeaseObs) -> LeaseObs:
     the later one): a successor's renewal comes later than that round."""
     if chosen.view.released or not other.view.released:
         return chosen
-    if chosen.seen_renewed_mono - other.seen_renewed_mono > (other.view.interval_s or 0.0):
+    if _apart(chosen, other) > (other.view.interval_s or 0.0):
         return chosen
     return replace(chosen, view=replace(chosen.view, released=True))
+
+
+def _apart(later: LeaseObs, earlier: LeaseObs) -> float:
+    """How long after ``earlier`` its node renewed ``later``: by the node's own clock where both
+    carry a renewTime (one agent stamps both in one round; the two layouts' watches may deliver
+    them seconds apart under load, which once read a roll's releases as renewals), else by
+    when we saw them."""
+    a, b = micro_time(later.view.renew_time), micro_time(earlier.view.renew_time)
+    if a is not None and b is not None:
+        return (a - b).total_seconds()
+    return later.seen_renewed_mono - earlier.seen_renewed_mono
 
 
 def list_items(path: str, result: Mapping[str, Any]) -> list[Any]:

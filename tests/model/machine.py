@@ -2,7 +2,8 @@
 invariants, explored by hypothesis (docs/decision.md, "The model").
 
 Rules: the path cut and healed (every node, a quorum, a minority, one), agents failing on a
-working path (403, killed) and back, kubelets stopping and starting, nodes added and deleted,
+working path (403, killed) and back, kubelets stopping and starting or renewing late (loaded, or
+a renewal failed and retried), nodes added and deleted,
 a replica restarted (cleanly or killed) or cut off from the seed, writes held by a slow seed
 and landing later, seed faults (409, 429, 500, time-outs), a seed watch that falls behind,
 dependency-watchdog's scale-down and scale-up, an operator's scale and ``ignore-scaling``, our
@@ -167,6 +168,17 @@ class Model(RuleBasedStateMachine):
     def kubelets_start(self) -> None:
         for node in self.world.nodes.values():
             node.kubelet = True
+
+    @event(
+        which=SOME, offset=st.integers(0, 7), late_s=st.sampled_from([0.0, 0.5, 1.5]), fails=st.integers(0, 2)
+    )
+    def kubelets_late(self, which: str, offset: int, late_s: float, fails: int) -> None:
+        """Kubelets renewing late within their 40 s lease: loaded (each write lands up to the
+        witness's slack late, still renewing to I1), or a renewal failing and retried at the next
+        interval (not renewing, to I1, for that cycle)."""
+        for n in self.pick(which, offset):
+            self.world.nodes[n].kubelet_late_s = late_s
+            self.world.nodes[n].kubelet_fails += fails
 
     @event(which=SOME, offset=st.integers(0, 7))
     def machines_break(self, which: str, offset: int) -> None:
@@ -523,6 +535,7 @@ class RollModel(Model):
             "agents_recover",
             "kubelets_stop",
             "kubelets_start",
+            "kubelets_late",
             "machines_break",
             "roll",
             "move",

@@ -115,6 +115,12 @@ class Node:
     kubelet_due: float = 0.0
     # Since when the kubelet has been able to renew without a break (inf: it cannot now).
     kubelet_ok_since: float = 0.0
+    # A loaded kubelet: each renewal, stamped when it is due, lands this much later (and the
+    # next is due an interval after it lands, as the kubelet's loop waits from its return).
+    kubelet_late_s: float = 0.0
+    # Its renewals that fail (each retried at the next interval, as the kubelet retries).
+    kubelet_fails: int = 0
+    kubelet_landing: tuple[float, float] | None = None  # (lands at, stamped at)
     # Rolled: its agent stopped (released its lease) and its successor starts renewing then.
     successor_at: float = -math.inf
     # Since when its agent has worked on a working path without a break, rolled or not.
@@ -573,21 +579,39 @@ class World:
                 node.kubelet_ok_since = math.inf
             elif node.kubelet_ok_since == math.inf:
                 node.kubelet_ok_since = now
-            while node.kubelet_due <= now:
-                due = node.kubelet_due
-                if ok:
-                    path = lease_path(NODE_LEASE_NAMESPACE, node.name)
-                    spec = {
-                        "holderIdentity": node.name,
-                        "leaseDurationSeconds": 40,
-                        "renewTime": self.node_time(node, due),
-                    }
-                    if path in self.shoot.objects:
-                        self.shoot.objects[path]["spec"] = spec
-                        self.shoot.objects[path]["metadata"]["resourceVersion"] = self.shoot._next_rv()
-                    else:
-                        self.shoot.put(path, {"spec": spec})
-                node.kubelet_due = due + KUBELET_INTERVAL_S * (1 + self.rng.uniform(0, KUBELET_JITTER))
+            while (at := self._kubelet_next(node)) <= now:
+                if node.kubelet_landing is not None:
+                    stamped = node.kubelet_landing[1]
+                    node.kubelet_landing = None
+                    if ok:
+                        self._kubelet_write(node, stamped)
+                elif ok and node.kubelet_fails:
+                    # The truth: it could not renew this time (I1 counts it so, a cycle long).
+                    node.kubelet_fails -= 1
+                    node.kubelet_ok_since = now
+                elif ok and node.kubelet_late_s:
+                    node.kubelet_landing = (at + node.kubelet_late_s, at)
+                    continue
+                elif ok:
+                    self._kubelet_write(node, at)
+                node.kubelet_due = at + KUBELET_INTERVAL_S * (1 + self.rng.uniform(0, KUBELET_JITTER))
+
+    @staticmethod
+    def _kubelet_next(node: Node) -> float:
+        return node.kubelet_due if node.kubelet_landing is None else node.kubelet_landing[0]
+
+    def _kubelet_write(self, node: Node, stamped: float) -> None:
+        path = lease_path(NODE_LEASE_NAMESPACE, node.name)
+        spec = {
+            "holderIdentity": node.name,
+            "leaseDurationSeconds": 40,
+            "renewTime": self.node_time(node, stamped),
+        }
+        if path in self.shoot.objects:
+            self.shoot.objects[path]["spec"] = spec
+            self.shoot.objects[path]["metadata"]["resourceVersion"] = self.shoot._next_rv()
+        else:
+            self.shoot.put(path, {"spec": spec})
 
     # -- time
     async def step(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -398,6 +399,49 @@ def test_past_the_roll_allowance_a_released_node_is_stale_only_when_its_kubelet_
     }[kubelet]
     v = judge(nodes, leases, NOW, P, healthy(), kubelets=readings)
     assert (v.candidates, v.stale) == (2, stale)
+
+
+@pytest.mark.parametrize(
+    ("kubelet", "stale"),
+    [
+        ("silent", 1),  # a lease duration after the release, silent to its kubelet too: counted
+        ("renewing", 0),  # the successor is starting: its kubelet proves the path
+        ("no lease", 0),  # the witness cannot answer for it: the allowance, then its kubelet
+        ("not read yet", 0),
+    ],
+)
+def test_a_released_node_is_judged_by_its_kubelet_as_soon_as_the_kubelet_can_tell(
+    kubelet: str, stale: int
+) -> None:
+    """Issue 64: a cut as the agents roll. Its agent released 10 s ago, well within the roll
+    allowance; where the witness can answer, the node does not wait for the allowance."""
+    nodes, leases = cluster(2, 0)
+    seen = NOW - 10.0
+    leases["n0"] = released_lease("n0", seen)
+    readings = {
+        "silent": kubelets_at({"n0": seen - 1.0}, NOW - 0.1),
+        "renewing": kubelets_at({"n0": NOW - 2.0}, NOW - 0.1),
+        "no lease": kubelets_at({}, NOW - 0.1),
+        "not read yet": Readings({}, -math.inf),
+    }[kubelet]
+    v = judge(nodes, leases, NOW, P, healthy(), kubelets=readings)
+    assert (v.candidates, v.stale) == (2, stale)
+    # A release is not an agent failing: a roll is never told as "the path works, the agents fail".
+    assert v.path_alive == frozenset() and "agents fail" not in v.reason
+
+
+def test_a_cut_as_every_agent_releases_is_confirmed_by_the_kubelets_well_within_the_allowance() -> None:
+    """Every agent released as the path broke (a roll at maxUnavailable 100 %): once a read
+    after each kubelet's due renewal shows it silent, the verdict confirms, the allowance
+    (30 s) long before it is over."""
+    nodes, leases = cluster(10, 0)
+    cut = NOW - 14.0
+    leases = {k: released_lease(k, cut) for k in leases}
+    silent = kubelets_at(dict.fromkeys(leases, cut - 1.0), NOW - 0.1)
+    v = judge(nodes, leases, NOW, P, healthy(), kubelets=silent)
+    assert (v.memory.phase, v.stale) == (Phase.CONFIRMING, 10)
+    v = judge(nodes, leases, NOW + P.confirm_period_s, P, v.memory, kubelets=silent, confirming=True)
+    assert v.scale_down and NOW + P.confirm_period_s - cut < P.roll_allowance_s
 
 
 def test_every_agent_released_leaves_the_kubelets_to_judge() -> None:

@@ -241,6 +241,25 @@ def test_during_a_move_a_release_of_either_layouts_lease_releases_the_node() -> 
     assert not observed.leases["n1"].view.released
 
 
+def test_a_round_of_renewals_is_told_by_the_nodes_clock_not_by_when_the_watches_delivered_it() -> None:
+    """Found by the model: the two layouts' watches delivered an old agent's round of renewals
+    more than an interval apart, so its release of ours was taken for a successor's renewal of
+    the old layout's and the node counted stale with no witness to ask. Stamped by one agent in
+    one round, they are one round however late one arrives; a successor's renewal is not."""
+    clock = Clock(1000.0)
+    observed = Observed(clock=clock)
+    ours, old = "2026-12-08T00:00:00.000000Z", "2026-12-08T00:00:00.020000Z"
+    observed.leases_listed([LeaseView("n1", renew_time=ours, interval_s=0.5)])
+    observed.lease_event("MODIFIED", LeaseView("n1", renew_time=ours, interval_s=0.5, released=True))
+    clock.now = 1002.0  # the old layout's watch, behind
+    observed.legacy_listed([LeaseView("n1", renew_time=old, interval_s=0.5)])
+    assert observed.leases["n1"].view.released
+    clock.now = 1006.0
+    successor = "2026-12-08T00:00:06.000000Z"
+    observed.legacy_event("MODIFIED", LeaseView("n1", renew_time=successor, interval_s=0.5))
+    assert not observed.leases["n1"].view.released
+
+
 def test_a_renewal_does_not_wake_the_provisioner_anything_else_does() -> None:
     """At 5000 nodes every renewal waking the provisioner made its pass over every node run at
     the renewal rate (bench.scale: 70 % of a core at a constant write rate)."""
