@@ -1,5 +1,5 @@
-"""``make demo``: python -m demo [--fast] [--protected-only] [--keep DIR] [--picture FILE] [--plain]
-[--setting DWD_NAME=VALUE]..."""
+"""``make demo``: python -m demo [--fast] [--roll] [--protected-only] [--keep DIR] [--picture FILE]
+[--plain] [--setting DWD_NAME=VALUE]..."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m demo", description=scenario.__doc__)
     parser.add_argument("--nodes", type=int, default=10)
     parser.add_argument("--fast", action="store_true", help="shorter lease duration and periods")
+    parser.add_argument(
+        "--roll", action="store_true", help="the cut comes as every agent stops in a roll of their DaemonSet"
+    )
     parser.add_argument("--protected-only", action="store_true", help="act 2 alone, without act 1")
     parser.add_argument("--keep", type=Path, metavar="DIR", help="keep its logs in DIR")
     parser.add_argument(
@@ -51,6 +54,7 @@ def main() -> int:
             nodes=args.nodes,
             overrides=settings or None,
             unprotected=not args.protected_only,
+            roll=args.roll,
             keep=args.keep,
             picture=args.picture or (args.keep or Path()) / "demo-result.svg",
             live=False if args.plain else None,

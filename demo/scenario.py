@@ -31,6 +31,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -190,6 +191,7 @@ class World:
     shoot_admin: Client
     seed_admin: Client
     procs: list[Process]
+    agents: list[Process] = field(default_factory=list)
 
 
 @contextlib.contextmanager
@@ -258,15 +260,15 @@ def start_agents(w: World, tmp: Path, env_base: dict[str, str]) -> None:
         kubeconfig = write_kubeconfig(
             tmp / f"kubeconfig-{node}", f"https://localhost:{w.lb.port}", w.shoot.ca_file.read_bytes()
         )
-        w.procs.append(
-            start_agent(
-                node,
-                token_file=token,
-                server=ByKubeconfig(kubeconfig),
-                log_path=tmp / f"agent-{node}.log",
-                env={**env_base, "DWD_LOG_FORMAT": "json"},
-            )
+        agent = start_agent(
+            node,
+            token_file=token,
+            server=ByKubeconfig(kubeconfig),
+            log_path=tmp / f"agent-{node}{'-successor' if len(w.agents) >= len(w.names) else ''}.log",
+            env={**env_base, "DWD_LOG_FORMAT": "json"},
         )
+        w.procs.append(agent)
+        w.agents.append(agent)
 
 
 def start_aggregator(
@@ -320,6 +322,9 @@ class Stage:
     nodes: int
     # Both acts cut their load balancers at the same moment: each waits here for the other.
     together: threading.Barrier | None = None
+    # The cut comes as every agent rolls (``--roll``): their successors start at the heal.
+    roll: bool = False
+    successors: Callable[[], None] | None = None
     tail: LogTail | None = None
     aggregator: Process | None = None
     # From the cut on: the most nodes Unknown at once, the fewest ready endpoints, and when
@@ -383,6 +388,7 @@ def run(
     overrides: dict[str, str] | None = None,
     *,
     unprotected: bool = True,
+    roll: bool = False,
     renewals: list[float] | None = None,
     keep: Path | None = None,
     picture: Path | None = None,
@@ -390,21 +396,14 @@ def run(
 ) -> dict[str, float]:
     """Runs the scenario: without protection (``unprotected``: the aggregator in dry-run beside
     KCM) and with it, each act in a world of its own, both at once and cut at the same moment;
-    returns the measured times in seconds. ``renewals`` gets, from act 1, each kubelet lease's
-    last renewal in seconds from the cut; ``keep`` is a directory for the logs and kubeconfigs
-    (kept), else a temporary one; ``picture`` a file for the race drawn (demo/picture.py);
-    ``live`` shows a board redrawn in place instead of a line per sample, by default where
-    ``out`` is a terminal."""
-    overrides = {"DWD_NODE_GRACE": "0s", **(overrides or {})}
+    returns the measured times in seconds. ``roll``: the cut comes as every agent stops in a roll
+    of the DaemonSet whose successors cannot start before the heal. ``renewals`` gets, from act
+    1, each kubelet lease's last renewal in seconds from the cut; ``keep`` is a directory for
+    the logs and kubeconfigs (kept), else a temporary one; ``picture`` a file for the race drawn
+    (demo/picture.py); ``live`` shows a board redrawn in place instead of a line per sample, by
+    default where ``out`` is a terminal."""
     start = time.monotonic()
-    env_base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    acts: list[tuple[str, Act]] = [
-        ("protection", lambda stage, tmp: _act_protected(stage, tmp, env_base, overrides)),
-    ]
-    if unprotected:
-        acts.insert(
-            0, ("no protection", lambda st, tmp: _act_unprotected(st, tmp, env_base, overrides, renewals))
-        )
+    acts = _acts({"DWD_NODE_GRACE": "0s", **(overrides or {})}, unprotected, renewals)
     with contextlib.ExitStack() as stack:
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
@@ -414,7 +413,7 @@ def run(
             (tmp / label.replace(" ", "-"), show, act) for (label, act), show in zip(acts, shows, strict=True)
         ]
         try:
-            measured = _play(played, nodes)
+            measured = _play(played, nodes, roll=roll)
         except Exception:
             if keep is None:  # the temporary directory goes: what went wrong is in its logs
                 _keep_logs(tmp)
@@ -423,9 +422,27 @@ def run(
             if shows[0].live is not None:
                 shows[0].live.close()
         _tell(
-            Show(out, Timeline(start)), side_by_side(measured, nodes) if unprotected else "", shows, picture
+            Show(out, Timeline(start)),
+            side_by_side(measured, nodes, roll=roll) if unprotected else "",
+            shows,
+            picture,
         )
         return measured
+
+
+def _acts(
+    overrides: dict[str, str], unprotected: bool, renewals: list[float] | None
+) -> list[tuple[str, Act]]:
+    """The acts by their labels: with protection, and before it (``unprotected``) without."""
+    env_base = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    acts: list[tuple[str, Act]] = [
+        ("protection", lambda stage, tmp: _act_protected(stage, tmp, env_base, overrides)),
+    ]
+    if unprotected:
+        acts.insert(
+            0, ("no protection", lambda st, tmp: _act_unprotected(st, tmp, env_base, overrides, renewals))
+        )
+    return acts
 
 
 def _tell(show: Show, summary: str, shows: list[Show], picture: Path | None) -> None:
@@ -460,7 +477,7 @@ def _shows(out: TextIO | None, start: float, labels: list[str], live: bool | Non
     ]
 
 
-def _play(played: list[tuple[Path, Show, Act]], nodes: int) -> dict[str, float]:
+def _play(played: list[tuple[Path, Show, Act]], nodes: int, *, roll: bool) -> dict[str, float]:
     """Each act in a thread of its own, from its world's start to its end: the worlds start side
     by side, and a thread's servers live as long as it does (they die with the thread that
     started them). The first failure is raised once both have ended (the other act, waiting
@@ -473,7 +490,7 @@ def _play(played: list[tuple[Path, Show, Act]], nodes: int) -> dict[str, float]:
         try:
             tmp.mkdir(parents=True, exist_ok=True)
             with world(nodes, tmp, show) as w:
-                measured.update(act(Stage(w, show, show.timeline, nodes, together), tmp))
+                measured.update(act(Stage(w, show, show.timeline, nodes, together, roll), tmp))
         except BaseException as e:
             errors.append(e)
             together.abort()
@@ -489,9 +506,10 @@ def _play(played: list[tuple[Path, Show, Act]], nodes: int) -> dict[str, float]:
     return measured
 
 
-def side_by_side(m: dict[str, float], nodes: int) -> str:
+def side_by_side(m: dict[str, float], nodes: int, *, roll: bool = False) -> str:
     return (
-        f"the same cut, side by side: without protection KCM marked {m['unprotected_unknown']:.0f} nodes "
+        f"the same cut{' as every agent rolled' if roll else ''}, side by side: without protection KCM "
+        f"marked {m['unprotected_unknown']:.0f} nodes "
         f"Unknown from {m['unprotected_first_unknown_s']:.0f}s on and left "
         f"{m['unprotected_endpoints_min']:.0f}/{nodes} endpoints; with it KCM was at 0 "
         f"{m['cut_to_kcm_written_s']:.1f}s after the cut, "
@@ -508,6 +526,7 @@ def _aggregator(stage: Stage, tmp: Path, env_base: dict[str, str], env: dict[str
     # The agents after it, as in a running seed: their leases are there (the aggregator
     # creates them) and no agent has backed off from a lease not created yet.
     start_agents(stage.w, tmp, env_base)
+    stage.successors = lambda: start_agents(stage.w, tmp, env_base)
     stage.show(f"started {stage.nodes} agents, renewing through the load balancer")
     # The world started as the aggregator did: its nodes turn Ready meanwhile.
     wait(stage.healthy, 90, "every node Ready and every agent renewing its lease", stage.tick)
@@ -557,11 +576,35 @@ def _cut(stage: Stage) -> datetime:
     wall clock (the leases' renewTimes are on it)."""
     if stage.together is not None:
         stage.together.wait(120)
+    if stage.roll:
+        _roll(stage)
     stage.show(">>> cutting the load balancer: nodes cannot reach KAPI; KAPI itself is fine")
     stage.w.lb.close()
     stage.reset()
     stage.tl.mark("cut")
     return datetime.now(UTC)
+
+
+def _roll(stage: Stage) -> None:
+    """Every agent stopped at once, as a DaemonSet roll at maxUnavailable 100 % stops them: each
+    releases its lease (it stops on purpose) and exits; no successor starts before the heal."""
+    stage.show(">>> rolling every agent: each releases its lease and stops; no successor can start yet")
+    running = [a for a in stage.w.agents if a.alive()]
+    for agent in running:
+        agent.popen.send_signal(signal.SIGTERM)
+    for agent in running:
+        agent.wait(10)
+    stage.tl.mark("roll")
+
+
+def _heal(stage: Stage) -> None:
+    """The load balancer back, and after a roll the successors starting (their image pulled)."""
+    stage.show(">>> the load balancer is back")
+    stage.w.lb.open()
+    stage.tl.mark("heal")
+    if stage.roll and stage.successors is not None:
+        stage.successors()
+        stage.show(f"the roll goes on: {stage.nodes} successor agents started")
 
 
 def _kcm_alone(stage: Stage) -> list[float]:
@@ -614,9 +657,7 @@ def _act_unprotected(
     unknown_at = _kcm_alone(stage)
     if renewals is not None:
         renewals += _kubelet_renewals(stage, cut_wall)
-    show(">>> the load balancer is back")
-    stage.w.lb.open()
-    stage.tl.mark("heal")
+    _heal(stage)
     # The real kubelet may write into a connection the cut left dead for up to 42 s after the
     # heal (docs/measured.md); on a loaded machine three of ten took more than 90 s once.
     wait(stage.healthy, 150, "every node Ready and every endpoint back", stage.tick)
@@ -671,9 +712,7 @@ def _hold_past_grace(stage: Stage) -> None:
 def _restored(stage: Stage) -> None:
     """The load balancer back: every controller back at its old replicas, no record left."""
     tl, nodes, replicas = stage.tl, stage.nodes, stage.replicas
-    stage.show(">>> the load balancer is back")
-    stage.w.lb.open()
-    tl.mark("heal")
+    _heal(stage)
     wait(lambda: replicas() == CONTROLLERS, 180, "every controller back with its old replicas", stage.tick)
     tl.mark("all_up")
     wait(lambda: stage.w.kcm.ready() >= 1, 60, "KCM running again", stage.tick)

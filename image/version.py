@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VERSION_FILE = ROOT / "VERSION"
 # A release as PEP 440 writes it (0.3.0, 0.3.0.dev0, 0.3.0rc1): a valid image tag too.
 RELEASE = re.compile(r"[0-9]+(\.[0-9]+){2}((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?")
-# Where an image or a chart's artifact is named: ``dwd-lease-agent:TAG`` and a kustomization's ``newTag: "TAG"``.
+# Where an image or a chart's artifact is named: ``dwd-lease-agent:TAG`` and a
+# kustomization's ``newTag: "TAG"``.
 REFERENCE = re.compile(r"\b(dwd-lease-(?:agent|aggregator|extension|admission)):([0-9][\w.+-]*)")
 NEW_TAG = re.compile(r'(newTag:\s*")([^"]*)(")')
 

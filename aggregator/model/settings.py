@@ -88,13 +88,12 @@ class Decider:
     recovery_period_s: float = var("DWD_RECOVERY_PERIOD", 10.0, "duration")
     """With the recovery fraction, the hysteresis of the way back."""
     roll_allowance_s: float = var("DWD_ROLL_ALLOWANCE", 30.0, "duration", min_s=1, max_s=600)
-    """How long a lease its agent released (a DaemonSet roll, a drain) waits for a successor
-    before its kubelet alone may call the node cut off. A successor renews once the old pod is
-    gone, the DaemonSet controller has created the new one and the kubelet has pulled the image
-    and started it: 10-30 s where an image is pulled. It also covers the time the second
-    witness takes to see a kubelet renew after the release (its interval, the read that
-    brackets it and the margin). Never a route to a quorum by itself: past it the node counts
-    stale only while its kubelet is silent too (docs/decision.md, "A lease its agent released")."""
+    """How long a lease its agent released (a DaemonSet roll, a drain) waits before its kubelet
+    alone may call the node cut off, where the second witness cannot answer for the node yet
+    (no read of the kubelet leases since a start, no lease of its kubelet): long enough for a
+    successor to start (10-30 s where an image is pulled) or for the witness to read. Where the
+    witness can answer, the kubelet decides from a lease duration on. Never a route to a quorum
+    by itself (docs/decision.md, "A lease its agent released")."""
     min_candidates: int = var("DWD_MIN_CANDIDATES", 2, "integer", min_value=1)
     """Fewer: no verdict (never a reason to scale down, nor to stay down)."""
     fast_interval_s: float = lease.renew_interval_var()

@@ -3,11 +3,12 @@ its agent and a real kubelet (kubemark's hollow node) reaching the shoot KAPI th
 DNS name and load balancer, the real aggregator, KCM run from the seed's Deployment. 7 of 10 paths are cut for
 60 s: without protection (dry run) KCM marks the cut nodes Unknown and takes their endpoints
 away; with it, KCM is at 0 before any node goes Unknown, and a KCM started after the heal marks
-nothing. The same with all 10 cut."""
+nothing. The same with all 10 cut, and with all 10 cut as every agent rolls (issue 64)."""
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from core.lease import RELEASED
 from testenv.base.process import stop_all
 from testenv.base.wait import wait_for
 from testenv.kube import workload
@@ -192,3 +194,75 @@ def test_protected_kcm_is_down_before_any_node_goes_unknown(
             time.sleep(1)
         assert lp.kcm.count() == 1
         assert lp.shoot.replicas()[KCM_DEPLOYMENT] == 1
+
+
+# Issue 64. A roll whose successors cannot start (their image pull stalled) is watched past the
+# roll allowance and a confirm period: long enough that a rule counting a release would act.
+ROLL_WATCH_S = 45
+KUBELET_INTERVAL_S = 10.4  # a quarter of the kubelet's 40 s lease, and its 4 % jitter
+
+
+def roll_every_agent(lp: Loop) -> float:
+    """Every agent SIGTERMed at once (each releases its lease and exits 0), no successor; returns
+    when the last has exited."""
+    agents = [n.agent for n in lp.nodes if n.agent is not None]
+    for agent in agents:
+        agent.popen.send_signal(signal.SIGTERM)
+    assert [a.wait(10) for a in agents] == [0] * NODES, "an agent did not exit 0 on SIGTERM"
+    assert all("lease_released" in a.names() for a in agents), "an agent did not release its lease"
+    return time.time()
+
+
+@pytest.mark.timeout(660)
+def test_a_roll_lowers_nothing_and_a_cut_as_every_agent_rolls_is_beaten_before_kcms_first_mark(
+    seed_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """Every agent rolled with successors that cannot start: the kubelets vouch for their nodes,
+    nothing is lowered. Then every agent rolled again and every node's path cut as they stop: the
+    released nodes are judged by their silent kubelets, KCM at 0 before any node goes Unknown."""
+    with kcm_loop(seed_plane, tmp_path, "shoot--kcm--roll") as lp:
+        rolled = roll_every_agent(lp)
+        while time.time() - rolled < ROLL_WATCH_S:
+            assert lp.shoot.replicas() == ONE_EACH, f"lowered during a roll: {lp.shoot.replicas()}"
+            assert lp.kcm.count() == 1
+            time.sleep(0.5)
+        print(f"\nevery agent rolled, no successor: nothing lowered in {ROLL_WATCH_S} s")
+        for node in lp.nodes:
+            lp.world.start_agent(node)
+        wait_for(
+            lambda: (
+                not any(
+                    (x["metadata"].get("annotations") or {}).get(RELEASED) for x in lp.shoot.leases().values()
+                )
+            ),
+            30,
+            "every successor renewing",
+            every_s=0.5,
+        )
+        time.sleep(5)  # a lease duration and more: every node fresh again
+        roll_every_agent(lp)  # the releases go out on a working path; the cut comes as they land
+        lp.cut(True, NODES)
+        t_cut = time.time()
+        zero_at, min_endpoints = 0.0, NODES
+        while time.time() - t_cut < CUT_S:
+            if not zero_at and lp.kcm.count() == 0:
+                zero_at = time.time()
+            o = lp.observe()
+            assert not o.unknown(), o
+            min_endpoints = min(min_endpoints, o.ready_endpoints)
+            time.sleep(0.5)
+        assert zero_at, "KCM was never scaled to 0"
+        # Before the earliest KCM could mark a node: its grace after the kubelet's last renewal,
+        # which may have come a whole kubelet interval before the cut.
+        assert zero_at - t_cut < GRACE_S - KUBELET_INTERVAL_S, (
+            f"KCM at 0 {zero_at - t_cut:.1f} s after the cut"
+        )
+        print(
+            f"every agent rolled and every path cut: KCM at 0 processes {zero_at - t_cut:.1f} s after "
+            f"the cut; no node Unknown in {CUT_S} s; ready endpoints kept: {min_endpoints}/{NODES}"
+        )
+        assert min_endpoints == NODES
+        lp.cut(False, NODES)
+        for node in lp.nodes:
+            lp.world.start_agent(node)
+        wait_for(lambda: lp.kcm.ready() == 1, 90, "KCM running again", every_s=0.5)
