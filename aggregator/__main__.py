@@ -32,7 +32,7 @@ from aggregator.lead.leader import LeaderElector
 from aggregator.lead.scope import Alone, Leadership
 from aggregator.lead.shards import Shards
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent, load_dependents
-from aggregator.model.settings import MAX_SHARDS, Settings, Shoots
+from aggregator.model.settings import MAX_SHARDS, Settings, ShootSettings
 from aggregator.observe.seeddependents import SeedDependents
 from aggregator.observe.sources import EnvSource, FileSource, GardenerSource, TargetSource, TargetSpec
 from aggregator.ops.heap import Heap
@@ -237,7 +237,7 @@ def _reconciler(shared: Shared, fleet: Fleet, source: ExtensionSource, part: Sho
     )
 
 
-def _shoot_part(shoots: Shoots) -> ShootPart | None:
+def _shoot_part(shoots: ShootSettings) -> ShootPart | None:
     """What the extension delivers into every shoot; a file that is not that stops start-up."""
     if not shoots.shoot_objects:
         log.info("shoot_part_not_delivered", reason="DWD_SHOOT_OBJECTS is empty")

@@ -22,7 +22,7 @@ from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import Dependent
 from aggregator.model.eligibility import skipped
-from aggregator.model.settings import Decider, Settings
+from aggregator.model.settings import DeciderSettings, Settings
 from aggregator.observe.evidence import Evidence
 from aggregator.observe.seeddependents import SeedDependents
 from aggregator.observe.watcher import Informer, Observed, legacy_informer, shoot_informers
@@ -70,7 +70,7 @@ class Parts:
     def listed(self) -> bool:
         return self.nodes.synced.is_set() and self.leases.synced.is_set()
 
-    def status(self, now: float, params: Decider) -> dict[str, Any]:
+    def status(self, now: float, params: DeciderSettings) -> dict[str, Any]:
         """What the shoot looks like now: its leases, its pacing, the reads beside the watches."""
         pacing, observed, machines = self.pacer.last(), self.observed, self.evidence.machines
         left_out = skipped(observed.nodes, observed.leases, now, params, machines.phases())
@@ -94,7 +94,7 @@ def wire(
     shoot: KubeApi,
     shared: Shared,
     *,
-    params: Decider,
+    params: DeciderSettings,
     scope: Scope,
     report: Reporter,
     log: FilteringBoundLogger,
@@ -141,7 +141,7 @@ def _lease_writers(
     observed: Observed,
     shared: Shared,
     *,
-    params: Decider,
+    params: DeciderSettings,
     scope: Scope,
     report: Reporter,
 ) -> tuple[Pacer, Provisioner]:
@@ -170,7 +170,7 @@ def _lease_writers(
 
 
 def _informers(
-    name: str, shoot: KubeApi, shared: Shared, params: Decider, report: Reporter
+    name: str, shoot: KubeApi, shared: Shared, params: DeciderSettings, report: Reporter
 ) -> tuple[Observed, Informer[Any], Informer[LeaseView], Informer[LeaseView] | None]:
     """What is observed of the shoot, and the informers that feed it: its nodes, its leases,
     and the old layout's leases during a move."""

@@ -16,14 +16,14 @@ from typing import Any
 from aggregator.act import budget
 from aggregator.decide.decider import decide
 from aggregator.model.objects import NodeView
-from aggregator.model.settings import Decider, Provisioning
+from aggregator.model.settings import DeciderSettings, ProvisionSettings
 from aggregator.model.verdict import Memory, Phase
 from aggregator.observe.watcher import Observed
 from bench.tools.table import print_table
 from core.durations import format_duration
 from core.lease import RENEW_INTERVAL, LeaseView, format_micro_time, lease_metadata
 
-DECIDER = Decider()
+DECIDER = DeciderSettings()
 
 
 def _rss_mib() -> float:
@@ -82,7 +82,7 @@ def _per_event_us(observed: Observed, n: int, clock: list[float], events: int = 
 def _decision_ms(observed: Observed, now: float, sample: Collection[str] | None, ticks: int = 200) -> float:
     """One decision on ``sample`` (all nodes, if None) with a view current since long before:
     every tick is judged, as in steady state."""
-    params = Decider(node_grace_s=0)
+    params = DeciderSettings(node_grace_s=0)
     t0 = time.perf_counter()
     for _ in range(ticks):
         decide(
@@ -101,7 +101,7 @@ def run(n: int = 5000) -> None:
     clock = [1000.0]
     observed, rss_mib = _observed(n, clock)
     per_event_us = _per_event_us(observed, n, clock)
-    budget_per_s = Provisioning().write_budget
+    budget_per_s = ProvisionSettings().write_budget
     t0 = time.perf_counter()
     pacing = budget.plan(observed.nodes, DECIDER.fast_interval_s, budget_per_s)
     plan_ms = (time.perf_counter() - t0) * 1000

@@ -1,6 +1,6 @@
 """The real kubelet's node lease, measured against the second witness's model of it
 (aggregator/decide/witness.py: a renewal every quarter of 40 s, each wait stretched by up to 4 %, and
-``Decider.witness_slack_s`` 1.5 s for it to land).
+``DeciderSettings.witness_slack_s`` 1.5 s for it to land).
 
     python -m bench.kubelet [--nodes 5] [--steady-seconds 60] [--cut-seconds 30]
                             [--blip-seconds 3] [--after-seconds 75]
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aggregator.model.observed import KUBELET_JITTER, KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from bench.tools.sampling import cpu_s, rss_mib
 from bench.tools.stats import min_median_max
 from bench.tools.table import print_table
@@ -46,7 +46,7 @@ from testenv.worlds.hollow_world import Rig, Seen, mark_unknown, rig, set_cut
 
 MODEL_INTERVAL_S = KUBELET_LEASE_DURATION_S * KUBELET_RENEW_FRACTION
 # The model's due time after a renewal: a read sent later that still shows it finds the node silent.
-MODEL_DUE_S = MODEL_INTERVAL_S * (1 + KUBELET_JITTER) + Decider().witness_slack_s
+MODEL_DUE_S = MODEL_INTERVAL_S * (1 + KUBELET_JITTER) + DeciderSettings().witness_slack_s
 # What the lease controller logs for each failed request (an update, or the GET of ensureLease).
 FAILED_REQUEST = ("Failed to update lease", "Failed to ensure lease exists")
 # A request's 10 s timeout, as client-go words it (its own timer, or the request's context).
@@ -283,7 +283,7 @@ def print_model(s: Steady, results: Sequence[CutResult]) -> None:
         ],
         [
             "a renewal -> the next one visible",
-            f"due {MODEL_DUE_S:.1f} s after it (slack {Decider().witness_slack_s:g} s)",
+            f"due {MODEL_DUE_S:.1f} s after it (slack {DeciderSettings().witness_slack_s:g} s)",
             f"at most {worst:.2f} s",
             "yes" if worst < MODEL_DUE_S else "NO",
         ],

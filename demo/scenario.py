@@ -44,7 +44,7 @@ from typing import Any, TextIO
 
 from aggregator.model.observed import KUBELET_LEASE_DURATION_S, KUBELET_RENEW_FRACTION, NODE_LEASE_NAMESPACE
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from core.lease import leases_path, parse_micro_time
 from demo import picture as draw
 from demo.live import Live
@@ -72,7 +72,7 @@ WARM_S = 12
 HOLD_PAST_GRACE_S = 10
 
 KUBELET_RENEW_S = KUBELET_LEASE_DURATION_S * KUBELET_RENEW_FRACTION
-AGENT_RENEW_S = Decider().fast_interval_s
+AGENT_RENEW_S = DeciderSettings().fast_interval_s
 
 NAMESPACE = "shoot--demo--local"
 SHOWN_EVENTS = {

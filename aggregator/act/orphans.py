@@ -5,7 +5,7 @@ deleted, its entry gone from the targets file, and the aggregator restarted or
 rolled before anything restored them. The record on the Deployments is the only
 state that survives all of that, so that is what is swept: the leader lists our
 label across the seed when it starts leading, whenever the fleet drops a target,
-and every ``Shoots.sweep_s`` (a minute); a record in a namespace that no
+and every ``ShootSettings.sweep_s`` (a minute); a record in a namespace that no
 target serves is restored once it has been seen orphaned for the recovery period,
 only where it is ours (a dependent with somebody else's marks is never touched).
 A standby does nothing and keeps nothing: the next leader starts from the seed.

@@ -19,7 +19,7 @@ from typing import Any
 
 from aggregator.act.budget import Pacing
 from aggregator.kube.client import KubeApi
-from aggregator.model.settings import Provisioning
+from aggregator.model.settings import ProvisionSettings
 from aggregator.observe.watcher import Observed
 from core import logs
 from core.durations import format_duration
@@ -51,7 +51,7 @@ class Provisioner:
         self,
         shoot: KubeApi,
         observed: Observed,
-        settings: Provisioning,
+        settings: ProvisionSettings,
         *,
         lease_duration_s: float,
         label: str = "",

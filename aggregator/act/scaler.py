@@ -49,7 +49,7 @@ from aggregator.model.records import (
     Record,
     record_marks,
 )
-from aggregator.model.settings import Scaling
+from aggregator.model.settings import ScaleSettings
 from aggregator.model.verdict import Desired
 from aggregator.observe.replicas import DependentState, Replicas
 from aggregator.ops.metrics import AggregatorMetrics
@@ -72,7 +72,7 @@ class Scaler:
         namespace: str,
         dependents: Sequence[Dependent],
         *,
-        settings: Scaling | None = None,
+        settings: ScaleSettings | None = None,
         label: str = "",
         clock: Callable[[], float] = time.monotonic,
         scope: Scope,
@@ -82,7 +82,7 @@ class Scaler:
     ) -> None:
         self.namespace = namespace
         self.dependents = tuple(dependents)
-        self.settings = settings or Scaling()
+        self.settings = settings or ScaleSettings()
         self.dry_run = self.settings.dry_run
         self.target = label or namespace
         self.clock = clock

@@ -17,15 +17,15 @@ from aggregator.decide.phases import Quorum, judge
 from aggregator.decide.witness import Witness, witness
 from aggregator.model.eligibility import EMPTY, candidates, eligible_by_zone
 from aggregator.model.observed import LeaseObs, NodeObs, Readings, micro_time
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from aggregator.model.verdict import Memory, Phase, Verdict, stale_fraction
 
 
-def is_stale(lease: LeaseObs, now: float, params: Decider, *, answered: bool = False) -> bool:
+def is_stale(lease: LeaseObs, now: float, params: DeciderSettings, *, answered: bool = False) -> bool:
     return now >= stale_at(lease, params, answered=answered)
 
 
-def stale_at(lease: LeaseObs, params: Decider, *, answered: bool = False) -> float:
+def stale_at(lease: LeaseObs, params: DeciderSettings, *, answered: bool = False) -> float:
     """When a lease not renewed again turns stale (our clock). A release (a roll, a drain) says
     nothing of the path, so one its agent released is judged by its kubelet alone: where the
     second witness can answer for the node (``answered``: its kubelet's lease read, a renewal in
@@ -51,7 +51,7 @@ def decide(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    params: Decider,
+    params: DeciderSettings,
     memory: Memory,
     *,
     view_since: float | None,
@@ -100,7 +100,7 @@ def decide(
 
 
 def _expiries(
-    counted: Mapping[str, LeaseObs], params: Decider, kubelets: Readings | None
+    counted: Mapping[str, LeaseObs], params: DeciderSettings, kubelets: Readings | None
 ) -> dict[str, float]:
     """When each candidate turns stale if not renewed again."""
     answered = answerable(counted, kubelets)
@@ -118,7 +118,11 @@ def _stale(
 
 
 def _next_look(
-    verdict: Verdict, expiry: Mapping[str, float], not_fresh: frozenset[str], now: float, params: Decider
+    verdict: Verdict,
+    expiry: Mapping[str, float],
+    not_fresh: frozenset[str],
+    now: float,
+    params: DeciderSettings,
 ) -> float | None:
     """When the next look can change the verdict, where that falls before the next tick: the
     moment the failure fraction is reached if no fresh candidate renews again (healthy), the
@@ -144,7 +148,7 @@ def _witnessed(
     counted: Mapping[str, LeaseObs],
     expiry: Mapping[str, float],
     now: float,
-    params: Decider,
+    params: DeciderSettings,
     kubelets: Readings | None,
 ) -> Witness:
     """What the kubelets say of the candidates whose agents are stale."""

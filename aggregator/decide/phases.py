@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from aggregator.decide.estimate import fraction
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from aggregator.model.verdict import Memory, Phase, Verdict
 
 
@@ -54,7 +54,7 @@ class Quorum:
 def judge(
     memory: Memory,
     now: float,
-    params: Decider,
+    params: DeciderSettings,
     q: Quorum,
     *,
     view_since: float | None,
@@ -101,7 +101,7 @@ def _to(
     return Verdict(Memory(phase, since, held=held), n, s, reason, judged=judged)
 
 
-def _quorum(memory: Memory, now: float, params: Decider, q: Quorum) -> Verdict:
+def _quorum(memory: Memory, now: float, params: DeciderSettings, q: Quorum) -> Verdict:
     """The phase machine on a judged quorum ``q``."""
     n, s, fraction = q.n, q.s, q.fraction
     ratio = f"{s}/{n} stale ({fraction:.0%}{'' if q.estimate is None else ' of the nodes, estimated'})"
@@ -134,7 +134,7 @@ def _quorum(memory: Memory, now: float, params: Decider, q: Quorum) -> Verdict:
     return _to(memory, now, Phase.DOWN, ratio, n=n, s=s, judged=True)
 
 
-def _confirm(memory: Memory, now: float, params: Decider, ratio: str, q: Quorum) -> Verdict:
+def _confirm(memory: Memory, now: float, params: DeciderSettings, ratio: str, q: Quorum) -> Verdict:
     """Confirming at the failure fraction: the scale-down once the confirm period has passed and
     enough of the stale are silent to both witnesses (a kubelet whose next renewal is not due
     yet could still prove the path); until then, confirming on (from the same moment)."""
@@ -148,7 +148,14 @@ def _confirm(memory: Memory, now: float, params: Decider, ratio: str, q: Quorum)
 
 
 def _held(
-    memory: Memory, now: float, params: Decider, ratio: str, q: Quorum, *, at_failure: bool, recovered: bool
+    memory: Memory,
+    now: float,
+    params: DeciderSettings,
+    ratio: str,
+    q: Quorum,
+    *,
+    at_failure: bool,
+    recovered: bool,
 ) -> Verdict:
     """A start that found records of ours: the quorum lost for the confirm period scales down
     (through the interlocks); recovered for the recovery period, the scale-up is finished."""
@@ -165,7 +172,7 @@ def _held(
     return _to(memory, now, Phase.DOWN, f"{ratio}: holding what a start found", n=n, s=s, judged=True)
 
 
-def _blind(memory: Memory, now: float, params: Decider, why: str) -> Verdict:
+def _blind(memory: Memory, now: float, params: DeciderSettings, why: str) -> Verdict:
     """Nothing can be judged: confirmation starts again; scaled down (or held) stays so, for a while."""
     phase = memory.phase
     if _running(memory):
@@ -184,7 +191,7 @@ def _blind(memory: Memory, now: float, params: Decider, why: str) -> Verdict:
 
 
 def _recover(
-    memory: Memory, now: float, params: Decider, why: str, *, n: int, s: int, judged: bool
+    memory: Memory, now: float, params: DeciderSettings, why: str, *, n: int, s: int, judged: bool
 ) -> Verdict:
     if memory.phase is Phase.RECOVERING and now - memory.since >= params.recovery_period_s:
         why = f"{why} for {now - memory.since:.1f}s: recovered"

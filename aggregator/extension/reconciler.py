@@ -135,7 +135,7 @@ class Reconciler:
         self.retries = Retries(settings.shoots.retry)
 
     async def run(self) -> None:
-        """A pass on every change of an Extension, and every ``Shoots.poll_s`` regardless (a
+        """A pass on every change of an Extension, and every ``ShootSettings.poll_s`` regardless (a
         failed write, a target that has stopped since)."""
         changed = self.source.extensions_changed
         while True:

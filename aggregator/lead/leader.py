@@ -21,7 +21,7 @@ from typing import Any
 from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Scope, Writes
 from aggregator.model.objects import metadata, section
-from aggregator.model.settings import Leader
+from aggregator.model.settings import LeaderSettings
 from core import logs
 from core.errors import Conflict, KubeError, NotFound
 from core.lease import format_micro_time, lease_path, leases_path
@@ -67,7 +67,7 @@ class Hold:
     holders never act at once (client-go's rule, for every Lease it is used on).
     """
 
-    def __init__(self, identity: str, timings: Leader, clock: Callable[[], float]) -> None:
+    def __init__(self, identity: str, timings: LeaderSettings, clock: Callable[[], float]) -> None:
         self.identity = identity
         self.timings = timings
         self.clock = clock
@@ -152,7 +152,7 @@ class Others:
     """Leases another replica may hold, each a Hold kept from one LIST to the next (a holder is
     only known to have stopped once its renewTime has stood still for a lease duration)."""
 
-    def __init__(self, identity: str, timings: Leader, clock: Callable[[], float]) -> None:
+    def __init__(self, identity: str, timings: LeaderSettings, clock: Callable[[], float]) -> None:
         self.identity, self.timings, self.clock = identity, timings, clock
         self.holds: dict[str, Hold] = {}
 
@@ -172,7 +172,7 @@ class LeaderElector:
     def __init__(
         self,
         seed: KubeApi,
-        settings: Leader,
+        settings: LeaderSettings,
         name: str = "dwd-lease-aggregator",
         *,
         identity: str = "",

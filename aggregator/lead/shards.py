@@ -25,7 +25,7 @@ from aggregator.kube.client import KubeApi
 from aggregator.lead.leader import GROUP, ROLE, Hold, LeaderRecord, Others, list_ours, new_identity, role
 from aggregator.lead.scope import Scope
 from aggregator.model.objects import metadata, resource_version
-from aggregator.model.settings import Leader
+from aggregator.model.settings import LeaderSettings
 from core import logs
 from core.errors import Conflict, KubeError, NotFound
 from core.lease import format_micro_time, lease_path, leases_path
@@ -63,7 +63,7 @@ class Shards:
     def __init__(
         self,
         seed: KubeApi,
-        settings: Leader,
+        settings: LeaderSettings,
         count: int,
         *,
         name: str = "dwd-lease-aggregator",

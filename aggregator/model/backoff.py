@@ -1,5 +1,5 @@
-"""The retry delays of the settings: a watch's restarts (settings.Watching), a failed target's
-and a failed Extension operation's (settings.Shoots)."""
+"""The retry delays of the settings: a watch's restarts (settings.WatchSettings), a failed target's
+and a failed Extension operation's (settings.ShootSettings)."""
 
 from __future__ import annotations
 

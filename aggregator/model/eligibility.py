@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from aggregator.model.candidates import machine_reason
 from aggregator.model.observed import LeaseObs, NodeObs
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
 
@@ -24,7 +24,7 @@ def candidates(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    params: Decider,
+    params: DeciderSettings,
     sample: Collection[str] | None = None,
     *,
     machines: Mapping[str, str] = EMPTY,
@@ -54,7 +54,7 @@ NOT_FAST, NOT_YET_FAST = "not asked for the fast interval", "not seen renewing f
 PACE_REASONS = frozenset({NOT_FAST, NOT_YET_FAST})
 
 
-def _pace_reason(lease: LeaseObs | None, params: Decider) -> str | None:
+def _pace_reason(lease: LeaseObs | None, params: DeciderSettings) -> str | None:
     """Why a lease that the rules keep does not count at its pace (None: it counts)."""
     if lease is None:
         return "no lease yet"
@@ -67,14 +67,14 @@ def _pace_reason(lease: LeaseObs | None, params: Decider) -> str | None:
 
 
 def _eligible(
-    node: NodeObs, lease: LeaseObs | None, now: float, params: Decider, machine: str | None = None
+    node: NodeObs, lease: LeaseObs | None, now: float, params: DeciderSettings, machine: str | None = None
 ) -> bool:
     """Whether a node is one the verdict stands for, at whatever pace it renews."""
     return skip_reason(node, lease, now, params, machine) is None
 
 
 def skip_reason(
-    node: NodeObs, lease: LeaseObs | None, now: float, params: Decider, machine: str | None = None
+    node: NodeObs, lease: LeaseObs | None, now: float, params: DeciderSettings, machine: str | None = None
 ) -> str | None:
     """Which rule leaves a node out of every verdict, whatever pace it renews at (None: it is
     one the verdict stands for). dependency-watchdog's rules (candidates.py), and the lease's
@@ -110,7 +110,7 @@ def skipped(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    params: Decider,
+    params: DeciderSettings,
     machines: Mapping[str, str] = EMPTY,
 ) -> dict[str, str]:
     """Every node left out of the verdict and why: for the status page, not for each tick."""
@@ -126,7 +126,7 @@ def eligible_by_zone(
     nodes: Mapping[str, NodeObs],
     leases: Mapping[str, LeaseObs],
     now: float,
-    params: Decider,
+    params: DeciderSettings,
     machines: Mapping[str, str] = EMPTY,
 ) -> collections.Counter[str]:
     """How many nodes each zone has that the verdict stands for: a walk over every node, so a

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from aggregator.model.dependents import Dependent, parse_dependents
-from aggregator.model.settings import Decider, Scaling, Settings
+from aggregator.model.settings import DeciderSettings, ScaleSettings, Settings
 from core.config import EnvReader, Var, read_var, variables
 from core.errors import ConfigError
 
@@ -39,9 +39,9 @@ WHERE = "providerConfig"
 
 # The fields that override a seed setting: the key, the settings group and its field.
 OVERRIDES: dict[str, tuple[type, str]] = {
-    "dryRun": (Scaling, "dry_run"),
-    "failureFraction": (Decider, "failure_fraction"),
-    "recoveryFraction": (Decider, "recovery_fraction"),
+    "dryRun": (ScaleSettings, "dry_run"),
+    "failureFraction": (DeciderSettings, "failure_fraction"),
+    "recoveryFraction": (DeciderSettings, "recovery_fraction"),
 }
 KNOWN = frozenset({"apiVersion", "kind", "dependents", "disabled", *OVERRIDES})
 # A JSON value of the right type for a variable's kind (a bool is an int to Python: not a number).

@@ -68,7 +68,7 @@ def _node_conditions(r: EnvReader, name: str) -> NodeConditions | None:
 
 
 @dataclass(frozen=True)
-class Decider:
+class DeciderSettings:
     """What the decision judges by (aggregator/decide/)."""
 
     lease_duration_s: float = var("DWD_LEASE_DURATION", 6.0, "duration", min_s=1, max_s=300)
@@ -155,7 +155,7 @@ class Decider:
             )
         _check(problems)
 
-    def with_pools(self, pools: Mapping[str, tuple[str, ...]] | None) -> Decider:
+    def with_pools(self, pools: Mapping[str, tuple[str, ...]] | None) -> DeciderSettings:
         """A shoot's own per-pool conditions (its Cluster's) over the setting's; off stays off."""
         if not pools or self.node_conditions is None:
             return self
@@ -188,7 +188,7 @@ class Decider:
         return min(2.0, self.lease_duration_s / 4)
 
     @classmethod
-    def from_env(cls, r: EnvReader) -> Decider:
+    def from_env(cls, r: EnvReader) -> DeciderSettings:
         values = read_vars(r, cls)
         node_conditions = _node_conditions(r, "DWD_NODE_CONDITIONS")
         try:
@@ -202,7 +202,7 @@ MAX_SHARDS = 16
 
 
 @dataclass(frozen=True)
-class Leader:
+class LeaderSettings:
     """Leader election on a seed Lease (aggregator/lead/leader.py), with client-go's defaults."""
 
     enabled: bool = var("DWD_LEADER_ELECTION", False, "boolean")
@@ -232,7 +232,7 @@ class Leader:
             )
 
     @classmethod
-    def from_env(cls, r: EnvReader) -> Leader:
+    def from_env(cls, r: EnvReader) -> LeaderSettings:
         values = read_vars(r, cls)
         default_namespace = r.env.get("POD_NAMESPACE") or cls.namespace
         namespace = r.string("DWD_LEADER_ELECTION_NAMESPACE", default_namespace)
@@ -248,7 +248,7 @@ class Leader:
 
 
 @dataclass(frozen=True)
-class Watching:
+class WatchSettings:
     """How the shoot is watched, and when the view of it stops being trusted."""
 
     # The server ends every watch after this and it is restarted at once.
@@ -278,7 +278,7 @@ class Watching:
 
 
 @dataclass(frozen=True)
-class Provisioning:
+class ProvisionSettings:
     """The leases: where they live, and the write budget that paces their renewals."""
 
     lease_namespace: str = var("DWD_LEASE_NAMESPACE", DEFAULT_LEASE_NAMESPACE, "string")
@@ -294,7 +294,7 @@ class Provisioning:
     recheck_s: float = 10.0
 
     @classmethod
-    def from_env(cls, r: EnvReader) -> Provisioning:
+    def from_env(cls, r: EnvReader) -> ProvisionSettings:
         values = read_vars(r, cls)
         _namespace(r, "DWD_LEASE_NAMESPACE", values["lease_namespace"])
         if values["legacy_namespace"] == "-":  # off (an empty variable is the default)
@@ -305,7 +305,7 @@ class Provisioning:
 
 
 @dataclass(frozen=True)
-class Scaling:
+class ScaleSettings:
     """The actuator (aggregator/act/scaler.py) and what it scales."""
 
     dry_run: bool = var("DWD_DRY_RUN", False, "boolean")
@@ -327,7 +327,7 @@ class Scaling:
 
 
 @dataclass(frozen=True)
-class Shoots:
+class ShootSettings:
     """Where the shoots come from (aggregator/observe/sources.py) and how the fleet runs them."""
 
     mode: TargetsMode = "env"
@@ -365,7 +365,7 @@ class Shoots:
     orphan_recheck_s: float = 2.0
 
     @classmethod
-    def from_env(cls, r: EnvReader) -> Shoots:
+    def from_env(cls, r: EnvReader) -> ShootSettings:
         raw = r.string("DWD_TARGETS", "env")
         mode: TargetsMode = "env"
         file = ""
@@ -397,7 +397,7 @@ class Shoots:
 
 
 @dataclass(frozen=True)
-class Serving:
+class ServeSettings:
     """The HTTP server and the logs."""
 
     metrics_addr: tuple[str, int] | None = None
@@ -407,13 +407,13 @@ class Serving:
 
 @dataclass(frozen=True)
 class Settings:
-    shoots: Shoots = field(default_factory=Shoots)
-    decider: Decider = field(default_factory=Decider)
-    leader: Leader = field(default_factory=Leader)
-    watching: Watching = field(default_factory=Watching)
-    provisioning: Provisioning = field(default_factory=Provisioning)
-    scaling: Scaling = field(default_factory=Scaling)
-    serving: Serving = field(default_factory=Serving)
+    shoots: ShootSettings = field(default_factory=ShootSettings)
+    decider: DeciderSettings = field(default_factory=DeciderSettings)
+    leader: LeaderSettings = field(default_factory=LeaderSettings)
+    watching: WatchSettings = field(default_factory=WatchSettings)
+    provisioning: ProvisionSettings = field(default_factory=ProvisionSettings)
+    scaling: ScaleSettings = field(default_factory=ScaleSettings)
+    serving: ServeSettings = field(default_factory=ServeSettings)
     # Settings of the release before that are set (RENAMED, RETIRED): warned about at start.
     deprecated: tuple[str, ...] = ()
 
@@ -430,14 +430,14 @@ class Settings:
 
     @classmethod
     def read(cls, r: EnvReader) -> Settings:
-        shoots = Shoots.from_env(r)
-        provisioning = Provisioning.from_env(r)
-        decider = Decider.from_env(r)
-        scaling = Scaling(**read_vars(r, Scaling))
+        shoots = ShootSettings.from_env(r)
+        provisioning = ProvisionSettings.from_env(r)
+        decider = DeciderSettings.from_env(r)
+        scaling = ScaleSettings(**read_vars(r, ScaleSettings))
         _readable(r, "DWD_DEPENDENTS_FILE", scaling.dependents_file)
-        leader = Leader.from_env(r)
+        leader = LeaderSettings.from_env(r)
         metrics_addr = r.address("DWD_METRICS_ADDR")
-        serving = Serving(metrics_addr, *r.logging())
+        serving = ServeSettings(metrics_addr, *r.logging())
         return cls(
             shoots=shoots,
             decider=decider,

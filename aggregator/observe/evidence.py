@@ -9,7 +9,7 @@ from collections.abc import Callable
 from structlog.typing import FilteringBoundLogger
 
 from aggregator.kube.client import KubeApi
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from aggregator.observe.kubelets import KubeletLeases
 from aggregator.observe.machines import Machines
 from core.errors import Forbidden, KubeError, NotFound
@@ -17,7 +17,7 @@ from core.errors import Forbidden, KubeError, NotFound
 
 class Evidence:
     def __init__(
-        self, kubelets: KubeletLeases, machines: Machines, params: Decider, log: FilteringBoundLogger
+        self, kubelets: KubeletLeases, machines: Machines, params: DeciderSettings, log: FilteringBoundLogger
     ) -> None:
         self.kubelets = kubelets
         self.machines = machines
@@ -30,7 +30,7 @@ class Evidence:
         shoot: KubeApi,
         seed: KubeApi,
         namespace: str,
-        params: Decider,
+        params: DeciderSettings,
         *,
         clock: Callable[[], float],
         log: FilteringBoundLogger,

@@ -4,7 +4,7 @@
 LISTed, not watched: MCM rewrites a Machine's status on every health check and a Machine
 carries its node's conditions, so a watch per shoot would stream far more than the rule needs;
 and leaving a node out changes no verdict while nothing is stale. So a LIST every
-``Decider.machines_every_s`` while it matters, every ``machines_idle_s`` otherwise (for
+``DeciderSettings.machines_every_s`` while it matters, every ``machines_idle_s`` otherwise (for
 /status), and once more right before a scale-down.
 
 Where dependency-watchdog v1.7.0 differs on purpose: a node without a Machine is a candidate

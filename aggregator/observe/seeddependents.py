@@ -26,7 +26,7 @@ from typing import Any
 from aggregator.kube.client import KubeApi
 from aggregator.model.dependents import Dependent
 from aggregator.model.objects import metadata
-from aggregator.model.settings import Watching
+from aggregator.model.settings import WatchSettings
 from aggregator.observe.replicas import DependentState
 from aggregator.observe.watcher import Informer
 
@@ -42,7 +42,7 @@ def _parse(name: str, obj: Mapping[str, Any]) -> tuple[str, DependentState]:
 
 
 class SeedDependents:
-    def __init__(self, seed: KubeApi, dependents: Sequence[Dependent], watching: Watching) -> None:
+    def __init__(self, seed: KubeApi, dependents: Sequence[Dependent], watching: WatchSettings) -> None:
         self.watching = watching
         self.states: dict[str, dict[str, DependentState]] = {}  # dependent name -> namespace ->
         self.informers: dict[str, Informer[tuple[str, DependentState]]] = {}

@@ -29,7 +29,7 @@ from aggregator.kube.endpoint import Endpoint, load_kubeconfig_dict
 from aggregator.model.lifecycle import ClusterView
 from aggregator.model.objects import metadata, section
 from aggregator.model.protection import ProtectionConfig
-from aggregator.model.settings import Watching
+from aggregator.model.settings import WatchSettings
 from aggregator.observe.watcher import Informer
 from core import logs
 from core.errors import KubeconfigError, KubeError, unreadable
@@ -131,9 +131,9 @@ class GardenerSource:
     # How long a first ``desired()`` waits for the first LIST before it reports the failure.
     FIRST_LIST_S = 10.0
 
-    def __init__(self, seed: KubeApi, secret: str, watching: Watching | None = None) -> None:
+    def __init__(self, seed: KubeApi, secret: str, watching: WatchSettings | None = None) -> None:
         self.secret = secret
-        self.watching = watching or Watching()
+        self.watching = watching or WatchSettings()
         self.clusters: dict[str, ClusterView] = {}
         self.skipped: dict[str, str] = {}
         # The clusters the last answer named: a target that runs keeps running through states
@@ -288,7 +288,7 @@ class KubeconfigSecrets:
         self,
         seed: KubeApi,
         name: str,
-        watching: Watching | None = None,
+        watching: WatchSettings | None = None,
         server: str = TOKEN_REQUESTOR_SERVER,
     ) -> None:
         self.name = name

@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 from aggregator.kube.client import METADATA_LIST, METADATA_ONLY, KubeApi
 from aggregator.model.objects import NodeView, metadata, resource_version
 from aggregator.model.observed import LeaseObs, NodeObs, micro_time
-from aggregator.model.settings import Watching
+from aggregator.model.settings import WatchSettings
 from core import logs
 from core.errors import BadResponse, Forbidden, Gone, KubeError, NotFound, TransportError
 from core.lease import LEASE_SELECTOR, LeaseView, leases_path
@@ -53,7 +53,7 @@ class Informer(Generic[V]):
         on_event: Callable[[str, V], None],
         accept: str | None = None,
         list_accept: str | None = None,
-        settings: Watching | None = None,
+        settings: WatchSettings | None = None,
         clock: Callable[[], float] = time.monotonic,
         label: str = "",
         page_size: int | None = None,
@@ -71,7 +71,7 @@ class Informer(Generic[V]):
         # LIST in pages of this many (None: in one): a page's objects are parsed and dropped
         # before the next arrives, so full Node objects never sit in memory all at once.
         self.page_size = page_size
-        self.settings = settings or Watching()
+        self.settings = settings or WatchSettings()
         self.clock = clock
         self.synced = asyncio.Event()
         # Our clock when the server last answered with data; -inf: never.
@@ -355,7 +355,7 @@ def shoot_informers(
     *,
     lease_namespace: str,
     full_nodes: bool,
-    settings: Watching,
+    settings: WatchSettings,
     clock: Callable[[], float],
     label: str,
     on_restart: Callable[[str, str], None],
@@ -396,7 +396,7 @@ def legacy_informer(
     observed: Observed,
     namespace: str,
     *,
-    settings: Watching,
+    settings: WatchSettings,
     clock: Callable[[], float],
     label: str,
 ) -> Informer[LeaseView]:

@@ -14,16 +14,16 @@ from aggregator.act import budget
 from aggregator.act.provisioner import Provisioner
 from aggregator.kube.client import KubeClient
 from aggregator.model.objects import NodeView
-from aggregator.model.settings import Decider, Provisioning
+from aggregator.model.settings import DeciderSettings, ProvisionSettings
 from aggregator.observe.watcher import Observed
 from bench.tools.stats import estimate, hypergeom_pmf, p_down_spread, p_down_zoned
 from core.lease import RENEW_INTERVAL, LeaseView, lease_metadata
 from testenv.worlds.agent_fleet import ZONES
 
 # The aggregator's own defaults, read from its settings' fields.
-DECIDER = Decider()
+DECIDER = DeciderSettings()
 FAST_S = DECIDER.fast_interval_s
-BUDGET = Provisioning().write_budget
+BUDGET = ProvisionSettings().write_budget
 THRESHOLD = DECIDER.failure_fraction
 FRACTIONS = (0.4, 0.5, 0.6, 2 / 3, 0.7, 0.8)
 
@@ -128,7 +128,7 @@ def plan_cost_ms(n: int, rounds: int = 50) -> float:
         [NodeView.from_object({"metadata": {"name": x, "uid": x, **created}}) for x in nodes]
     )
     provisioner = Provisioner(
-        cast(KubeClient, None), observed, Provisioning(), lease_duration_s=DECIDER.lease_duration_s
+        cast(KubeClient, None), observed, ProvisionSettings(), lease_duration_s=DECIDER.lease_duration_s
     )
     leases = []
     for x in nodes:

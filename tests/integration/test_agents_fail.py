@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from testenv.base.wait import wait_for
 from testenv.kube.controllers import CONTROLLERS
 from tests.alerting import alert, check, samples, scraped
@@ -32,7 +32,7 @@ WINDOW_S = 90.0
 # The path heals and the kubelets renew: the aggregator sees it on its next LIST of them (every
 # 10 s while not healthy), then restores after the recovery period and MCM's 500 ms; each with
 # slack for a busy machine.
-SEEN_S = Decider().witness_every_s + 5.0
+SEEN_S = DeciderSettings().witness_every_s + 5.0
 RESTORE_S = RECOVERY_PERIOD_S + 0.5 + 5.0
 
 

@@ -16,7 +16,7 @@ from aggregator.kube.endpoint import KubeconfigSource
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import DEFAULT_DEPENDENTS
 from aggregator.model.records import RECORD, REPLICAS, Record, record_marks
-from aggregator.model.settings import Watching
+from aggregator.model.settings import WatchSettings
 from aggregator.model.verdict import Desired
 from aggregator.observe.seeddependents import SeedDependents
 from core.errors import Conflict
@@ -80,7 +80,7 @@ async def test_with_the_seed_watch_a_scale_down_reads_nothing_and_a_stale_view_c
         for name, replicas in CONTROLLERS.items():
             admin.ensure(DEPLOYMENTS.format(ns=NS), deployment(name, replicas))
         seed = CountingGets(KubeconfigSource(str(control_plane.kubeconfig)))
-        watch = SeedDependents(seed, DEFAULT_DEPENDENTS, Watching())
+        watch = SeedDependents(seed, DEFAULT_DEPENDENTS, WatchSettings())
         watching = asyncio.create_task(watch.run())
         try:
             assert all(await asyncio.gather(*(i.first_list(10) for i in watch.informers.values())))

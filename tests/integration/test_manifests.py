@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aggregator.model.settings import Shoots
+from aggregator.model.settings import ShootSettings
 from aggregator.observe.sources import FileSource
 from core.errors import Forbidden
 from core.lease import (
@@ -720,7 +720,7 @@ async def test_the_file_targets_example_is_what_the_aggregator_reads(tmp_path: P
     assert volumes["targets"]["configMap"]["name"] == config["metadata"]["name"]
     assert pod["priorityClassName"] == "system-cluster-critical"
     (tmp_path / "targets.yaml").write_text(config["data"]["targets.yaml"])
-    wanted = await FileSource(str(tmp_path / "targets.yaml"), Shoots().kubeconfig_secret).desired()
+    wanted = await FileSource(str(tmp_path / "targets.yaml"), ShootSettings().kubeconfig_secret).desired()
     assert {n: s.kubeconfig_secret for n, s in wanted.items()} == {
         "shoot--dev--one": "shoot-access-dwd-lease-aggregator",
         "shoot--dev--two": "my-shoot-kubeconfig",
@@ -741,7 +741,7 @@ async def test_the_file_targets_example_is_what_the_aggregator_reads(tmp_path: P
     secret = yaml.safe_load(
         (MANIFESTS / "seed-file-targets" / "shoot-access-secret.example.yaml").read_text()
     )
-    assert secret["metadata"]["name"] == Shoots().kubeconfig_secret
+    assert secret["metadata"]["name"] == ShootSettings().kubeconfig_secret
     assert yaml.safe_load(secret["stringData"]["kubeconfig"])["current-context"] == "shoot"
 
 

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from core.lease import RELEASED, parse_micro_time
 from testenv.base.poller import Poller
 from testenv.base.wait import wait_for
@@ -57,7 +57,7 @@ START_DELAY_S = 3 * LEASE_DURATION_S
 AFTER_S = 10.0
 # A kubelet's next renewal is overdue this long after its last: its interval (a quarter of its
 # lease), its 4 % jitter and the aggregator's slack (docs/decision.md, "The second witness").
-KUBELET_OVERDUE_S = KUBELET_LEASE_DURATION_S / 4 * 1.04 + Decider().witness_slack_s
+KUBELET_OVERDUE_S = KUBELET_LEASE_DURATION_S / 4 * 1.04 + DeciderSettings().witness_slack_s
 LOWERING = ("scaled-down", "recovering")
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from tests.model.machine import Model
 from tests.model.mutants import MUTANTS, ROOT
 
 KCM = "kube-controller-manager"
 # The shipped defaults (aggregator/model/settings.py), as the model's drawn settings, with one
 # candidate enough for a verdict, no node grace and a short blind limit.
-_SHIPPED = Decider()
+_SHIPPED = DeciderSettings()
 DEFAULTS: dict[str, Any] = {
     **{
         name: getattr(_SHIPPED, name)

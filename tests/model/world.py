@@ -32,7 +32,7 @@ from aggregator.model.eligibility import candidates
 from aggregator.model.lifecycle import Lifecycle
 from aggregator.model.observed import KUBELET_JITTER, NODE_LEASE_NAMESPACE
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
-from aggregator.model.settings import Leader, Settings, Shoots
+from aggregator.model.settings import LeaderSettings, Settings, ShootSettings
 from aggregator.observe.seeddependents import SeedDependents
 from aggregator.ops.looplag import LoopLag
 from aggregator.ops.metrics import AggregatorMetrics
@@ -221,7 +221,7 @@ class Replica:
         self.serving = False
         self.elector = LeaderElector(
             self.seed,
-            Leader(True, LEADER_NS),
+            LeaderSettings(True, LEADER_NS),
             identity=f"replica-{index}-{generation}",
             clock=world.clock,
         )
@@ -307,7 +307,7 @@ class World:
         self.clock = Clock()
         self.shoot, self.seed = FakeKube(), FakeKube()
         self.shoot.wall = self.seed.wall = lambda: at(self.clock()).strftime("%Y-%m-%dT%H:%M:%SZ")
-        base = Settings(Shoots(shoot_kubeconfig="-", namespace=NS, mode="gardener"))
+        base = Settings(ShootSettings(shoot_kubeconfig="-", namespace=NS, mode="gardener"))
         self.settings = with_settings(base, follow_polls=0, **settings)
         self.p = self.settings.decider
         self.nodes: dict[str, Node] = {}

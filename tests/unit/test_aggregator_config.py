@@ -10,7 +10,7 @@ import yaml
 from aggregator.kube.endpoint import load_kubeconfig
 from aggregator.model.backoff import Backoff
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Direction, levels, load_dependents
-from aggregator.model.settings import Decider, Leader, Settings, Shoots, Watching
+from aggregator.model.settings import DeciderSettings, LeaderSettings, Settings, ShootSettings, WatchSettings
 from core.errors import ConfigError, KubeconfigError
 
 
@@ -230,9 +230,9 @@ def test_an_exec_plugins_token_is_renewed_before_it_expires(tmp_path: Path) -> N
 
 def test_each_group_checks_its_own_relations_wherever_it_is_built(kubeconfig: str) -> None:
     with pytest.raises(ConfigError, match="DWD_LEADER_RENEW_DEADLINE: needs"):
-        Leader(lease_duration_s=10.0, renew_deadline_s=10.0)
+        LeaderSettings(lease_duration_s=10.0, renew_deadline_s=10.0)
     with pytest.raises(ConfigError, match=r"DWD_BLIND_LIMIT: 4s must be at least DWD_LEASE_DURATION \(6s\)"):
-        Decider(blind_limit_s=4.0)
+        DeciderSettings(blind_limit_s=4.0)
     base = {"DWD_SHOOT_KUBECONFIG": kubeconfig, "DWD_NAMESPACE": "ns"}
     with pytest.raises(ConfigError, match="DWD_LEADER_RENEW_DEADLINE: needs") as e:
         Settings.from_env({**base, "DWD_LEADER_RETRY_PERIOD": "10s", "DWD_BLIND_LIMIT": "5s"})
@@ -243,11 +243,11 @@ def test_the_back_off_schedules_keep_their_numbers() -> None:
     def first(backoff: Backoff, n: int) -> list[float]:
         return list(itertools.islice(backoff.delays(), n))
 
-    assert first(Watching().backoff, 6) == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
-    assert first(Shoots().restart, 7) == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
-    spread = [Watching().backoff.spread(1.0) for _ in range(200)]
+    assert first(WatchSettings().backoff, 6) == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    assert first(ShootSettings().restart, 7) == [2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
+    spread = [WatchSettings().backoff.spread(1.0) for _ in range(200)]
     assert 0.8 <= min(spread) < max(spread) <= 1.2
-    assert Shoots().restart.spread(4.0) == 4.0
+    assert ShootSettings().restart.spread(4.0) == 4.0
 
 
 @pytest.mark.parametrize(

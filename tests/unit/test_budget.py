@@ -66,7 +66,7 @@ def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
     from aggregator.act.provisioner import Provisioner
     from aggregator.model.objects import NodeView
     from aggregator.model.observed import LeaseObs, NodeObs
-    from aggregator.model.settings import Provisioning
+    from aggregator.model.settings import ProvisionSettings
     from aggregator.observe.watcher import Observed
     from core.lease import LeaseView
 
@@ -75,7 +75,7 @@ def test_one_node_more_plans_a_few_lease_updates_not_thousands() -> None:
     provisioner = Provisioner(
         None,  # type: ignore[arg-type]  # plan() does no I/O
         observed,
-        Provisioning(),
+        ProvisionSettings(),
         lease_duration_s=8.0,
     )
     names = nodes(5000)

@@ -19,7 +19,7 @@ from aggregator.model.eligibility import skipped
 from aggregator.model.lifecycle import ClusterView
 from aggregator.model.objects import NodeView
 from aggregator.model.observed import LeaseObs, NodeObs
-from aggregator.model.settings import Decider, Settings
+from aggregator.model.settings import DeciderSettings, Settings
 from aggregator.model.verdict import Memory, Phase
 from aggregator.observe.machines import ABSENT, MACHINES
 from aggregator.observe.sources import GardenerSource
@@ -148,7 +148,7 @@ def test_the_estimate_weighs_a_zone_by_the_nodes_no_rule_left_out() -> None:
         for name in nodes
     }
     sample = {"a0", *(f"b{i}" for i in range(20))}
-    p = Decider()
+    p = DeciderSettings()
     v = decide(
         nodes, leases, NOW, p, Memory(Phase.HEALTHY, 0.0), view_since=0.0, sample=sample, machines=machines
     )
@@ -304,7 +304,9 @@ async def test_a_clusters_pools_reach_the_target_over_the_setting() -> None:
         watching.cancel()
         await asyncio.gather(watching, return_exceptions=True)
     assert spec.node_conditions == (("pool-1", ("GPUUnhealthy",)),)
-    settings = Settings(decider=Decider(node_conditions=NodeConditions.parse("pool-1: [A]\ncpu: [B]")))
+    settings = Settings(
+        decider=DeciderSettings(node_conditions=NodeConditions.parse("pool-1: [A]\ncpu: [B]"))
+    )
     t = Target(
         "t",
         NS,

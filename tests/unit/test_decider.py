@@ -15,11 +15,11 @@ from aggregator.decide.phases import blocked, take_over
 from aggregator.model.eligibility import candidates, skipped
 from aggregator.model.objects import NodeView
 from aggregator.model.observed import KubeletObs, LeaseObs, NodeObs, Readings, micro_time
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from aggregator.model.verdict import Desired, Memory, Phase, Verdict
 from core.lease import LeaseView
 
-P = Decider(
+P = DeciderSettings(
     lease_duration_s=8.0,
     node_grace_s=60.0,
     failure_fraction=0.6,
@@ -41,7 +41,7 @@ def judge(
     nodes: dict[str, NodeObs],
     leases: dict[str, LeaseObs],
     now: float,
-    p: Decider,
+    p: DeciderSettings,
     memory: Memory,
     **kw: object,
 ) -> Verdict:

@@ -22,7 +22,7 @@ from aggregator.lead.scope import Scope
 from aggregator.model.dependents import DEFAULT_DEPENDENTS
 from aggregator.model.protection import API_VERSION, KIND
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS
-from aggregator.model.settings import Settings, Shoots
+from aggregator.model.settings import Settings, ShootSettings
 from aggregator.observe.sources import CLUSTERS
 from testenv.gardener.seed_objects import DELETED_AT, cluster, extension, extension_status
 from testenv.kube.controllers import CA, KCM, MCM
@@ -31,7 +31,7 @@ from tests.unit.test_scaler import seed
 from tests.unit.world import NS, deployment_path
 
 PATH = f"/apis/extensions.gardener.cloud/v1alpha1/namespaces/{NS}/extensions/dwd-lease"
-SETTINGS = Settings(Shoots(mode="extension"))
+SETTINGS = Settings(ShootSettings(mode="extension"))
 NOW = "2026-01-01T00:00:05Z"
 
 

@@ -16,7 +16,7 @@ import yaml
 from aggregator.fleet import Fleet
 from aggregator.kube.endpoint import load_kubeconfig
 from aggregator.model.backoff import Backoff
-from aggregator.model.settings import Settings, Shoots
+from aggregator.model.settings import Settings, ShootSettings
 from aggregator.observe.sources import (
     CLUSTERS,
     TOKEN_REQUESTOR_SERVER,
@@ -268,7 +268,7 @@ class Failing(Polled):
         raise KubeError("the seed said no")
 
 
-QUICK = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.02)))
+QUICK = Settings(ShootSettings(poll_s=0.02, restart=Backoff(0.01, 0.02)))
 
 
 async def test_a_target_whose_kubeconfig_cannot_be_read_runs_blind_and_says_why() -> None:
@@ -299,7 +299,7 @@ async def test_a_target_that_crashes_fails_alone_is_retried_and_reported(
     monkeypatch.setattr("aggregator.target.Target.run", crash)
     metrics = AggregatorMetrics()
     # The error is shown until a life lasts the longest back-off: longer than any crash here.
-    settings = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.5)))
+    settings = Settings(ShootSettings(poll_s=0.02, restart=Backoff(0.01, 0.5)))
     fleet = Fleet(Shared(settings, FakeKube(), World().dependents, metrics))
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))
@@ -332,7 +332,7 @@ async def test_a_restarted_target_shows_why_it_crashed_until_it_has_run_as_long_
         await asyncio.Event().wait()
 
     monkeypatch.setattr("aggregator.target.Target.run", crash_once)
-    settings = Settings(Shoots(poll_s=0.02, restart=Backoff(0.01, 0.3)))
+    settings = Settings(ShootSettings(poll_s=0.02, restart=Backoff(0.01, 0.3)))
     fleet = Fleet(Shared(settings, FakeKube(), World().dependents, AggregatorMetrics()))
     spec = TargetSpec("shoot--p--a", "shoot--p--a", kubeconfig_path="/nonexistent/kubeconfig")
     task = asyncio.create_task(fleet.run(EnvSource(spec)))

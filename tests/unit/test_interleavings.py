@@ -24,7 +24,7 @@ from aggregator.lead.scope import Scope
 from aggregator.lead.shards import Shards
 from aggregator.model.dependents import Dependent, Step
 from aggregator.model.records import MELTDOWN, RECORD, REPLICAS, Record, record_marks
-from aggregator.model.settings import Leader
+from aggregator.model.settings import LeaderSettings
 from aggregator.model.verdict import Phase
 from aggregator.observe.replicas import DependentState
 from aggregator.observe.sources import CLUSTERS, GardenerSource
@@ -271,8 +271,8 @@ async def a_held_write(scope: Scope, seed: FakeKube, path: str) -> None:
 
 async def test_a_clean_shutdown_leaves_the_leader_lease_to_expire_while_a_write_may_still_land() -> None:
     seed, clock = FakeKube(), Clock()
-    a = LeaderElector(seed, Leader(True, "garden"), identity="a", clock=clock)
-    b = LeaderElector(seed, Leader(True, "garden"), identity="b", clock=clock)
+    a = LeaderElector(seed, LeaderSettings(True, "garden"), identity="a", clock=clock)
+    b = LeaderElector(seed, LeaderSettings(True, "garden"), identity="b", clock=clock)
     await a._try_once()
     await b._try_once()
     await a_held_write(a.scope(NS), seed, deployment_path(MCM))
@@ -289,7 +289,7 @@ async def test_a_clean_shutdown_leaves_the_leader_lease_to_expire_while_a_write_
 
 async def test_a_clean_shutdown_hands_the_leader_lease_on_at_once_when_every_write_was_answered() -> None:
     seed, clock = FakeKube(), Clock()
-    a = LeaderElector(seed, Leader(True, "garden"), identity="a", clock=clock)
+    a = LeaderElector(seed, LeaderSettings(True, "garden"), identity="a", clock=clock)
     await a._try_once()
     seed.put(deployment_path(MCM), {"spec": {"replicas": 2}})
     with a.scope(NS).writes.write(deployment_path(MCM)):
@@ -302,7 +302,7 @@ async def test_a_clean_shutdown_hands_the_leader_lease_on_at_once_when_every_wri
 
 async def test_a_shard_with_a_write_that_may_still_land_is_not_given_back_but_left_to_expire() -> None:
     seed, clock = FakeKube(), Clock()
-    a = Shards(seed, Leader(True, "garden", shards=1), 1, identity="a", clock=clock)
+    a = Shards(seed, LeaderSettings(True, "garden", shards=1), 1, identity="a", clock=clock)
     for _ in range(10):
         clock.now += 2.0
         await a.step()

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from aggregator.lead.leader import LeaderElector
-from aggregator.model.settings import Leader
+from aggregator.model.settings import LeaderSettings
 from core.errors import KubeError, NotFound
 from tests.unit.fakekube import FakeKube, transport_error
 from tests.unit.virtualtime import in_virtual_time, now
@@ -19,7 +19,7 @@ PATH = "/apis/coordination.k8s.io/v1/namespaces/garden/leases/dwd-lease-aggregat
 
 
 def elector(kube: FakeKube, clock: Clock, identity: str) -> LeaderElector:
-    return LeaderElector(kube, Leader(True, "garden"), identity=identity, clock=clock)
+    return LeaderElector(kube, LeaderSettings(True, "garden"), identity=identity, clock=clock)
 
 
 async def attempt(e: LeaderElector) -> None:
@@ -107,7 +107,7 @@ async def test_release_hands_over_at_once() -> None:
 @in_virtual_time  # the loop's own timers, on a clock a loaded machine cannot slow
 async def test_run_acquires_keeps_renewing_and_loses_the_term_when_the_seed_fails() -> None:
     kube = FakeKube()
-    quick = Leader(True, "garden", lease_duration_s=0.6, renew_deadline_s=0.4, retry_period_s=0.05)
+    quick = LeaderSettings(True, "garden", lease_duration_s=0.6, renew_deadline_s=0.4, retry_period_s=0.05)
     a = LeaderElector(kube, quick, identity="a", clock=now)
     task = asyncio.create_task(a.run())
     try:

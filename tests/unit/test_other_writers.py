@@ -23,7 +23,7 @@ from aggregator.fleet import Fleet, Running
 from aggregator.lead.scope import Alone, Scope
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent, Step
 from aggregator.model.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record, record_marks
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from aggregator.model.verdict import Phase
 from aggregator.observe.sources import Polled, TargetSpec
 from aggregator.ops.metrics import AggregatorMetrics
@@ -218,7 +218,7 @@ async def test_a_start_in_an_outage_lowers_only_after_a_confirmed_verdict(found:
     first_lowered = next((t for t, r in w.trace if any(r[n] < start[n] for n in CONTROLLERS)), None)
     if found not in {"ours on all", "somebody else's"}:
         # Nothing before a lease duration of fresh view, a lease duration and the confirm period.
-        verdict_s = Decider().lease_duration_s + Decider().confirm_period_s
+        verdict_s = DeciderSettings().lease_duration_s + DeciderSettings().confirm_period_s
         assert first_lowered is not None and first_lowered - 1000 >= verdict_s, first_lowered
     assert w.replicas() == DOWN
     if found == "somebody else's":
@@ -503,7 +503,7 @@ async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targe
     from aggregator.__main__ import SeedClients
     from aggregator.kube.endpoint import Endpoint
     from aggregator.lead.leader import LeaderElector
-    from aggregator.model.settings import Leader
+    from aggregator.model.settings import LeaderSettings
 
     async def slow(_: web.Request) -> web.Response:
         await asyncio.sleep(2.0)  # a seed at its limit during a seed-wide incident
@@ -543,7 +543,7 @@ async def test_the_leader_renews_and_the_seed_is_watched_at_once_while_the_targe
     burst += [asyncio.create_task(clients.events.merge_patch("/slow", {})) for _ in range(24)]
     try:
         await asyncio.sleep(0.2)  # every connection of the seed's pool is busy
-        elector = LeaderElector(election, Leader(enabled=True))
+        elector = LeaderElector(election, LeaderSettings(enabled=True))
         started = time.monotonic()
         await elector._try_once()
         took = time.monotonic() - started

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from aggregator.model.protection import API_VERSION, KIND, ProtectionConfig, parse
-from aggregator.model.settings import Decider, Settings
+from aggregator.model.settings import DeciderSettings, Settings
 from core.config import EnvReader
 from core.errors import ConfigError
 
@@ -56,7 +56,7 @@ def test_each_field_overrides_the_seeds_setting_of_its_meaning() -> None:
 def test_a_bad_value_reads_as_the_seeds_setting_would_say_it_named_by_its_field() -> None:
     """The same check as the variable's: the message after the name is the environment's."""
     env = EnvReader({"DWD_FAILURE_FRACTION": "1.5"})
-    Decider.from_env(env)
+    DeciderSettings.from_env(env)
     assert env.problems == ["DWD_FAILURE_FRACTION: 1.5 is not a fraction in (0, 1]"]
     assert problems(config(failureFraction=1.5)) == [
         "providerConfig.failureFraction: 1.5 is not a fraction in (0, 1]"

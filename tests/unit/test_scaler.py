@@ -12,7 +12,7 @@ from aggregator.act.scaler import Scaler
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.model.records import IGNORE_SCALING, MELTDOWN, RECORD, REPLICAS, Record
-from aggregator.model.settings import Scaling, Watching
+from aggregator.model.settings import ScaleSettings, WatchSettings
 from aggregator.model.verdict import Desired
 from aggregator.observe.replicas import DependentState
 from aggregator.observe.seeddependents import SeedDependents
@@ -34,7 +34,7 @@ def scaler(
     kube: FakeKube, clock: Clock, *, dry_run: bool = False, follow_polls: int = 0, **kw: Any
 ) -> Scaler:
     # The clock is fake: a level's follow polls (real sleeps) only where a test asks for them.
-    settings = Scaling(dry_run=dry_run, follow_polls=follow_polls, follow_poll_s=0.01)
+    settings = ScaleSettings(dry_run=dry_run, follow_polls=follow_polls, follow_poll_s=0.01)
     return Scaler(kube, NS, DEFAULT_DEPENDENTS, settings=settings, clock=clock, scope=Scope(), **kw)
 
 
@@ -275,7 +275,7 @@ async def test_dry_run_counts_each_write_it_would_make_a_clean_up_and_a_hand_bac
 
 async def test_with_the_seed_watch_a_scale_down_reads_nothing_and_a_conflict_asks_the_seed() -> None:
     kube, clock = seed(), Clock()
-    watch = SeedDependents(kube, DEFAULT_DEPENDENTS, Watching())
+    watch = SeedDependents(kube, DEFAULT_DEPENDENTS, WatchSettings())
     watching = asyncio.create_task(watch.run())
     try:
         assert all(await asyncio.gather(*(i.first_list(5) for i in watch.informers.values())))
@@ -296,7 +296,7 @@ async def test_with_the_seed_watch_a_scale_down_reads_nothing_and_a_conflict_ask
 
 
 async def test_the_seed_watch_cannot_say_before_its_first_list_nor_of_what_it_has_not_seen() -> None:
-    watch = SeedDependents(seed(), DEFAULT_DEPENDENTS, Watching())
+    watch = SeedDependents(seed(), DEFAULT_DEPENDENTS, WatchSettings())
     kcm = DEFAULT_DEPENDENTS[0]
     assert watch.get(kcm, NS) is None
     watching = asyncio.create_task(watch.run())
@@ -317,7 +317,7 @@ async def test_a_watch_behind_our_scale_up_is_not_taken_for_the_seed_when_the_sh
     scaled down again, not taken for down already (MCM's level would then pass its gate)."""
     kcm = DEFAULT_DEPENDENTS[0]
     kube, clock = seed(), Clock()
-    settings = Scaling(follow_polls=0)
+    settings = ScaleSettings(follow_polls=0)
     assert await Scaler(kube, NS, [kcm], settings=settings, clock=clock, scope=Scope()).converge(
         Desired.SCALED_DOWN, "cut"
     )

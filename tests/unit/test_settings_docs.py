@@ -10,13 +10,19 @@ from typing import Any
 import pytest
 
 from agent.settings import Settings as AgentSettings
-from aggregator.model.settings import Decider, Leader, Provisioning, Scaling, Shoots
+from aggregator.model.settings import (
+    DeciderSettings,
+    LeaderSettings,
+    ProvisionSettings,
+    ScaleSettings,
+    ShootSettings,
+)
 from core.config import Var, variables
 from core.durations import parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = (ROOT / "docs" / "settings.md", ROOT / "docs" / "design.md")
-AGGREGATOR = (Decider, Leader, Provisioning, Scaling, Shoots)
+AGGREGATOR = (DeciderSettings, LeaderSettings, ProvisionSettings, ScaleSettings, ShootSettings)
 
 
 def rows(text: str) -> list[tuple[list[str], list[str]]]:

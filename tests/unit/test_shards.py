@@ -13,7 +13,7 @@ import yaml
 
 from aggregator.lead.leader import GROUP, ROLE
 from aggregator.lead.shards import Shards, lease_names, shard_of
-from aggregator.model.settings import MAX_SHARDS, Leader, Settings
+from aggregator.model.settings import MAX_SHARDS, LeaderSettings, Settings
 from core.errors import ConfigError
 from core.lease import lease_path
 from tests.unit.fakekube import FakeKube
@@ -21,7 +21,7 @@ from tests.unit.world import Clock
 
 
 def replica(kube: FakeKube, clock: Clock, identity: str, count: int = 8) -> Shards:
-    return Shards(kube, Leader(True, "garden", shards=count), count, identity=identity, clock=clock)
+    return Shards(kube, LeaderSettings(True, "garden", shards=count), count, identity=identity, clock=clock)
 
 
 async def period(clock: Clock, *replicas: Shards, times: int = 1) -> None:
@@ -209,7 +209,7 @@ async def test_shards_are_not_taken_while_a_leader_of_one_lease_or_another_shard
     from aggregator.lead.leader import LeaderElector
 
     kube, clock = FakeKube(), Clock()
-    leader = LeaderElector(kube, Leader(True, "garden"), identity="old", clock=clock)
+    leader = LeaderElector(kube, LeaderSettings(True, "garden"), identity="old", clock=clock)
     await leader._try_once()
     assert leader.is_leader()
     new = replica(kube, clock, "new", count=4)
@@ -224,7 +224,7 @@ async def test_shards_are_not_taken_while_a_leader_of_one_lease_or_another_shard
     await period(clock, new, other, times=12)
     assert other.held() == [] and len(other.conflicting) == 4
     # Sharding turned off again: the leader waits while the shards are held.
-    back = LeaderElector(kube, Leader(True, "garden"), identity="back", clock=clock)
+    back = LeaderElector(kube, LeaderSettings(True, "garden"), identity="back", clock=clock)
     for _ in range(10):
         clock.now += 2.0
         await new.step()

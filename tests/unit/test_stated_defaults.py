@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.settings import Settings as AgentSettings
-from aggregator.model.settings import Decider, Leader, Provisioning, Scaling, Shoots
+from aggregator.model.settings import (
+    DeciderSettings,
+    LeaderSettings,
+    ProvisionSettings,
+    ScaleSettings,
+    ShootSettings,
+)
 from core.config import variables
 from core.durations import parse_duration
 
@@ -79,7 +85,14 @@ class Statement:
 def numeric_settings() -> dict[str, Setting]:
     """Every duration, fraction, number and integer variable of both sides, by variable."""
     out = {}
-    for cls in (Decider, Leader, Provisioning, Scaling, Shoots, AgentSettings):
+    for cls in (
+        DeciderSettings,
+        LeaderSettings,
+        ProvisionSettings,
+        ScaleSettings,
+        ShootSettings,
+        AgentSettings,
+    ):
         for f, v in variables(cls):
             if v.kind in ("duration", "fraction", "number", "integer") and isinstance(f.default, int | float):
                 out[v.name] = Setting(v.name, f.name, v.kind, float(f.default))

@@ -11,7 +11,7 @@ from aggregator.act.interlocks import Interlock, Refusal
 from aggregator.decide import decider
 from aggregator.lead.scope import Scope
 from aggregator.model import eligibility
-from aggregator.model.settings import Decider, Settings, Shoots
+from aggregator.model.settings import DeciderSettings, Settings, ShootSettings
 from aggregator.model.verdict import Phase
 from aggregator.shoot import Shared
 from aggregator.target import Target
@@ -34,8 +34,8 @@ async def test_run_reports_why_it_cannot_list_then_provisions_and_judges() -> No
         shoot.put(f"/api/v1/nodes/node-{i}", {"metadata": {"uid": f"uid-{i}"}})
     for name, replicas in CONTROLLERS.items():
         seed.put(deployment_path(name), {"spec": {"replicas": replicas}})
-    quick = Decider(lease_duration_s=0.4, fast_interval_s=0.2, blind_limit_s=1.0, node_grace_s=0.0)
-    settings = Settings(Shoots(namespace=NS), quick)
+    quick = DeciderSettings(lease_duration_s=0.4, fast_interval_s=0.2, blind_limit_s=1.0, node_grace_s=0.0)
+    settings = Settings(ShootSettings(namespace=NS), quick)
     target = Target("shoot", NS, shoot, Shared(settings, seed, World().dependents), scope=Scope())
     target.parts.provisioner.min_gap_s = 0.0
     shoot.fail("GET", "/api/v1/nodes$")

@@ -12,7 +12,7 @@ import pytest
 
 from aggregator.model.backoff import Backoff
 from aggregator.model.objects import NodeView
-from aggregator.model.settings import Watching
+from aggregator.model.settings import WatchSettings
 from aggregator.observe.watcher import Informer, Observed
 from core.errors import ServerError
 from core.lease import RENEW_INTERVAL, LeaseView, lease_metadata, leases_path, node_lease_path
@@ -20,7 +20,7 @@ from tests.unit.fakekube import FakeKube, server_error
 from tests.unit.world import Clock
 
 NS = "dwd-node-lease"
-QUICK = Watching(timeout_s=1.0, grace_s=0.2, backoff=Backoff(0.01, 0.02))
+QUICK = WatchSettings(timeout_s=1.0, grace_s=0.2, backoff=Backoff(0.01, 0.02))
 
 
 def lease(name: str, rv: str, renew: str = "2026-11-30T12:00:00.000000Z") -> dict[str, Any]:
@@ -115,7 +115,7 @@ async def test_a_410_relists_and_other_failures_back_off_and_resume_without_a_li
 
 async def test_a_watch_that_runs_past_its_timeout_is_cut_and_counted_as_a_timeout() -> None:
     kube, rec = FakeKube(), Recorder()
-    quick = Watching(timeout_s=0.05, grace_s=0.05, backoff=Backoff(0.01, 0.01), timeout_jitter=0)
+    quick = WatchSettings(timeout_s=0.05, grace_s=0.05, backoff=Backoff(0.01, 0.01), timeout_jitter=0)
     informer = rec.informer(kube, settings=quick)
 
     async def endless(*_: Any, **kw: Any) -> Any:
@@ -134,7 +134,7 @@ async def test_watches_started_together_do_not_restart_together() -> None:
     the same 0.3 s at 250 targets, a seed-wide outage's interlocks among them (bench/seed.py).
     Each restart draws its own, and the view's freshness allows for the longest."""
     kube, rec = FakeKube(), Recorder()
-    settings = Watching(timeout_s=10.0, grace_s=0.2, backoff=Backoff(0.01, 0.02), timeout_jitter=0.2)
+    settings = WatchSettings(timeout_s=10.0, grace_s=0.2, backoff=Backoff(0.01, 0.02), timeout_jitter=0.2)
     await run_until(rec.informer(kube, settings=settings), lambda: len(kube.watch_timeouts) >= 40)
     asked = kube.watch_timeouts
     # Whole seconds, as the API takes them, drawn anew at every restart.

@@ -26,7 +26,7 @@ from aggregator.model.observed import (
     Readings,
     observe,
 )
-from aggregator.model.settings import Decider
+from aggregator.model.settings import DeciderSettings
 from aggregator.model.verdict import Phase
 from core.errors import Forbidden
 from core.lease import leases_path
@@ -203,7 +203,7 @@ async def test_a_real_cut_waits_for_the_witness_at_most_until_the_kubelets_are_d
         await w.settle()
         w.alive -= set(w.names[:7])  # the path breaks: agents and kubelets fall silent
         took[kubelets] = await w.until(lambda w=w: w.replicas() == DOWN, 40, "scaled down")
-    d = Decider()
+    d = DeciderSettings()
     due = KUBELET_LEASE_DURATION_S * KUBELET_RENEW_FRACTION * (1 + KUBELET_JITTER) + d.witness_slack_s
     assert took[False] <= d.lease_duration_s + d.confirm_period_s + 2 * d.tick_s, took
     assert took[False] <= took[True] <= max(took[False], due + d.tick_s), took

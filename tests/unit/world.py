@@ -17,7 +17,7 @@ from aggregator.lead.scope import Scope
 from aggregator.model.dependents import DEFAULT_DEPENDENTS, Dependent
 from aggregator.model.observed import NODE_LEASE_NAMESPACE
 from aggregator.model.records import MELTDOWN, REPLICAS
-from aggregator.model.settings import Settings, Shoots
+from aggregator.model.settings import Settings, ShootSettings
 from aggregator.model.verdict import Phase
 from aggregator.ops.looplag import LoopLag
 from aggregator.shoot import Shared
@@ -84,7 +84,7 @@ class World:
         self.shoot.wall = self.wall
         # The clock is fake: a level's follow polls would be real sleeps (tests/unit/test_scaler.py).
         settings = {"follow_polls": 0} | settings
-        self.settings = with_settings(Settings(Shoots(shoot_kubeconfig="-", namespace=NS)), **settings)
+        self.settings = with_settings(Settings(ShootSettings(shoot_kubeconfig="-", namespace=NS)), **settings)
         self.dependents = tuple(dependents)
         self.names = [f"node-{i:04d}" for i in range(nodes)]
         self.alive = set(self.names)
