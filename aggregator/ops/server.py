@@ -9,7 +9,11 @@ from typing import Any
 
 from aiohttp import web
 
+from aggregator.model.settings import DeciderSettings
 from core.metrics import CONTENT_TYPE, Registry
+
+# What a status without its settings (an older replica's, a test's) is read with: the defaults.
+DEFAULTS = DeciderSettings()
 
 StatusFn = Callable[[], dict[str, Any]]
 
@@ -150,8 +154,8 @@ def _lease_ages(t: dict[str, Any], lease_duration: float) -> str:
 
 def render_page(status: dict[str, Any]) -> str:
     e = html.escape
-    threshold = float(status.get("failure_fraction", 0.6))
-    lease_duration = float(status.get("lease_duration_s", 8))
+    threshold = float(status.get("failure_fraction", DEFAULTS.failure_fraction))
+    lease_duration = float(status.get("lease_duration_s", DEFAULTS.lease_duration_s))
     targets = status.get("targets", [])
     rows = [_row(t, threshold) for t in targets]
     details = [_lease_ages(t, lease_duration) for t in targets]
