@@ -17,7 +17,7 @@ from typing import Any
 from aggregator.act.budget import Pacing
 from aggregator.act.interlocks import Refusal
 from aggregator.act.scaler import Scaler
-from aggregator.decide.decider import decide
+from aggregator.decide.decider import Look, decide
 from aggregator.decide.phases import blocked, deferred, take_over
 from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Scope
@@ -224,17 +224,19 @@ class Target:
         self, now: float, pacing: Pacing, records: bool | None = None, *, confirming: bool = False
     ) -> Verdict:
         return decide(
-            self.parts.observed.nodes,
-            self.parts.observed.leases,
-            now,
-            self.params,
-            self.memory,
-            view_since=self.parts.view.since,
-            records=records,
-            sample=pacing.fast,
-            kubelets=self.parts.evidence.kubelets.readings(),
-            machines=self.parts.evidence.machines.phases(),
-            confirming=confirming,
+            Look(
+                self.parts.observed.nodes,
+                self.parts.observed.leases,
+                now,
+                self.params,
+                self.memory,
+                view_since=self.parts.view.since,
+                records=records,
+                sample=pacing.fast,
+                kubelets=self.parts.evidence.kubelets.readings(),
+                machines=self.parts.evidence.machines.phases(),
+                confirming=confirming,
+            )
         )
 
     async def refusal(self, pacing: Pacing | None = None) -> Refusal | None:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aggregator.act import budget
-from aggregator.decide.decider import decide
+from aggregator.decide.decider import Look, decide
 from aggregator.model.objects import NodeView
 from aggregator.model.settings import DeciderSettings, ProvisionSettings
 from aggregator.model.verdict import Memory, Phase
@@ -86,13 +86,7 @@ def _decision_ms(observed: Observed, now: float, sample: Collection[str] | None,
     t0 = time.perf_counter()
     for _ in range(ticks):
         decide(
-            observed.nodes,
-            observed.leases,
-            now,
-            params,
-            Memory(Phase.HEALTHY, 0),
-            view_since=0.0,
-            sample=sample,
+            Look(observed.nodes, observed.leases, now, params, Memory(Phase.HEALTHY, 0), 0.0, sample=sample)
         )
     return (time.perf_counter() - t0) / ticks * 1000
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from aggregator.decide.estimate import fraction, per_zone, stratified
 from aggregator.decide.phases import Quorum, judge
 from aggregator.decide.witness import Witness, witness
-from aggregator.model.eligibility import EMPTY, candidates, eligible_by_zone
+from aggregator.model.eligibility import EMPTY, eligibility
 from aggregator.model.observed import LeaseObs, NodeObs, Readings, micro_time
 from aggregator.model.settings import DeciderSettings
 from aggregator.model.verdict import Memory, Phase, Verdict, stale_fraction
@@ -47,55 +47,59 @@ def answerable(counted: Mapping[str, LeaseObs], kubelets: Readings | None) -> fr
     )
 
 
-def decide(
-    nodes: Mapping[str, NodeObs],
-    leases: Mapping[str, LeaseObs],
-    now: float,
-    params: DeciderSettings,
-    memory: Memory,
-    *,
-    view_since: float | None,
-    records: bool | None = None,
-    sample: Collection[str] | None = None,
-    kubelets: Readings | None = None,
-    machines: Mapping[str, str] = EMPTY,
-    confirming: bool = False,
-) -> Verdict:
-    """One tick.
+@dataclass(frozen=True)
+class Look:
+    """What one verdict is given: the view, the evidence beside it, the settings, the clock.
 
     ``view_since``: since when the aggregator's view of the shoot has been fresh without a
     gap (None: it is not fresh now). ``records``: whether a dependent carries the record of
-    a scale-down (read while starting; None: not read yet). ``kubelets``: the kubelet leases
-    as last LISTed, the second witness (None: they may not be read, the agents' verdict
-    stands). ``machines``: each node's Machine phase as last read (empty: none known, no node
-    is left out for its Machine). ``confirming``: this verdict confirms a scale-down on the
-    interlocks' fresh reads, and counts silent only what their kubelet read showed silent (a
-    tick's verdict counts on the read the interlocks send after it).
-    """
-    left_out: dict[str, str] = {}
-    counted = candidates(nodes, leases, now, params, sample, machines=machines, left_out=left_out)
+    a scale-down (read while starting; None: not read yet). ``sample``: the fast-renewing
+    sample, where there is one. ``kubelets``: the kubelet leases as last LISTed, the second
+    witness (None: they may not be read, the agents' verdict stands). ``machines``: each node's
+    Machine phase as last read (empty: none known, no node is left out for its Machine).
+    ``confirming``: this verdict confirms a scale-down on the interlocks' fresh reads, and
+    counts silent only what their kubelet read showed silent (a tick's verdict counts on the
+    read the interlocks send after it)."""
+
+    nodes: Mapping[str, NodeObs]
+    leases: Mapping[str, LeaseObs]
+    now: float
+    params: DeciderSettings
+    memory: Memory
+    view_since: float | None
+    records: bool | None = None
+    sample: Collection[str] | None = None
+    kubelets: Readings | None = None
+    machines: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    confirming: bool = False
+
+
+def decide(look: Look) -> Verdict:
+    """One tick."""
+    now, params, kubelets = look.now, look.params, look.kubelets
+    walk = eligibility(look.nodes, look.leases, now, params, look.sample, machines=look.machines)
+    counted = walk.candidates
     expiry = _expiries(counted, params, kubelets)
     said = _witnessed(counted, expiry, now, params, kubelets)
     stale = _stale(counted, expiry, now, witnessed=kubelets is not None) - said.alive
     # What a scale-down may count: those a read sent now finds silent to both witnesses (the
     # interlocks' read is sent after this verdict; their confirming verdict judges by its time).
-    silent = said.silent_by(stale, kubelets.read_at if confirming and kubelets is not None else now)
-    sampled = sample is not None and len(sample) < len(nodes)
-    size = eligible_by_zone(nodes, leases, now, params, machines) if sampled else None
+    silent = said.silent_by(stale, kubelets.read_at if look.confirming and kubelets is not None else now)
+    sampled = look.sample is not None and len(look.sample) < len(look.nodes)
 
     def fraction_of(of: frozenset[str]) -> tuple[dict[str, tuple[int, int]], float | None]:
-        zones = per_zone(nodes, counted, of)
-        return zones, stratified(zones, size) if size is not None else None
+        zones = per_zone(look.nodes, counted, of)
+        return zones, stratified(zones, walk.zones) if sampled else None
 
     (zones, estimate), (_, silent_estimate) = fraction_of(stale), fraction_of(silent)
     quorum = Quorum(len(counted), len(stale), estimate, fraction(len(silent), len(counted), silent_estimate))
-    verdict = judge(memory, now, params, quorum, view_since=view_since, records=records)
+    verdict = judge(look.memory, now, params, quorum, view_since=look.view_since, records=look.records)
     verdict = _explained(
-        verdict, counted, zones=zones, estimate=estimate, said=said, stale=stale, left_out=left_out
+        verdict, counted, zones=zones, estimate=estimate, said=said, stale=stale, left_out=walk.left_out
     )
-    look = _next_look(verdict, expiry, stale | said.alive, now, params)
-    if look is not None and (verdict.wake_at is None or look < verdict.wake_at):
-        verdict = replace(verdict, wake_at=look)
+    next_look = _next_look(verdict, expiry, stale | said.alive, now, params)
+    if next_look is not None and (verdict.wake_at is None or next_look < verdict.wake_at):
+        verdict = replace(verdict, wake_at=next_look)
     return verdict
 
 
@@ -135,13 +139,25 @@ def _next_look(
     if memory.phase is not Phase.HEALTHY or not verdict.judged:
         return None
     # Counted plainly, also for a sample (the estimate weighs zones): only a look rides on it.
-    f, n = params.failure_fraction, verdict.candidates
-    at_failure = next((s for s in range(math.floor(f * n), n + 1) if stale_fraction(s, n) >= f), n + 1)
-    need = at_failure - verdict.stale
+    need = _stale_at_failure(verdict.candidates, params.failure_fraction) - verdict.stale
     if need <= 0:
         return None
     soon = sorted(at for name, at in expiry.items() if name not in not_fresh and at < now + params.tick_s)
     return soon[need - 1] if len(soon) >= need else None
+
+
+def _stale_at_failure(candidates: int, failure_fraction: float) -> int:
+    """The fewest stale of ``candidates`` that reach the failure fraction (``candidates + 1``:
+    none do). Searched from just below the product, as float rounding can put it either side."""
+    first = math.floor(failure_fraction * candidates)
+    return next(
+        (
+            stale
+            for stale in range(first, candidates + 1)
+            if stale_fraction(stale, candidates) >= failure_fraction
+        ),
+        candidates + 1,
+    )
 
 
 def _witnessed(

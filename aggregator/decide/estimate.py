@@ -19,7 +19,7 @@ def stratified(zones: Mapping[str, tuple[int, int]], size: Mapping[str, int]) ->
     plainly would overweight it; weighting by zone keeps the estimate unbiased. Zones
     without a candidate drop out and the others are weighted among themselves. None when
     nothing is counted. ``size``: each zone's nodes the verdict stands for
-    (aggregator/model/eligibility.py ``eligible_by_zone``)."""
+    (aggregator/model/eligibility.py ``Eligibility.zones``)."""
     covered = sum(size.get(z, 0) for z in zones)
     if not covered:
         return None

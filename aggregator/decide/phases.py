@@ -38,17 +38,17 @@ from aggregator.model.verdict import Memory, Phase, Verdict
 
 @dataclass(frozen=True)
 class Quorum:
-    """``s`` stale of ``n`` candidates (``estimate``: the stratified estimate of the fraction when
+    """``stale`` of ``candidates`` (``estimate``: the stratified estimate of the fraction when
     they are a sample), and the fraction silent to both witnesses (what a scale-down counts)."""
 
-    n: int
-    s: int
+    candidates: int
+    stale: int
     estimate: float | None
     silent: float
 
     @property
     def fraction(self) -> float:
-        return fraction(self.s, self.n, self.estimate)
+        return fraction(self.stale, self.candidates, self.estimate)
 
 
 def judge(
@@ -62,12 +62,19 @@ def judge(
 ) -> Verdict:
     """One tick's verdict on quorum ``q``: starting until the record is read, not judging until
     the view is trusted, no verdict on too few candidates, else the phase machine (``_quorum``)."""
-    n, s = q.n, q.s
+    candidates, stale = q.candidates, q.stale
     if memory.phase is Phase.STARTING:
         # The record is the state a start continues from; the view rule below still
         # keeps any verdict back until the view has been fresh for a lease duration.
         if records is None:
-            return _to(memory, now, Phase.STARTING, "starting: reading the scale-down record", n=n, s=s)
+            return _to(
+                memory,
+                now,
+                Phase.STARTING,
+                "starting: reading the scale-down record",
+                candidates=candidates,
+                stale=stale,
+            )
         memory = Memory(Phase.DOWN, now, held=True) if records else Memory(Phase.HEALTHY, now)
     view_ready = view_since is not None and now - view_since >= params.lease_duration_s
     if not view_ready:
@@ -76,13 +83,13 @@ def judge(
             if view_since is None
             else f"view fresh for {now - view_since:.1f}s, judging after {params.lease_duration_s:g}s"
         )
-        return replace(_blind(memory, now, params, why), candidates=n, stale=s)
-    if n < params.min_candidates:
-        why = f"no verdict: {n} candidate(s), fewer than {params.min_candidates}"
+        return replace(_blind(memory, now, params, why), candidates=candidates, stale=stale)
+    if candidates < params.min_candidates:
+        why = f"no verdict: {candidates} candidate(s), fewer than {params.min_candidates}"
         if _running(memory):
-            return _to(memory, now, Phase.HEALTHY, why, n=n, s=s)
+            return _to(memory, now, Phase.HEALTHY, why, candidates=candidates, stale=stale)
         # Holding the controllers at 0 on no evidence is never the default.
-        return _recover(memory, now, params, why, n=n, s=s, judged=False)
+        return _recover(memory, now, params, why, candidates=candidates, stale=stale, judged=False)
     return _quorum(memory, now, params, q)
 
 
@@ -92,19 +99,27 @@ def _running(memory: Memory) -> bool:
 
 
 def _to(
-    memory: Memory, now: float, phase: Phase, reason: str, *, n: int, s: int, judged: bool = False
+    memory: Memory,
+    now: float,
+    phase: Phase,
+    reason: str,
+    *,
+    candidates: int,
+    stale: int,
+    judged: bool = False,
 ) -> Verdict:
     """A verdict for ``phase``, which keeps its ``since`` while the phase holds (and a held start
     stays held until it is healthy)."""
     since = memory.since if phase is memory.phase else now
     held = memory.held and phase is not Phase.HEALTHY
-    return Verdict(Memory(phase, since, held=held), n, s, reason, judged=judged)
+    return Verdict(Memory(phase, since, held=held), candidates, stale, reason, judged=judged)
 
 
 def _quorum(memory: Memory, now: float, params: DeciderSettings, q: Quorum) -> Verdict:
     """The phase machine on a judged quorum ``q``."""
-    n, s, fraction = q.n, q.s, q.fraction
-    ratio = f"{s}/{n} stale ({fraction:.0%}{'' if q.estimate is None else ' of the nodes, estimated'})"
+    candidates, stale, fraction = q.candidates, q.stale, q.fraction
+    estimated = "" if q.estimate is None else " of the nodes, estimated"
+    ratio = f"{stale}/{candidates} stale ({fraction:.0%}{estimated})"
     at_failure = fraction >= params.failure_fraction
     phase = memory.phase
     if memory.held:
@@ -120,18 +135,24 @@ def _quorum(memory: Memory, now: float, params: DeciderSettings, q: Quorum) -> V
     if phase is Phase.HEALTHY:
         if at_failure:
             why = f"{ratio} >= {params.failure_fraction:.0%}: confirming"
-            return _to(memory, now, Phase.CONFIRMING, why, n=n, s=s, judged=True)
-        return _to(memory, now, Phase.HEALTHY, ratio, n=n, s=s, judged=True)
+            return _to(memory, now, Phase.CONFIRMING, why, candidates=candidates, stale=stale, judged=True)
+        return _to(memory, now, Phase.HEALTHY, ratio, candidates=candidates, stale=stale, judged=True)
     if phase is Phase.CONFIRMING:
         if not at_failure:
             why = f"{ratio}: below the failure fraction again"
-            return _to(memory, now, Phase.HEALTHY, why, n=n, s=s, judged=True)
+            return _to(memory, now, Phase.HEALTHY, why, candidates=candidates, stale=stale, judged=True)
         return _confirm(memory, now, params, ratio, q)
     if fraction < params.recovery_fraction:
         return _recover(
-            memory, now, params, f"{ratio} < {params.recovery_fraction:.0%}", n=n, s=s, judged=True
+            memory,
+            now,
+            params,
+            f"{ratio} < {params.recovery_fraction:.0%}",
+            candidates=candidates,
+            stale=stale,
+            judged=True,
         )
-    return _to(memory, now, Phase.DOWN, ratio, n=n, s=s, judged=True)
+    return _to(memory, now, Phase.DOWN, ratio, candidates=candidates, stale=stale, judged=True)
 
 
 def _confirm(memory: Memory, now: float, params: DeciderSettings, ratio: str, q: Quorum) -> Verdict:
@@ -139,12 +160,20 @@ def _confirm(memory: Memory, now: float, params: DeciderSettings, ratio: str, q:
     enough of the stale are silent to both witnesses (a kubelet whose next renewal is not due
     yet could still prove the path); until then, confirming on (from the same moment)."""
     if now - memory.since < params.confirm_period_s:
-        return _to(memory, now, Phase.CONFIRMING, f"{ratio}: confirming", n=q.n, s=q.s, judged=True)
+        return _to(
+            memory,
+            now,
+            Phase.CONFIRMING,
+            f"{ratio}: confirming",
+            candidates=q.candidates,
+            stale=q.stale,
+            judged=True,
+        )
     if q.silent < params.failure_fraction:
         why = f"{ratio}: confirmed, waiting for the kubelets' next renewals ({q.silent:.0%} silent to both)"
-        return _to(memory, now, Phase.CONFIRMING, why, n=q.n, s=q.s, judged=True)
+        return _to(memory, now, Phase.CONFIRMING, why, candidates=q.candidates, stale=q.stale, judged=True)
     why = f"{ratio} for {now - memory.since:.1f}s: quorum lost"
-    return Verdict(Memory(Phase.DOWN, now), q.n, q.s, why, judged=True, scale_down=True)
+    return Verdict(Memory(Phase.DOWN, now), q.candidates, q.stale, why, judged=True, scale_down=True)
 
 
 def _held(
@@ -159,17 +188,31 @@ def _held(
 ) -> Verdict:
     """A start that found records of ours: the quorum lost for the confirm period scales down
     (through the interlocks); recovered for the recovery period, the scale-up is finished."""
-    n, s = q.n, q.s
+    candidates, stale = q.candidates, q.stale
     if at_failure:
         if memory.phase is not Phase.CONFIRMING:
             why = f"{ratio} >= {params.failure_fraction:.0%}: confirming (holding what a start found)"
-            return _to(memory, now, Phase.CONFIRMING, why, n=n, s=s, judged=True)
+            return _to(memory, now, Phase.CONFIRMING, why, candidates=candidates, stale=stale, judged=True)
         return _confirm(memory, now, params, f"{ratio} (holding)", q)
     if recovered:
         return _recover(
-            memory, now, params, f"{ratio} < {params.recovery_fraction:.0%}", n=n, s=s, judged=True
+            memory,
+            now,
+            params,
+            f"{ratio} < {params.recovery_fraction:.0%}",
+            candidates=candidates,
+            stale=stale,
+            judged=True,
         )
-    return _to(memory, now, Phase.DOWN, f"{ratio}: holding what a start found", n=n, s=s, judged=True)
+    return _to(
+        memory,
+        now,
+        Phase.DOWN,
+        f"{ratio}: holding what a start found",
+        candidates=candidates,
+        stale=stale,
+        judged=True,
+    )
 
 
 def _blind(memory: Memory, now: float, params: DeciderSettings, why: str) -> Verdict:
@@ -191,12 +234,21 @@ def _blind(memory: Memory, now: float, params: DeciderSettings, why: str) -> Ver
 
 
 def _recover(
-    memory: Memory, now: float, params: DeciderSettings, why: str, *, n: int, s: int, judged: bool
+    memory: Memory,
+    now: float,
+    params: DeciderSettings,
+    why: str,
+    *,
+    candidates: int,
+    stale: int,
+    judged: bool,
 ) -> Verdict:
     if memory.phase is Phase.RECOVERING and now - memory.since >= params.recovery_period_s:
         why = f"{why} for {now - memory.since:.1f}s: recovered"
-        return _to(memory, now, Phase.HEALTHY, why, n=n, s=s, judged=judged)
-    return _to(memory, now, Phase.RECOVERING, f"{why}: recovering", n=n, s=s, judged=judged)
+        return _to(memory, now, Phase.HEALTHY, why, candidates=candidates, stale=stale, judged=judged)
+    return _to(
+        memory, now, Phase.RECOVERING, f"{why}: recovering", candidates=candidates, stale=stale, judged=judged
+    )
 
 
 def blocked(verdict: Verdict, before: Memory, now: float, why: str) -> Verdict:

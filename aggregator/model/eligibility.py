@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from aggregator.model.candidates import machine_reason
@@ -18,6 +19,48 @@ from aggregator.model.observed import LeaseObs, NodeObs
 from aggregator.model.settings import DeciderSettings
 
 EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    """One walk over the nodes: the leases that count (``candidates``), how many nodes each zone
+    has that the verdict stands for at whatever pace (``zones``: what a sample's estimate weighs
+    by), and the sample's nodes that do not count with the rule that leaves each out
+    (``left_out``: dependency-watchdog logs the same of every node it filters)."""
+
+    candidates: dict[str, LeaseObs]
+    zones: collections.Counter[str]
+    left_out: dict[str, str]
+
+
+def eligibility(
+    nodes: Mapping[str, NodeObs],
+    leases: Mapping[str, LeaseObs],
+    now: float,
+    params: DeciderSettings,
+    sample: Collection[str] | None = None,
+    *,
+    machines: Mapping[str, str] = EMPTY,
+) -> Eligibility:
+    """Which leases count: of live, old-enough, not ignored nodes (in the fast-renewing sample,
+    when there is one), asked to renew at the fast interval and seen renewed since they were
+    asked (released or not). ``machines``: each node's Machine phase, as last read."""
+    counted: dict[str, LeaseObs] = {}
+    zones: collections.Counter[str] = collections.Counter()
+    left_out: dict[str, str] = {}
+    for name, node in nodes.items():
+        lease = leases.get(name)
+        why = skip_reason(node, lease, now, params, machines.get(name))
+        if why is None:
+            zones[node.view.zone] += 1
+        if sample is not None and name not in sample:
+            continue
+        why = why or _pace_reason(lease, params)
+        if why is None and lease is not None:
+            counted[name] = lease
+        elif why is not None:
+            left_out[name] = why
+    return Eligibility(counted, zones, left_out)
 
 
 def candidates(
@@ -28,24 +71,9 @@ def candidates(
     sample: Collection[str] | None = None,
     *,
     machines: Mapping[str, str] = EMPTY,
-    left_out: dict[str, str] | None = None,
 ) -> dict[str, LeaseObs]:
-    """The leases that count: of live, old-enough, not ignored nodes (in the fast-renewing
-    sample, when there is one), asked to renew at the fast interval and seen renewed since
-    they were asked (released or not). ``machines``: each node's Machine phase, as last read.
-    ``left_out``, when given, is filled with the sample's nodes that do not count and the
-    rule that leaves each out (dependency-watchdog logs the same of every node it filters)."""
-    out = {}
-    for name, node in nodes.items():
-        if sample is not None and name not in sample:
-            continue
-        lease = leases.get(name)
-        why = skip_reason(node, lease, now, params, machines.get(name)) or _pace_reason(lease, params)
-        if why is None and lease is not None:
-            out[name] = lease
-        elif left_out is not None and why is not None:
-            left_out[name] = why
-    return out
+    """The leases that count (``eligibility``'s)."""
+    return eligibility(nodes, leases, now, params, sample, machines=machines).candidates
 
 
 # The reasons of the pace, not of a rule: a sample member between two intervals. They come
@@ -64,13 +92,6 @@ def _pace_reason(lease: LeaseObs | None, params: DeciderSettings) -> str | None:
     if lease.seen_renewed_mono <= lease.paced_since_mono:
         return NOT_YET_FAST
     return None
-
-
-def _eligible(
-    node: NodeObs, lease: LeaseObs | None, now: float, params: DeciderSettings, machine: str | None = None
-) -> bool:
-    """Whether a node is one the verdict stands for, at whatever pace it renews."""
-    return skip_reason(node, lease, now, params, machine) is None
 
 
 def skip_reason(
@@ -120,19 +141,3 @@ def skipped(
         if why is not None:
             out[name] = why
     return out
-
-
-def eligible_by_zone(
-    nodes: Mapping[str, NodeObs],
-    leases: Mapping[str, LeaseObs],
-    now: float,
-    params: DeciderSettings,
-    machines: Mapping[str, str] = EMPTY,
-) -> collections.Counter[str]:
-    """How many nodes each zone has that the verdict stands for: a walk over every node, so a
-    verdict makes it once, whatever it estimates."""
-    return collections.Counter(
-        node.view.zone
-        for name, node in nodes.items()
-        if (lease := leases.get(name)) is not None and _eligible(node, lease, now, params, machines.get(name))
-    )

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from aggregator.act.interlocks import Interlock
-from aggregator.decide.decider import decide
+from aggregator.decide.decider import Look, decide
 from aggregator.kube.client import METADATA_ONLY
 from aggregator.lead.scope import Scope
 from aggregator.model.candidates import DEFAULT_CONDITIONS, NodeConditions, phases_by_node, pools_of_workers
@@ -149,9 +149,7 @@ def test_the_estimate_weighs_a_zone_by_the_nodes_no_rule_left_out() -> None:
     }
     sample = {"a0", *(f"b{i}" for i in range(20))}
     p = DeciderSettings()
-    v = decide(
-        nodes, leases, NOW, p, Memory(Phase.HEALTHY, 0.0), view_since=0.0, sample=sample, machines=machines
-    )
+    v = decide(Look(nodes, leases, NOW, p, Memory(Phase.HEALTHY, 0.0), 0.0, sample=sample, machines=machines))
     assert v.estimate == pytest.approx(1 / 121)
     assert v.memory.phase is Phase.HEALTHY
     assert len(skipped(nodes, leases, NOW, p, machines)) == 279

@@ -6,12 +6,14 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from aggregator.act import budget
-from aggregator.decide.decider import decide, is_stale
+from aggregator.decide.decider import Look, decide, is_stale
 from aggregator.decide.phases import blocked, take_over
+from aggregator.model import eligibility
 from aggregator.model.eligibility import candidates, skipped
 from aggregator.model.objects import NodeView
 from aggregator.model.observed import KubeletObs, LeaseObs, NodeObs, Readings, micro_time
@@ -46,7 +48,7 @@ def judge(
     **kw: object,
 ) -> Verdict:
     # ``kw``: any of decide's keywords, each test its own few.
-    return decide(nodes, leases, now, p, memory, **{"view_since": WARM, **kw})  # type: ignore[arg-type]
+    return decide(Look(nodes, leases, now, p, memory, **{"view_since": WARM, **kw}))  # type: ignore[arg-type]
 
 
 def lease(name: str, seen_renewed_mono: float, **view_kw: object) -> LeaseObs:
@@ -118,7 +120,7 @@ def test_transitions(  # noqa: PLR0917 - one argument per table column
 )
 def test_a_start_resumes_from_the_record(records: bool | None, phase: Phase, desired: Desired | None) -> None:
     nodes, leases = cluster(10, 0)
-    v = decide(nodes, leases, NOW, P, Memory(Phase.STARTING, NOW), view_since=None, records=records)
+    v = decide(Look(nodes, leases, NOW, P, Memory(Phase.STARTING, NOW), view_since=None, records=records))
     assert (v.memory.phase, v.desired, v.judged) == (phase, desired, False)
 
 
@@ -595,3 +597,20 @@ def test_a_node_mcm_does_not_manage_is_read_from_its_annotation_whatever_its_val
     meta = {"name": "n", "annotations": {"node.machine.sapcloud.io/not-managed-by-mcm": "false"}}
     assert NodeView.from_object({"metadata": meta}).unmanaged
     assert not NodeView.from_object({"metadata": {"name": "n"}}).unmanaged
+
+
+def test_a_sampled_verdict_asks_each_node_its_rules_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eligibility is one pass: the sample's candidates, the zones' sizes its estimate weighs by,
+    and the nodes left out, from one walk (before, the zones took a second walk of every node)."""
+    asked: list[str] = []
+    rules = eligibility.skip_reason
+
+    def counting(node: NodeObs, *args: Any) -> str | None:
+        asked.append(node.view.name)
+        return rules(node, *args)
+
+    monkeypatch.setattr(eligibility, "skip_reason", counting)
+    nodes, leases = cluster(10, 2)
+    v = judge(nodes, leases, NOW, P, healthy(), sample={"n0", "n1", "n2", "n3"})
+    assert sorted(asked) == sorted(nodes)
+    assert v.candidates == 4

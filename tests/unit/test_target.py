@@ -139,14 +139,14 @@ async def test_a_healthy_tick_walks_the_candidates_once(monkeypatch: pytest.Monk
     per-zone counts the status page shows, so a tick does not walk them again for those."""
     w = await settled()
     walks = 0
-    walk = eligibility.candidates  # what decider calls, by the name it imported
+    walk = eligibility.eligibility  # what decider calls, by the name it imported
 
     def counting(*args: Any, **kw: Any) -> Any:
         nonlocal walks
         walks += 1
         return walk(*args, **kw)
 
-    monkeypatch.setattr(decider, "candidates", counting)
+    monkeypatch.setattr(decider, "eligibility", counting)
     await w.target.tick()
     assert walks == 1
     assert w.target.snapshot()["zones"] == {"": {"candidates": 10, "stale": 0, "fraction": 0.0}}
