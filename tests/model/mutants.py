@@ -33,7 +33,8 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
     ),
     "witness_reads_once": (
         "aggregator/decide/decider.py",
-        "silent = said.silent_by(stale, kubelets.read_at if look.confirming and kubelets is not None else now)",
+        "silent = said.silent_by(stale, kubelets.read_at if look.confirming and kubelets is not None else"
+        " now)",
         "silent = stale",
         "1: pending nodes counted silent",
     ),
