@@ -22,8 +22,9 @@ writers (dependency-watchdog, gardenlet, operators), and their marks are left al
 - an ignored dependent (``ignore-scaling``) is never written, and its record kept;
 - every write is conditional and within the leader's term (aggregator/act/writes.py); in
   dry-run nothing is written at all.
-Reading is aggregator/observe/replicas.py's, writing writes.py's, telling events.py's: this
-module is the policy.
+Reading is aggregator/observe/replicas.py's, writing writes.py's, telling telling.py's: this
+module is the policy. Its state within a direction is one ``Episode``, replaced when the
+direction changes; what a write did is one ``Written``.
 The annotations alone are the state: a restarted aggregator, or a new leader,
 continues from them.
 """
@@ -34,21 +35,16 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
-from enum import Enum
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aggregator.act.events import Events
+from aggregator.act.telling import Telling
 from aggregator.act.writes import Write, Writer
 from aggregator.kube.client import KubeApi
 from aggregator.lead.scope import Scope
 from aggregator.model.dependents import Dependent, Direction, levels
-from aggregator.model.records import (
-    CLEARED,
-    FORMAT,
-    Record,
-    record_marks,
-)
+from aggregator.model.records import CLEARED, Record, record_marks
 from aggregator.model.settings import ScaleSettings
 from aggregator.model.verdict import Desired
 from aggregator.observe.replicas import DependentState, Replicas
@@ -59,10 +55,26 @@ from core.errors import KubeError
 log = logs.get("scaler")
 
 
-class NotWritten(Enum):
-    """What ``Scaler._write`` answers for a write it did not make."""
+@dataclass
+class Episode:
+    """One direction's run, from when the phase wanted it: when each level converged (the next
+    one's initial delays count from then), since when each dependent has been at its target
+    (its timeout counts from then), and the dependents seen held at 0 (one running again was
+    raised by someone else)."""
 
-    DRY_RUN = "dry-run"
+    since: float
+    level_done_at: dict[int, float] = field(default_factory=dict)
+    at_target_since: dict[str, float] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Written:
+    """What ``Scaler._write`` did: the object as written (None where the scale subresource
+    answered with a Scale: read it), or nothing at all in dry-run."""
+
+    obj: Mapping[str, Any] | None = None
+    dry_run: bool = False
 
 
 class Scaler:
@@ -92,23 +104,14 @@ class Scaler:
         self.replicas = Replicas(seed, namespace, target=self.target, metrics=self.metrics, watched=watched)
         self.writer = Writer(seed, namespace, self.replicas, scope, clock)
         self.events = Events(events or seed, namespace, log=self.log, dry_run=self.dry_run)
+        self.tell = Telling(self.events, self.metrics, self.log, target=self.target, namespace=namespace)
         self.errors: dict[str, str] = {}
         self.desired: Desired | None = None
         self.converged = False
-        self._start_episode(0.0)
+        self.episode = Episode(0.0)
         self._verified_at = -math.inf
         # Written to their target, waiting for their controller to follow (``_track_arrival``).
         self._following: set[str] = set()
-
-    def _start_episode(self, now: float) -> None:
-        """A new direction: its levels, their waits and what was told start again."""
-        self._direction_since = now
-        self._level_done_at: dict[int, float] = {}
-        self._at_target_since: dict[str, float] = {}
-        self.events.new_episode()
-        self.replicas.new_episode()
-        # Dependents seen held at 0 in this episode: one running again was raised by someone else.
-        self._held: set[str] = set()
 
     def forget(self) -> None:
         """Read everything again before trusting that it converged."""
@@ -127,19 +130,21 @@ class Scaler:
         """One step towards ``desired``; True once every dependent is there."""
         now = self.clock()
         if desired is not self.desired:
-            self.desired, self.converged = desired, False
-            self._start_episode(now)
+            # A new direction: its levels, their waits and what was told start again.
+            self.desired, self.converged, self.episode = desired, False, Episode(now)
+            self.events.new_episode()
+            self.replicas.new_episode()
         if desired is Desired.HOLD:
             return True  # a start found records of ours: nothing moves until a fresh verdict
         if self.converged and self._still_converged(desired, now):
             return True
         direction = Direction.DOWN if desired is Desired.SCALED_DOWN else Direction.UP
-        base = self._direction_since
+        base = self.episode.since
         for i, level in enumerate(levels(self.dependents, direction)):
             if not await self._converge_level(level, direction, base, reason):
                 self.converged = False
                 return False
-            base = self._level_done_at.setdefault(i, self.clock())
+            base = self.episode.level_done_at.setdefault(i, self.clock())
         missing = [
             d
             for d in self.dependents
@@ -157,7 +162,7 @@ class Scaler:
             try:
                 state = await self.replicas.get(d)
                 if state.newer_format:
-                    self._note_newer(d, state)
+                    self.tell.newer(d, state)
                 if state.exists and state.record is not None and (state.written or state.label is not None):
                     await self._write(d, Write(CLEARED), state, reason, towards="hand-back")
                     self.events.send(d, state, "HandedBack", f"{reason}", "Normal")
@@ -221,23 +226,36 @@ class Scaler:
         step = d.step(direction)
         state = await self.replicas.read(d)
         if state.newer_format:
-            self._note_newer(d, state)
+            self.tell.newer(d, state)
         for _ in range(self.settings.steps_per_tick):
             if not state.exists:
-                return await self._note_absent(d, state)
-            await self._note_raised(d, state, direction, reason)
-            write = self._next_write(state, direction, self.clock() >= base + step.initial_delay_s)
+                if (message := self.tell.absent(d, state)) is not None:
+                    self.errors[d.name] = message
+                return True
+            if (
+                direction is Direction.DOWN
+                and d.name in self.episode.held
+                and state.replicas
+                and not state.ignored
+            ):
+                self.episode.held.discard(d.name)
+                self.tell.raised(d, state, reason)
+            if direction is Direction.UP and restores_without_count(state):
+                self.events.once(d.name, "invalid", "record_invalid", restoring=state.restore_to())
+            write = next_write(state, direction, self.clock() >= base + step.initial_delay_s, self.target)
             if write is None:
                 return await self._finish(d, state, direction, step.timeout_s, reason)
             # Moved away from the target (by us, or by someone else raising it): the
             # controller has to follow again, its timeout counts from the next arrival.
-            self._at_target_since.pop(d.name, None)
+            self.episode.at_target_since.pop(d.name, None)
             written = await self._write(d, write, state, reason, towards=str(direction))
-            if written is NotWritten.DRY_RUN:
+            if written.dry_run:
                 return True  # as if done, so the status shows what every level would do
             # A write on the object answers with it: no read needed to know where it is. A
             # scale subresource answers with a Scale: the object is read from the seed.
-            state = self.replicas.keep(d, written) if written is not None else await self.replicas.get(d)
+            state = (
+                self.replicas.keep(d, written.obj) if written.obj is not None else await self.replicas.get(d)
+            )
         return False
 
     async def _finish(
@@ -249,91 +267,15 @@ class Scaler:
         if done and state.record is not None and not state.ignored:
             if direction is Direction.UP:
                 cleared = await self._write(d, Write(CLEARED), state, reason, towards=str(direction))
-                if isinstance(cleared, Mapping):
-                    self.replicas.keep(d, cleared)
-            self._report_done(d, state, reason)
+                if cleared.obj is not None:
+                    self.replicas.keep(d, cleared.obj)
+            self.tell.arrived(d, state, reason, down=self.desired is Desired.SCALED_DOWN)
         self.errors.pop(d.name, None)
         return done
 
-    def _next_write(self, s: DependentState, direction: Direction, may_start: bool) -> Write | None:
-        """The next write towards ``direction``; None when nothing is to be written now (done,
-        not ours, or waiting for the initial delay: ``_track_arrival`` tells which)."""
-        if s.ignored:
-            return None
-        if direction is Direction.DOWN:
-            # A running dependent's record and its zero go in one write: never a zero without it.
-            zero = 0 if s.replicas > 0 else None
-            if s.record is None:
-                if s.replicas == 0:
-                    return None  # not running: nothing to take away, and nothing of ours
-                return Write(record_marks(Record.now(s.replicas, self.target)), zero) if may_start else None
-            if s.replicas > 0 and s.replicas != s.record.replicas:
-                # Raised by someone else while held down: what they set is what comes back.
-                return Write(record_marks(replace(s.record, replicas=s.replicas)), zero)
-            if (restore := s.restore_to()) is None:
-                return None  # a later release's record without a count: held as it was found
-            if not s.marks_complete():
-                # dependency-watchdog's scale-up removes its protection mark: gardenlet needs it.
-                # A later release's record rewritten is this release's: that release reads it.
-                return Write(record_marks(replace(s.record, replicas=restore)), zero)
-            return Write(replicas=0) if s.replicas != 0 else None
-        if s.record is None or s.replicas != 0:
-            # Not ours, or running: up only from 0, any other count is somebody's choice.
-            return None
-        if (restore := s.restore_to()) is None:
-            return None  # nothing this release can restore: handed back (``_track_arrival``)
-        if s.record.replicas is None and not s.newer_format:
-            self.events.once(s.name, "invalid", "record_invalid", restoring=restore)
-        return Write(replicas=restore) if may_start else None
-
-    async def _note_raised(self, d: Dependent, s: DependentState, direction: Direction, reason: str) -> None:
-        """A dependent we held at 0 runs again: someone else raised it. Counted each time,
-        told once an episode; the record follows and it is lowered again (``_next_write``)."""
-        if direction is not Direction.DOWN or d.name not in self._held or s.replicas == 0 or s.ignored:
-            return
-        self._held.discard(d.name)
-        self.metrics.overridden.inc(target=self.target, resource=d.name)
-        if not self.events.first(d.name, "raised"):
-            return
-        message = (
-            f"{d.name} was raised to {s.replicas} by someone else while protection is active: "
-            f"lowering it again, {s.replicas} will be restored ({reason})"
-        )
-        self.log.warning("dependent_raised_by_someone_else", resource=d.name, replicas=s.replicas)
-        self.events.send(d, s, "RaisedWhileProtected", message, "Warning")
-
-    def _note_newer(self, d: Dependent, s: DependentState) -> None:
-        """A record a later release wrote (a rollback while it held the shoot down): read as far
-        as this release knows it and acted on as ours; told once an episode, as an Event and on
-        the status page."""
-        if not self.events.first(d.name, "newer"):
-            return
-        restore = s.restore_to()
-        then = f"{restore} to restore" if restore is not None else "no count to restore: handed back"
-        message = (
-            f"{d.name} carries a dwd-lease record of format {s.newer_format}, newer than this release "
-            f"writes ({FORMAT}): read as far as this release knows it, {then}"
-        )
-        self.log.warning("record_from_a_newer_release", resource=d.name, format=s.newer_format)
-        self.events.send(d, s, "RecordFromNewerRelease", message, "Warning")
-
-    async def _note_absent(self, d: Dependent, s: DependentState) -> bool:
-        """A dependent that does not exist: nothing runs, so the levels after it may go on; one
-        that is not optional is an error (a typo in the dependents file switches protection off)."""
-        if d.optional:
-            self.events.once(d.name, "absent", "scale_skipped", why="absent")
-            return True
-        message = f"{d.kind} {self.namespace}/{d.name} does not exist and is not optional"
-        self.errors[d.name] = message
-        self.metrics.missing.set(1, target=self.target, resource=d.name)
-        if self.events.first(d.name, "missing"):
-            self.log.error("dependent_missing", resource=d.name)
-            self.events.send(d, s, "DependentMissing", message, "Warning")
-        return True
-
     def _track_arrival(self, d: Dependent, s: DependentState, direction: Direction, timeout_s: float) -> bool:
         """Follow a dependent at the wanted spec until it has settled, its controller followed
-        (or its timeout spent): True once it has. On the way it is noted held down (``_held``),
+        (or its timeout spent): True once it has. On the way it is noted held down (``held``),
         since when it is at the target, and still followed (``_following``); a spent timeout is
         told once."""
         if s.ignored or (s.record is None and (direction is Direction.UP or s.replicas == 0)):
@@ -344,9 +286,9 @@ class Scaler:
         if direction is Direction.UP and s.replicas == 0:
             return countless
         if direction is Direction.DOWN:
-            self._held.add(d.name)
+            self.episode.held.add(d.name)
         followed = s.current == 0 if direction is Direction.DOWN else s.ready >= s.replicas
-        since = self._at_target_since.setdefault(d.name, self.clock())
+        since = self.episode.at_target_since.setdefault(d.name, self.clock())
         if followed:
             return True
         if self.clock() - since >= timeout_s:
@@ -357,56 +299,18 @@ class Scaler:
 
     async def _write(
         self, d: Dependent, write: Write, state: DependentState, reason: str, *, towards: str
-    ) -> Mapping[str, Any] | NotWritten | None:
-        """One write (aggregator/act/writes.py): the object as written, None where the scale
-        subresource answered. In dry-run none, the one place that decides so: what it would have
-        written is told once and counted (``towards``: the direction, or a hand-back)."""
+    ) -> Written:
+        """One write (aggregator/act/writes.py). In dry-run none, the one place that decides so:
+        what it would have written is told once and counted (``towards``: the direction, or a
+        hand-back)."""
         if self.dry_run:
             self.events.once(d.name, "dry-run", "dry_run_write", direction=towards, **write.fields())
             self.metrics.dry_run_writes.inc(target=self.target, resource=d.name, direction=towards)
-            return NotWritten.DRY_RUN
+            return Written(dry_run=True)
         written = await self.writer.write(d, write, state)
         if write.replicas is not None:
-            self._note_scaled(d, state, write.replicas, reason)
-        return written
-
-    def _note_scaled(self, d: Dependent, state: DependentState, replicas: int, reason: str) -> None:
-        down = replicas == 0
-        direction = Direction.DOWN if down else Direction.UP
-        self.metrics.scale_actions.inc(
-            target=self.target, resource=d.name, direction=direction, result="scaled"
-        )
-        self.log.info("resource_scaling", resource=d.name, replicas_from=state.replicas, replicas_to=replicas)
-        self.events.send(
-            d,
-            state,
-            "ScaledDown" if down else "ScaledUp",
-            f"Scaled {d.name} from {state.replicas} to {replicas} replicas: {reason}",
-            "Warning" if down else "Normal",
-        )
-
-    def _report_done(self, d: Dependent, s: DependentState, reason: str) -> None:
-        if self.desired is Desired.SCALED_DOWN:
-            replicas = None if s.record is None else s.record.replicas
-            self.events.once(d.name, "done", "resource_scaled_down", replicas_before=replicas, reason=reason)
-        elif s.replicas == 0:
-            self._note_handed_back(d, s, reason)
-        else:
-            self.events.once(d.name, "done", "resource_scaled_up", replicas=s.replicas, reason=reason)
-
-    def _note_handed_back(self, d: Dependent, s: DependentState, reason: str) -> None:
-        """A later release's record that says no count this release can read, nor does
-        dependency-watchdog's key beside it: our marks removed, the replicas left to the
-        dependent's owner (gardenlet raises what no longer carries the protection mark)."""
-        if not self.events.first(d.name, "done"):
-            return
-        message = (
-            f"{d.name} carried a dwd-lease record of format {s.newer_format} with no count this "
-            f"release reads, nor a dependency-watchdog replicas: our marks removed, its replicas "
-            f"left to its owner ({reason})"
-        )
-        self.log.warning("resource_handed_back", resource=d.name, format=s.newer_format, reason=reason)
-        self.events.send(d, s, "HandedBack", message, "Warning")
+            self.tell.scaled(d, state, write.replicas, reason)
+        return Written(written)
 
     async def close(self) -> None:
         """Drop the Events still in flight: the target is stopping."""
@@ -427,3 +331,46 @@ class Scaler:
             name: {**s.to_status(), "error": self.errors.get(name, "")}
             for name, s in sorted(self.replicas.state.items())
         }
+
+
+def next_write(s: DependentState, direction: Direction, may_start: bool, target: str) -> Write | None:
+    """The next write towards ``direction`` (``target``: ours, named in a new record); None when
+    nothing is to be written now (done, not ours, or waiting for the initial delay: the
+    scaler's ``_track_arrival`` tells which)."""
+    if s.ignored:
+        return None
+    if direction is Direction.DOWN:
+        # A running dependent's record and its zero go in one write: never a zero without it.
+        zero = 0 if s.replicas > 0 else None
+        if s.record is None:
+            if s.replicas == 0:
+                return None  # not running: nothing to take away, and nothing of ours
+            return Write(record_marks(Record.now(s.replicas, target)), zero) if may_start else None
+        if s.replicas > 0 and s.replicas != s.record.replicas:
+            # Raised by someone else while held down: what they set is what comes back.
+            return Write(record_marks(replace(s.record, replicas=s.replicas)), zero)
+        if (restore := s.restore_to()) is None:
+            return None  # a later release's record without a count: held as it was found
+        if not s.marks_complete():
+            # dependency-watchdog's scale-up removes its protection mark: gardenlet needs it.
+            # A later release's record rewritten is this release's: that release reads it.
+            return Write(record_marks(replace(s.record, replicas=restore)), zero)
+        return Write(replicas=0) if s.replicas != 0 else None
+    if s.record is None or s.replicas != 0:
+        # Not ours, or running: up only from 0, any other count is somebody's choice.
+        return None
+    if (restore := s.restore_to()) is None:
+        return None  # nothing this release can restore: handed back (``_track_arrival``)
+    return Write(replicas=restore) if may_start else None
+
+
+def restores_without_count(s: DependentState) -> bool:
+    """A record of ours at 0 whose count was lost, restored from dependency-watchdog's beside it."""
+    return (
+        not s.ignored
+        and s.record is not None
+        and s.replicas == 0
+        and s.restore_to() is not None
+        and s.record.replicas is None
+        and not s.newer_format
+    )
