@@ -26,6 +26,7 @@ async def run(settings: Settings) -> None:
     ).set(len(settings.unknown))
     client = LeaseClient.for_settings(settings)
     renewer = Renewer(settings, client, registry)
+    client.on_attempt = renewer.observe  # each attempt's timings, to the renewer's metrics
     server = await metrics_server(registry, settings.metrics_addr)
     try:
         await renewer.run(stop)

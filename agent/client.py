@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from agent.path import Attempt, Connection, Origin, resolve
+from agent.origin import Origin
+from agent.path import Attempt, Connection, resolve
 from agent.settings import Settings
 from agent.wire import Request, Response
 from core.credentials import TokenFile

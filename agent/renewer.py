@@ -17,6 +17,7 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol
@@ -129,6 +130,55 @@ class AgentMetrics:
         )
 
 
+@dataclass(frozen=True)
+class Standing:
+    """Where the renewer stands between renewals: one value, replaced by what each renewal
+    answered (``renewed``, ``failed``, ``missing``)."""
+
+    state: State = State.STARTING
+    # Why it is failing (in FAILING only, "" in every other state).
+    failure_class: str = ""
+    # A released flag left by a previous run is cleared by the first renewal.
+    clear_released: bool = True
+    # An evidence patch needs renewTime and annotations to exist; the last answer says.
+    evidence_possible: bool = False
+    # The last answer still carries the evidence of an unseen renewal: the next one clears it.
+    previous_left: bool = False
+    # An outage proven by an evidence patch, written with the next plain renewal.
+    unwritten: Outage | None = None
+    # 404s since the last renewal: the wait for a lease not provisioned yet grows with them.
+    # Only a renewal ends the run: agents answered 429 between 404s (KAPI's priority and
+    # fairness during a fresh install) would otherwise start again at the interval.
+    misses: int = 0
+    # The last renew-interval annotation that could not be read (said once, not every renewal).
+    bad_interval: str = ""
+
+    def renewed(self, lease: LeaseView, outage: Outage | None) -> Standing:
+        """A renewal went through; ``outage``: the one it ended, as the ledger proved it."""
+        previous_left = lease.previous_renew is not None
+        return replace(
+            self,
+            state=State.RENEWING,
+            failure_class="",
+            clear_released=False,
+            evidence_possible=bool(lease.renew_time) and lease.annotated,
+            previous_left=previous_left,
+            unwritten=(outage if previous_left else None) if self.state is State.FAILING else self.unwritten,
+            misses=0,
+        )
+
+    def failed(self, failure_class: str) -> Standing:
+        return replace(self, state=State.FAILING, failure_class=failure_class)
+
+    def missing(self) -> Standing:
+        return replace(self, state=State.WAITING, failure_class="", misses=self.misses + 1)
+
+    def entered(self, before: Standing) -> bool:
+        """Whether this is a new state (failing: of a new class) after ``before``: logged once per
+        state, not once per renewal."""
+        return (self.state, self.failure_class) != (before.state, before.failure_class)
+
+
 class Renewer:
     def __init__(
         self,
@@ -144,25 +194,11 @@ class Renewer:
         self.clock = clock
         self.wall = wall
         self.interval_s = settings.renew_interval_s
-        self.state = State.STARTING
-        # Why it is failing (in FAILING only, "" in every other state).
-        self.failure_class = ""
+        self.standing = Standing()
         self.last_success: float | None = None
-        # A released flag left by a previous run is cleared by the first renewal.
-        self._clear_released = True
-        # An evidence patch needs renewTime and annotations to exist; the last answer says.
-        self._evidence_possible = False
-        self._previous_left = False
-        self._unwritten: Outage | None = None
-        self._bad_interval = ""
-        # 404s since the last renewal: the wait for a lease not provisioned yet grows with them.
-        # Only a renewal ends the run: agents answered 429 between 404s (KAPI's priority and
-        # fairness during a fresh install) would otherwise start again at the interval.
-        self._misses = 0
         self.random: Uniform = _Urandom()
         self.metrics = AgentMetrics(registry or Registry(), self._last_success_age)
         self.metrics.interval.set(self.interval_s)
-        client.on_attempt = self._observe
         self.log = log.bind(node=settings.node_name)
         self.ledger = Ledger(self.log, self.metrics.landed_unseen)
         self.legacy = LegacyLease(settings.legacy_namespace, settings.node_name, self.log)
@@ -170,7 +206,13 @@ class Renewer:
     def _last_success_age(self) -> float:
         return float("inf") if self.last_success is None else self.clock() - self.last_success
 
-    def _observe(self, attempt: Attempt) -> None:
+    @property
+    def state(self) -> State:
+        return self.standing.state
+
+    def observe(self, attempt: Attempt) -> None:
+        """What one HTTP attempt's timings tell the metrics, and the ledger where it reached no
+        server (the composition root hands this to the client: agent/__main__.py)."""
         connection = "new" if attempt.new else "warm"
         if not attempt.reached:
             self.ledger.last_ok = attempt.summary()
@@ -223,9 +265,8 @@ class Renewer:
             lease = await self._renew(stamp, started)
         except NotFound:
             self.metrics.lease_missing.inc()
-            if self._enter(State.WAITING):
+            if self._enter(self.standing.missing()):
                 self.log.info("lease_missing")
-            self._misses += 1
             # An aggregator of the old layout provisions no lease of ours: the old one is what
             # it judges, renewed at its pace while it is there, even after a write of it failed
             # (the missing lease's backoff would leave it unrenewed for up to a minute).
@@ -233,7 +274,7 @@ class Renewer:
                 self._adopt_interval(legacy)
             if self.legacy.path is not None:
                 return self.interval_s
-            return missing_wait_s(self._misses, self.interval_s, self.random.uniform(0.5, 1.0))
+            return missing_wait_s(self.standing.misses, self.interval_s, self.random.uniform(0.5, 1.0))
         except TooManyRequests as e:
             self.metrics.throttled.inc()
             self.log.debug("renew_throttled", retry_after=e.retry_after_s)
@@ -265,7 +306,7 @@ class Renewer:
         return view
 
     async def _patch(self, stamp: datetime, started: float) -> tuple[dict[str, Any], bool]:
-        if self.ledger.unsure() and self._evidence_possible:
+        if self.ledger.unsure() and self.standing.evidence_possible:
             try:
                 lease = await self.client.patch(
                     evidence_patch(self.settings.node_name, stamp), window_s=self.window_s
@@ -273,26 +314,25 @@ class Renewer:
             except Invalid as e:
                 # No renewTime or no annotations to copy into: renew plainly, prove nothing.
                 self.log.info("renew_evidence_refused", error=str(e))
-                self._evidence_possible = False
+                self.standing = replace(self.standing, evidence_possible=False)
             else:
                 return lease, True
         patch = renew_patch(
             self.settings.node_name,
             stamp,
-            clear_released=self._clear_released,
-            clear_previous=self._previous_left,
-            last_outage=self.ledger.outage(self.clock()) or self._unwritten,
+            clear_released=self.standing.clear_released,
+            clear_previous=self.standing.previous_left,
+            last_outage=self.ledger.outage(self.clock()) or self.standing.unwritten,
         )
         lease = await self.client.patch(patch, window_s=self.window_s - (self.clock() - started))
-        self._unwritten = None
+        self.standing = replace(self.standing, unwritten=None)
         return lease, False
 
-    def _enter(self, state: State, failure_class: str = "") -> bool:
-        """The one way into a state (failing: with its class); whether it is a new one, which the
-        caller logs (once per state, not once per renewal)."""
-        new = (state, failure_class) != (self.state, self.failure_class)
-        self.state, self.failure_class = state, failure_class
-        return new
+    def _enter(self, standing: Standing) -> bool:
+        """The one way to a new standing; whether its state is a new one, which the caller logs
+        (once per state, not once per renewal)."""
+        before, self.standing = self.standing, standing
+        return standing.entered(before)
 
     def _failed(self, e: KubeError, stamp: datetime, started: float) -> None:
         self.metrics.failures.inc(**{"class": e.failure_class})
@@ -301,7 +341,7 @@ class Renewer:
             self.metrics.unanswered.inc()
         path = e.path if isinstance(e, TransportError) else ()
         self.ledger.failed(Unrenewed(format_micro_time(stamp), stamp, started, e.failure_class, sent, path))
-        if self._enter(State.FAILING, e.failure_class):
+        if self._enter(self.standing.failed(e.failure_class)):
             self.log.warning("renew_failing", failure=e.failure_class, error=str(e), path=list(path))
         else:
             self.log.debug("renew_failed", failure=e.failure_class, path=list(path))
@@ -309,22 +349,18 @@ class Renewer:
     def _succeeded(self, lease: LeaseView) -> None:
         self.metrics.renewals.inc()
         self.last_success = self.clock()
-        self._misses = 0
-        self._clear_released = False
-        self._previous_left = lease.previous_renew is not None
-        self._evidence_possible = bool(lease.renew_time) and lease.annotated
-        if self.state is State.FAILING:
-            outage = self.ledger.outage(self.clock())
-            # Proven by an evidence patch: written with the next plain renewal.
-            self._unwritten = outage if self._previous_left else None
+        failing = self.standing.failure_class if self.state is State.FAILING else None
+        outage = self.ledger.outage(self.clock()) if failing is not None else None
+        entered = self._enter(self.standing.renewed(lease, outage))
+        if failing is not None:
             self.log.info(
                 "renew_recovered",
-                failure=outage.failure_class if outage else self.failure_class,
+                failure=outage.failure_class if outage else failing,
                 outage_s=round(outage.duration_s, 3) if outage else 0.0,
                 proven=outage is not None,
             )
         self.ledger.renewed(lease.renew_time or "")
-        if self._enter(State.RENEWING):
+        if entered:
             self.log.info("lease_renewing")
         self.log.debug("lease_renewed")
         self._adopt_interval(lease)
@@ -333,9 +369,9 @@ class Renewer:
         text, wanted = lease.interval, self.settings.renew_interval_s
         if text:
             if lease.interval_s is None:
-                if text != self._bad_interval:
+                if text != self.standing.bad_interval:
                     self.log.warning("renew_interval_invalid", annotation=text, keeping=self.interval_s)
-                    self._bad_interval = text
+                    self.standing = replace(self.standing, bad_interval=text)
                 return
             wanted = min(max(lease.interval_s, MIN_RENEW_INTERVAL_S), MAX_RENEW_INTERVAL_S)
         if wanted != self.interval_s:

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from agent.kubeconfig import Endpoint, KubeconfigError, read_endpoint
-from agent.path import Origin, ssl_context
+from agent.origin import Origin, ssl_context
 from core.config import EnvReader, read_vars, var
 from core.credentials import DEFAULT_TOKEN_FILE
 from core.lease import (

@@ -286,6 +286,9 @@ def test_metrics_endpoint(agents: Agents, tmp_path: Path) -> None:
         values = samples(scrape(port))
         assert values["dwd_agent_renewals_total"] >= 2
         assert values["dwd_agent_renew_interval_seconds"] == 0.5
+        # Each attempt's timings reach the metrics (the client's observer, wired by the root).
+        assert values["dwd_agent_connections_opened_total"] >= 1
+        assert values['dwd_agent_path_seconds_count{phase="request",connection="warm"}'] >= 1
         assert 0 <= values["dwd_agent_last_success_age_seconds"] < 1.0
         # The path breaks: the age the alert reads grows from the last renewal on.
         proxy.close()

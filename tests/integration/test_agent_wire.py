@@ -9,7 +9,8 @@ import ssl
 
 import pytest
 
-from agent.path import Attempt, Connection, Origin
+from agent.origin import Origin
+from agent.path import Attempt, Connection
 from agent.wire import H2Wire, Request
 from testenv.kube.controlplane import ControlPlane
 

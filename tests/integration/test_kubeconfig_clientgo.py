@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from agent.path import Origin
+from agent.origin import Origin
 from agent.settings import Settings
 from aggregator.kube.endpoint import (
     DATA_CLUSTER_FIELDS,

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from agent.client import LeaseClient
-from agent.path import Attempt, Connection, Origin, classify, ssl_context
+from agent.origin import Origin, ssl_context
+from agent.path import Attempt, Connection, classify
 from agent.wire import Request, WireError
 from core.credentials import TokenFile
 from core.errors import TransportError

@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from agent.path import Origin
+from agent.origin import Origin
 
 GOOD = [
     "https://api.example.com",

@@ -18,7 +18,8 @@ import pytest
 
 from agent import client as policy
 from agent.client import LeaseClient
-from agent.path import Attempt, Connection, ssl_context
+from agent.origin import ssl_context
+from agent.path import Attempt, Connection
 from agent.wire import Headers, Request, Response
 from core.credentials import TokenFile
 from core.errors import TransportError

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from agent.path import Attempt, Connection, Origin, ssl_context
+from agent.origin import Origin, ssl_context
+from agent.path import Attempt, Connection
 from agent.wire import H1Wire, Request
 from core.errors import TransportError
 from testenv.base.pki import CertificateAuthority

@@ -16,7 +16,8 @@ import h2.connection
 import h2.events
 import pytest
 
-from agent.path import Attempt, Connection, Origin, ssl_context
+from agent.origin import Origin, ssl_context
+from agent.path import Attempt, Connection
 from agent.wire import Request
 from core.errors import TransportError
 from testenv.base.pki import CertificateAuthority

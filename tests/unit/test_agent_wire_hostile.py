@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent import path, wire
-from agent.path import Attempt, Connection, Origin, ssl_context
+from agent.origin import Origin, ssl_context
+from agent.path import Attempt, Connection
 from agent.wire import H1Wire, H2Wire, Request, Response, Wire, WireError
 from core.errors import TransportError
 from testenv.base.pki import CertificateAuthority
