@@ -253,6 +253,19 @@ def read_vars(r: EnvReader, cls: type) -> dict[str, Any]:
     return {f.name: read_var(r, f, v) for f, v in variables(cls)}
 
 
+def value_problem(v: Var, value: object) -> str | None:
+    """What is wrong with ``value``, a JSON value given for ``v``'s setting (a shoot's
+    providerConfig: aggregator/model/protection.py), in the words a bad variable gets; None when
+    it is one. Booleans and fractions, the kinds a JSON value is given for."""
+    if v.kind == "boolean":
+        return None if isinstance(value, bool) else f"{value!r} is not a boolean (true or false)"
+    if v.kind != "fraction":
+        raise TypeError(f"{v.name}: a {v.kind} is not given as a JSON value")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"{value!r} is not a number"
+    return None if 0.0 < value <= 1.0 else f"{value} is not a fraction in (0, 1]"
+
+
 def read_var(r: EnvReader, f: dataclasses.Field[Any], v: Var, name: str = "") -> Any:
     """One ``var`` field read as its kind says, from ``name`` (its variable's by default: a
     shoot's providerConfig reads the same field under its own key, aggregator/model/protection.py),

@@ -13,10 +13,11 @@ The kind is ``ProtectionConfig``, not ``ProviderConfig``: every Extension's ``pr
 a provider config, so that name says nothing; this one configures the shoot's meltdown
 protection, and reads as Gardener's own extensions name theirs (``CertConfig``, ``DNSConfig``).
 
-Each value is checked by the seed's own setting (``core.config.read_var`` on the settings field,
-and the groups' relations), so a bad one reads as a bad variable does, named by its field:
-``providerConfig.failureFraction: 1.5 is not a fraction in (0, 1]``. Unknown fields, another
-apiVersion or kind, and wrong types are refused; every problem is listed at once.
+Each value is checked as data by the seed's own setting (``core.config.value_problem`` on the
+settings field, and the rule between the fractions), so a bad one reads as a bad variable does,
+named by its field: ``providerConfig.failureFraction: 1.5 is not a fraction in (0, 1]``.
+Unknown fields, another apiVersion or kind, and wrong types are refused; every problem is
+listed at once.
 
 Pure: tests/unit/test_layers.py keeps the model free of I/O.
 """
@@ -29,8 +30,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from aggregator.model.dependents import Dependent, parse_dependents
-from aggregator.model.settings import DeciderSettings, ScaleSettings, Settings
-from core.config import EnvReader, Var, read_var, variables
+from aggregator.model.settings import DeciderSettings, ScaleSettings, Settings, fractions_out_of_order
+from core.config import Var, value_problem, variables
 from core.errors import ConfigError
 
 API_VERSION = "dwd-lease.extensions.gardener.cloud/v1alpha1"
@@ -44,8 +45,6 @@ OVERRIDES: dict[str, tuple[type, str]] = {
     "recoveryFraction": (DeciderSettings, "recovery_fraction"),
 }
 KNOWN = frozenset({"apiVersion", "kind", "dependents", "disabled", *OVERRIDES})
-# A JSON value of the right type for a variable's kind (a bool is an int to Python: not a number).
-JSON_TYPES: dict[str, tuple[type, ...]] = {"boolean": (bool,), "fraction": (int, float)}
 
 
 @dataclass(frozen=True)
@@ -95,16 +94,12 @@ def _checked(raw: Any) -> tuple[ProtectionConfig, set[str]]:
         raise ConfigError([f"{WHERE}: expected an object with apiVersion {API_VERSION} and kind {KIND}"])
     problems = _header(raw)
     values = {key: raw[key] for key in OVERRIDES if key in raw}
-    r = EnvReader({f"{WHERE}.{k}": _text(v) for k, v in values.items()})
     fields: dict[str, Any] = {}
     for key, value in values.items():
-        group, name = OVERRIDES[key]
-        f, v = _field(group, name)
-        if not isinstance(value, JSON_TYPES[v.kind]) or (v.kind != "boolean" and isinstance(value, bool)):
-            problems.append(f"{WHERE}.{key}: {value!r} is not a {_json_kind(v)}")
-            continue
-        fields[name] = read_var(r, f, v, f"{WHERE}.{key}")
-    problems += r.problems
+        if (problem := value_problem(override_var(key), value)) is not None:
+            problems.append(f"{WHERE}.{key}: {problem}")
+        else:
+            fields[OVERRIDES[key][1]] = value
     disabled = raw.get("disabled", False)
     if not isinstance(disabled, bool):
         problems.append(f"{WHERE}.disabled: {disabled!r} is not a boolean (true or false)")
@@ -132,24 +127,24 @@ def _header(raw: Mapping[str, Any]) -> list[str]:
 def _relations(
     config: ProtectionConfig, settings: Settings, given: set[str], *, own_only: bool = False
 ) -> None:
-    """The seed's rules between settings, on the shoot's values: a message names the shoot's
-    field where the shoot set it, the seed's variable where it did not. ``own_only``: only the
-    rules between fields the shoot set (a problem that names no seed variable)."""
-    try:
-        config.over(settings)
-    except ConfigError as e:
-        names = {_field(*OVERRIDES[key])[1].name: f"{WHERE}.{key}" for key in given}
-        problems = [_renamed(problem, names) for problem in e.problems]
-        if own_only:
-            problems = [p for p in problems if "DWD_" not in p]
-        if problems:
-            raise ConfigError(problems) from None
+    """The rule between the fractions, on the shoot's values over the seed's: a message names the
+    shoot's field where the shoot set it, the seed's variable where it did not. ``own_only``:
+    only where the shoot set both (a problem that names no seed variable)."""
+    if own_only and not {"recoveryFraction", "failureFraction"} <= given:
+        return
+    recovery, failure = config.recovery_fraction, config.failure_fraction
+    problem = fractions_out_of_order(
+        settings.decider.recovery_fraction if recovery is None else recovery,
+        settings.decider.failure_fraction if failure is None else failure,
+        (_named("recoveryFraction", given), _named("failureFraction", given)),
+    )
+    if problem is not None:
+        raise ConfigError([problem])
 
 
-def _renamed(problem: str, names: Mapping[str, str]) -> str:
-    for variable, key in names.items():
-        problem = problem.replace(variable, key)
-    return problem
+def _named(key: str, given: set[str]) -> str:
+    """The shoot's field where it set it, else the seed's variable it stands for."""
+    return f"{WHERE}.{key}" if key in given else override_var(key).name
 
 
 def override_var(key: str) -> Var:
@@ -159,12 +154,3 @@ def override_var(key: str) -> Var:
 
 def _field(group: type, name: str) -> tuple[dataclasses.Field[Any], Var]:
     return next((f, v) for f, v in variables(group) if f.name == name)
-
-
-def _text(value: Any) -> str:
-    """A JSON value as an environment variable would carry it."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _json_kind(v: Var) -> str:
-    return "boolean (true or false)" if v.kind == "boolean" else "number"

@@ -44,6 +44,15 @@ def _check(problems: list[str]) -> None:
         raise ConfigError(problems)
 
 
+FRACTIONS = ("DWD_RECOVERY_FRACTION", "DWD_FAILURE_FRACTION")
+
+
+def fractions_out_of_order(recovery: float, failure: float, names: tuple[str, str] = FRACTIONS) -> str | None:
+    """The rule between the two fractions, named by ``names`` (a shoot's own fields where it sets
+    them: aggregator/model/protection.py)."""
+    return f"{names[0]}: {recovery} must not exceed {names[1]} ({failure})" if recovery > failure else None
+
+
 def _readable(r: EnvReader, name: str, path: str) -> None:
     if path and not os.access(path, os.R_OK):
         r.problem(name, f"{path} is not a readable file")
@@ -88,12 +97,10 @@ class DeciderSettings:
     recovery_period_s: float = var("DWD_RECOVERY_PERIOD", 10.0, "duration")
     """With the recovery fraction, the hysteresis of the way back."""
     roll_allowance_s: float = var("DWD_ROLL_ALLOWANCE", 30.0, "duration", min_s=1, max_s=600)
-    """How long a lease its agent released (a DaemonSet roll, a drain) waits before its kubelet
-    alone may call the node cut off, where the second witness cannot answer for the node yet
-    (no read of the kubelet leases since a start, no lease of its kubelet): long enough for a
-    successor to start (10-30 s where an image is pulled) or for the witness to read. Where the
-    witness can answer, the kubelet decides from a lease duration on. Never a route to a quorum
-    by itself (docs/decision.md, "A lease its agent released")."""
+    """How long a released lease (a roll, a drain) waits before its kubelet alone may call the
+    node cut off where the second witness cannot answer yet (no read since a start, no kubelet
+    lease); where it can, the kubelet decides from a lease duration on. Never a route to a
+    quorum by itself (docs/decision.md, "A lease its agent released")."""
     min_candidates: int = var("DWD_MIN_CANDIDATES", 2, "integer", min_value=1)
     """Fewer: no verdict (never a reason to scale down, nor to stay down)."""
     fast_interval_s: float = lease.renew_interval_var()
@@ -114,9 +121,8 @@ class DeciderSettings:
     # default as in DWD; None ("off") reads no node status at all: no condition and no
     # in-place-update rule, and the nodes are watched as metadata only.
     node_conditions: NodeConditions | None = field(default_factory=NodeConditions)
-    # The Machines (aggregator/observe/machines.py) are LISTed this often while it matters (a candidate
-    # is stale, the shoot is not healthy), as the kubelet leases are, and once more right
-    # before a scale-down ...
+    # The Machines (aggregator/observe/machines.py) are LISTed this often while it matters (a
+    # candidate is stale, the shoot unhealthy), and once more right before a scale-down ...
     machines_every_s: float = 10.0
     # ... and otherwise only this often: for /status, since while nothing is stale leaving a
     # node out changes no verdict. 250 shoots a seed make a LIST every 1.2 s at 5 min.
@@ -137,11 +143,8 @@ class DeciderSettings:
                 f"DWD_RENEW_INTERVAL ({format_duration(self.fast_interval_s)}): one lost renewal must "
                 "not make a node stale"
             )
-        if self.recovery_fraction > self.failure_fraction:
-            problems.append(
-                f"DWD_RECOVERY_FRACTION: {self.recovery_fraction} must not exceed "
-                f"DWD_FAILURE_FRACTION ({self.failure_fraction})"
-            )
+        if (order := fractions_out_of_order(self.recovery_fraction, self.failure_fraction)) is not None:
+            problems.append(order)
         if self.roll_allowance_s < self.lease_duration_s:
             problems.append(
                 f"DWD_ROLL_ALLOWANCE: {format_duration(self.roll_allowance_s)} must be at least "
@@ -253,10 +256,8 @@ class WatchSettings:
 
     # The server ends every watch after this and it is restarted at once.
     timeout_s: float = 10.0
-    # Each watch asks for up to this fraction more, drawn anew at every restart: the targets'
-    # watches start together and, all asking 10 s, stayed together; at 250 targets 500 of them
-    # restarted in the same 0.3 s, during a seed-wide outage's interlocks too (bench/seed.py).
-    # client-go's reflector spreads its watches the same way.
+    # Each watch asks for up to this fraction more, drawn anew at every restart, as client-go's
+    # reflector does: all asking 10 s, 500 watches of 250 targets restarted in the same 0.3 s.
     timeout_jitter: float = 0.2
     # A watch running this long past its timeout sits on a dead connection.
     grace_s: float = 15.0
