@@ -274,7 +274,7 @@ class Reconciler:
         if cluster is not None and cluster.lifecycle.stop == "hibernated":
             return ()
         if config is not None and config.disabled:
-            gone, problems = await self._removed(namespace, keep_objects=False)
+            gone, problems = await self._remove(namespace, keep_objects=False)
             return problems if problems or gone else None
         try:
             for body in (access_secret(namespace, self.part), objects_secret(namespace, self.part)):
@@ -303,44 +303,38 @@ class Reconciler:
         except NotFound as e:
             log.warning("shoot_monitoring_not_delivered", namespace=namespace, error=str(e))
 
-    async def _removed(
+    async def _remove(
         self, namespace: str, *, keep_objects: bool, wait: bool = True
     ) -> tuple[bool, tuple[str, ...]]:
-        """``_remove``: whether all is gone, and the problem met."""
+        """The ManagedResource deleted (its objects left in the shoot with ``keep_objects``), then
+        its Secrets once the resource manager has let it go (at once without ``wait``, as
+        Gardener's force deletion has it: the shoot may be beyond reach, and gardenlet finalizes
+        what is left): whether all of it is gone, and the problem met."""
         if self.part is None:
             return True, ()
+        call = partial(self._call, namespace)
         try:
-            return await self._remove(namespace, keep_objects=keep_objects, wait=wait), ()
+            for own in monitoring.paths(namespace):
+                with contextlib.suppress(NotFound):
+                    await call(own, partial(self.seed.delete, own))
+            path = managed_resource_path(namespace)
+            with contextlib.suppress(NotFound):
+                if keep_objects:
+                    await call(path, partial(self.seed.merge_patch, path, KEEP_OBJECTS))
+                await call(path, partial(self.seed.delete, path))
+                if wait:
+                    return False, ()  # the resource manager's finalizer: gone on a later pass
+            for secret in (
+                secret_path(namespace, OBJECTS_SECRET),
+                secret_path(namespace, self.part.access_secret),
+            ):
+                with contextlib.suppress(NotFound):
+                    await call(secret, partial(self.seed.delete, secret))
         except NotLeading:
             raise
         except KubeError as e:
             return False, (f"removing the shoot part: {e}",)
-
-    async def _remove(self, namespace: str, *, keep_objects: bool, wait: bool) -> bool:
-        """The ManagedResource deleted (its objects left in the shoot with ``keep_objects``), then
-        its Secrets once the resource manager has let it go (at once without ``wait``, as
-        Gardener's force deletion has it: the shoot may be beyond reach, and gardenlet finalizes
-        what is left): whether all of it is gone."""
-        assert self.part is not None
-        for own in monitoring.paths(namespace):
-            with contextlib.suppress(NotFound):
-                await self._call(namespace, own, partial(self.seed.delete, own))
-        path = managed_resource_path(namespace)
-        try:
-            if keep_objects:
-                await self._call(namespace, path, partial(self.seed.merge_patch, path, KEEP_OBJECTS))
-            await self._call(namespace, path, partial(self.seed.delete, path))
-            if wait:
-                return False  # the resource manager's finalizer: gone on a later pass
-        except NotFound:
-            pass
-        for secret in (
-            secret_path(namespace, OBJECTS_SECRET),
-            secret_path(namespace, self.part.access_secret),
-        ):
-            with contextlib.suppress(NotFound):
-                await self._call(namespace, secret, partial(self.seed.delete, secret))
-        return True
+        return True, ()
 
     async def _apply(self, namespace: str, path: str, body: dict[str, Any]) -> None:
         await self._call(namespace, path, partial(_create_or_merge, self.seed, path, body))
@@ -355,7 +349,7 @@ class Reconciler:
             return
         if view.last_operation[:2] != ("Migrate", "Processing"):
             view = await self._status(view, processing("Migrate", self.wall()))
-        gone, problems = await self._removed(view.namespace, keep_objects=True)
+        gone, problems = await self._remove(view.namespace, keep_objects=True)
         if problems:
             await self._status(view, finished(view, Outcome("Migrate", problems), self.wall()))
             return
@@ -373,7 +367,7 @@ class Reconciler:
             view = await self._status(view, processing("Delete", self.wall()))
         cluster = self.source.clusters.clusters.get(view.namespace)
         force = cluster is not None and cluster.force_deletion
-        removed, problem = await self._removed(view.namespace, keep_objects=False, wait=not force)
+        removed, problem = await self._remove(view.namespace, keep_objects=False, wait=not force)
         done, problems = await self._give_back(view.namespace)
         problems = problem + problems
         if force and (problems or not done):
