@@ -160,6 +160,12 @@ def _stale_at_failure(candidates: int, failure_fraction: float) -> int:
     )
 
 
+# A released node's kubelet is its only witness, where a stale one's agreed with its agent: it
+# is given twice the slack, so that a kubelet whose writes land up to 1.5 s after their stamps
+# (a loaded node or API server, during a roll) is not called silent between two renewals.
+RELEASED_SLACK_FACTOR = 2.0
+
+
 def _witnessed(
     counted: Mapping[str, LeaseObs],
     expiry: Mapping[str, float],
@@ -167,17 +173,36 @@ def _witnessed(
     params: DeciderSettings,
     kubelets: Readings | None,
 ) -> Witness:
-    """What the kubelets say of the candidates whose agents are stale."""
-    return witness(
-        {
+    """What the kubelets say of the candidates whose agents are stale (released or not). A
+    released node whose kubelet was alive is alive only until its kubelet's next renewal is
+    due: from then on it counts as silent until a read shows that renewal, as a pending node
+    does (the interlocks' fresh read decides before any scale-down), and the verdict looks
+    again at that moment rather than at the next regular read, up to 10 s later."""
+    said = []
+    for released, slack_s in (
+        (False, params.witness_slack_s),
+        (True, params.witness_slack_s * RELEASED_SLACK_FACTOR),
+    ):
+        stale = {
             n: (micro_time(lease.view.renew_time), lease.seen_renewed_mono)
             for n, lease in counted.items()
-            if now >= expiry[n]
-        },
-        kubelets,
-        margin_s=params.witness_margin_s,
-        slack_s=params.witness_slack_s,
-        bracket_s=params.witness_bracket_s,
+            if now >= expiry[n] and lease.view.released is released
+        }
+        said.append(
+            witness(
+                stale,
+                kubelets,
+                margin_s=params.witness_margin_s,
+                slack_s=slack_s,
+                bracket_s=params.witness_bracket_s,
+            )
+        )
+    plain, rolled = said
+    overdue = {n for n, due in rolled.alive_due.items() if due <= now}
+    return Witness(
+        plain.alive | (rolled.alive - overdue),
+        {**plain.pending, **rolled.pending},
+        {n: due for n, due in rolled.alive_due.items() if n not in overdue},
     )
 
 
@@ -206,7 +231,9 @@ def _explained(
         estimate=estimate if verdict.judged else None,
         path_alive=alive,
         pending=len(stale & said.pending.keys()),
-        wake_at=min((due for n, due in said.pending.items() if n in stale), default=None),
+        wake_at=min(
+            [*(due for n, due in said.pending.items() if n in stale), *said.alive_due.values()], default=None
+        ),
         reason=reason,
         left_out=left_out,
     )

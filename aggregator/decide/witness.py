@@ -34,6 +34,8 @@ class Witness:
 
     alive: frozenset[str] = frozenset()
     pending: Mapping[str, float] = field(default_factory=dict)
+    # When each alive one's kubelet is due to renew again (our clock).
+    alive_due: Mapping[str, float] = field(default_factory=dict)
 
     def silent_by(self, stale: frozenset[str], at: float) -> frozenset[str]:
         """The stale candidates a read sent at ``at`` would find silent (or found, when ``at``
@@ -105,7 +107,7 @@ def witness(
     interval and the margin after its agent's last renewal."""
     if readings is None:
         return Witness()
-    alive, pending = set(), {}
+    alive, pending, alive_due = set(), {}, {}
     for name, (renewed, seen) in stale.items():
         kubelet = readings.leases.get(name)
         if kubelet is None and readings.read_at == -math.inf:
@@ -117,6 +119,7 @@ def witness(
         )
         if says == "alive":
             alive.add(name)
+            alive_due[name] = due
         elif says == "pending":
             pending[name] = due
-    return Witness(frozenset(alive), pending)
+    return Witness(frozenset(alive), pending, alive_due)

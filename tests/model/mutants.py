@@ -27,8 +27,8 @@ CASES = ("tests/unit/test_decider.py", "tests/unit/test_watcher.py", "tests/mode
 MUTANTS: dict[str, tuple[str, str, str, str]] = {
     "witness_ignored": (
         "aggregator/decide/decider.py",
-        "        kubelets,\n        margin_s=params.witness_margin_s,",
-        "        None,\n        margin_s=params.witness_margin_s,",
+        "                kubelets,\n                margin_s=params.witness_margin_s,",
+        "                None,\n                margin_s=params.witness_margin_s,",
         "1: the kubelets not asked",
     ),
     "witness_reads_once": (
@@ -75,6 +75,18 @@ MUTANTS: dict[str, tuple[str, str, str, str]] = {
         "    alive = said.alive - {n for n, lease in counted.items() if lease.view.released}\n",
         "    alive = said.alive\n",
         "64: a roll told as agents failing",
+    ),
+    "released_slack_plain": (
+        "aggregator/decide/decider.py",
+        "params.witness_slack_s * RELEASED_SLACK_FACTOR",
+        "params.witness_slack_s",
+        "64: a released node's late-writing kubelet called silent",
+    ),
+    "released_alive_until_read": (
+        "aggregator/decide/decider.py",
+        "overdue = {n for n, due in rolled.alive_due.items() if due <= now}",
+        "overdue: set[str] = set()",
+        "64: a released node alive until the next read",
     ),
     "round_by_arrival": (
         "aggregator/observe/watcher.py",

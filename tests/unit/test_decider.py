@@ -614,3 +614,29 @@ def test_a_sampled_verdict_asks_each_node_its_rules_once(monkeypatch: pytest.Mon
     v = judge(nodes, leases, NOW, P, healthy(), sample={"n0", "n1", "n2", "n3"})
     assert sorted(asked) == sorted(nodes)
     assert v.candidates == 4
+
+
+def test_a_released_nodes_kubelet_writing_late_is_not_called_silent() -> None:
+    """Found in review: a released node's kubelet is its only witness. One whose write lands a
+    second after its stamp (a loaded node, during a roll) was silent to the first read after its
+    stamp + interval + 1.5 s, and with a sub-quorum zone cut made a quorum. Released, its
+    kubelet is given twice the slack."""
+    nodes, leases = cluster(2, 0)
+    leases["n0"] = released_lease("n0", NOW - 20.0)
+    kubelet_renewed = NOW - 12.5  # its next renewal is due at NOW + 0.9 with the wider slack
+    v = judge(nodes, leases, NOW, P, healthy(), kubelets=kubelets_at({"n0": kubelet_renewed}, NOW - 0.1))
+    assert v.stale == 0
+    assert v.wake_at == pytest.approx(kubelet_renewed + 10.4 + 2 * P.witness_slack_s)
+
+
+def test_a_released_node_alive_to_its_kubelet_counts_once_that_kubelets_renewal_is_overdue() -> None:
+    """Found in review: a released node whose kubelet renewed after the release stayed alive
+    until the next regular read of the kubelets (every 10 s), so a cut as the agents rolled took
+    up to 25 s. Once its kubelet's next renewal is due it counts, as a pending node does, and
+    the verdict looks again at that moment; the interlocks' fresh read decides."""
+    nodes, leases = cluster(2, 0)
+    leases["n0"] = released_lease("n0", NOW - 20.0)
+    readings = kubelets_at({"n0": NOW - 14.0}, NOW - 3.0)  # renewed 6 s after the release
+    before = judge(nodes, leases, NOW - 2.0, P, healthy(), kubelets=readings)
+    assert before.stale == 0 and before.wake_at == pytest.approx(NOW - 14.0 + 10.4 + 2 * P.witness_slack_s)
+    assert judge(nodes, leases, NOW, P, healthy(), kubelets=readings).stale == 1
